@@ -1,0 +1,35 @@
+# runledger's front door. `make demo` runs the main job; `make test` runs the suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck check killtest bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+## The main job on the embedded defaults (SQLite file, no server needed).
+demo: $(STAMP)
+	$(PY) manage.py migrate -v0
+	$(PY) manage.py demo
+
+## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
+test: $(STAMP)
+	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
+	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy ledger runs
+
+check: lint typecheck test
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

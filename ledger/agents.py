@@ -1,0 +1,23 @@
+"""The agent author's API.
+
+from ledger.agents import agent, tool, NOT_HAPPENED
+
+@tool(kind="read")
+def fetch_invoice(invoice_id: str) -> dict: ...
+
+@tool(kind="effect", reconcile=lookup_charge)
+def charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict: ...
+
+@agent("refund", plan_version="2", tools=[fetch_invoice, charge])
+def refund(ctx, inputs):
+    invoice = ctx.call(fetch_invoice, invoice_id=inputs["invoice_id"])
+    decision = ctx.model("Refund this invoice? ...", model="scripted:refund")
+    return ctx.call(charge, customer=invoice["customer"], amount_cents=-invoice["total"])
+"""
+
+from __future__ import annotations
+
+from ledger.engine import RunContext
+from ledger.registry import NOT_HAPPENED, Agent, Tool, agent, tool
+
+__all__ = ["NOT_HAPPENED", "Agent", "RunContext", "Tool", "agent", "tool"]

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import importlib
+import logging
+
+from django.apps import AppConfig
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+
+class LedgerConfig(AppConfig):
+    name = "ledger"
+    verbose_name = "Ledger"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Register the agents and tools named in settings. A module that fails to import is
+        # logged, not fatal: its runs block with reason agent_missing and the import error.
+        from ledger import registry
+
+        for module in settings.RUNLEDGER_AGENT_MODULES:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                registry.record_import_error(module, exc)
+                log.exception("agent module %s failed to import", module)

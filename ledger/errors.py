@@ -1,0 +1,72 @@
+"""What the engine raises. Blocking errors stop a run as needs_attention with a reason."""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base of the engine's errors."""
+
+
+class NotJSON(LedgerError, ValueError):
+    """An input or a result is not JSON (or not storable in PostgreSQL's jsonb)."""
+
+    def __init__(self, step_id: str, path: str, problem: str) -> None:
+        self.step_id, self.path, self.problem = step_id, path, problem
+        where = f"step {step_id!r}, " if step_id else ""
+        super().__init__(f"{where}{path}: {problem}")
+
+
+class RunBlocked(LedgerError):
+    """The run cannot go on without a person: it stops as needs_attention."""
+
+    reason = ""
+
+    def __init__(self, step_id: str, detail: str) -> None:
+        self.step_id, self.detail = step_id, detail
+        super().__init__(f"{self.reason}: step {step_id!r}: {detail}")
+
+
+class StaleCheckpoint(RunBlocked):
+    """A succeeded step's stored input hash differs from the hash of today's inputs."""
+
+    reason = "stale"
+
+
+class NeedsReconciliation(RunBlocked):
+    """A started effect's outcome is unknown and its tool cannot tell (or gave a bad answer)."""
+
+    reason = "reconciliation"
+
+
+class Divergence(RunBlocked):
+    """The replayed path differs from the recorded one (or the plan or tool schema changed)."""
+
+    reason = "divergence"
+
+
+class BudgetExhausted(RunBlocked):
+    reason = "budget"
+
+
+class AgentMissing(RunBlocked):
+    reason = "agent_missing"
+
+
+class LeaseLost(LedgerError):
+    """This worker's lease on the run was taken or revoked: it must commit nothing and stop."""
+
+
+class StepFailed(LedgerError):
+    """A step failed on its last allowed attempt."""
+
+    def __init__(self, step_id: str, attempt: int, error: str) -> None:
+        self.step_id, self.attempt, self.error = step_id, attempt, error
+        super().__init__(f"step {step_id!r} failed on attempt {attempt}: {error}")
+
+
+class DuplicateStepId(LedgerError):
+    """Agent code used one step id twice in a run."""
+
+
+class AgentDefinitionError(LedgerError):
+    """An agent or tool was registered wrongly."""

@@ -1,0 +1,42 @@
+"""Tables of the simulated downstream systems, so effects can be counted across processes."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ProviderCharge(models.Model):
+    """A payment provider's charges, one per idempotency key (as Stripe keeps them)."""
+
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    charge_id = models.CharField(max_length=64, unique=True)
+    customer = models.CharField(max_length=200)
+    amount_cents = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.charge_id
+
+
+class OutboxMessage(models.Model):
+    """An email outbox whose messages can be searched by message id."""
+
+    message_id = models.CharField(max_length=200, unique=True)
+    to = models.CharField(max_length=200)
+    subject = models.CharField(max_length=500)
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.message_id
+
+
+class Notification(models.Model):
+    """A notifier with no read path and no idempotency: every call is a new message."""
+
+    channel = models.CharField(max_length=200)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.channel}: {self.text[:40]}"

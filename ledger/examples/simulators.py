@@ -1,0 +1,79 @@
+"""Simulated downstream systems: a payment provider, an outbox, a notifier.
+
+Each persists to the database so that effects can be counted from any process, and each
+behaves as its real counterpart does towards an idempotency key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ledger.examples import faults
+from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
+from ledger.registry import NOT_HAPPENED
+
+
+class IdempotencyConflict(Exception):
+    """The same key was sent with other parameters (Stripe answers this with an error)."""
+
+
+def _charge_view(charge: ProviderCharge) -> dict[str, Any]:
+    return {
+        "charge_id": charge.charge_id,
+        "customer": charge.customer,
+        "amount_cents": charge.amount_cents,
+    }
+
+
+def provider_charge(*, customer: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """Create a charge, or return the first charge made under this key."""
+    faults.point("charge.before_effect")
+    charge_id = "ch_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20]
+    try:
+        with transaction.atomic():
+            charge = ProviderCharge.objects.create(
+                idempotency_key=idempotency_key,
+                charge_id=charge_id,
+                customer=customer,
+                amount_cents=amount_cents,
+            )
+    except IntegrityError:
+        charge = ProviderCharge.objects.get(idempotency_key=idempotency_key)
+        if (charge.customer, charge.amount_cents) != (customer, amount_cents):
+            raise IdempotencyConflict(
+                f"key {idempotency_key} was first used with other parameters"
+            ) from None
+    faults.point("charge.after_effect")
+    return _charge_view(charge)
+
+
+def provider_lookup(idempotency_key: str) -> Any:
+    """The provider's read path: the charge made under a key, or NOT_HAPPENED."""
+    charge = ProviderCharge.objects.filter(idempotency_key=idempotency_key).first()
+    return _charge_view(charge) if charge else NOT_HAPPENED
+
+
+def outbox_send(*, to: str, subject: str, body: str, idempotency_key: str) -> dict[str, Any]:
+    """Queue an email; the message id is the idempotency key, so a resend is a no-op."""
+    faults.point("email.before_effect")
+    message, _ = OutboxMessage.objects.get_or_create(
+        message_id=idempotency_key, defaults={"to": to, "subject": subject, "body": body}
+    )
+    faults.point("email.after_effect")
+    return {"message_id": message.message_id, "to": message.to}
+
+
+def outbox_search(message_id: str) -> Any:
+    message = OutboxMessage.objects.filter(message_id=message_id).first()
+    return {"message_id": message.message_id, "to": message.to} if message else NOT_HAPPENED
+
+
+def notifier_send(*, channel: str, text: str, idempotency_key: str) -> dict[str, Any]:
+    """Post a notification. No read path and no dedup: the key is ignored, as many APIs do."""
+    faults.point("notify.before_effect")
+    note = Notification.objects.create(channel=channel, text=text)
+    faults.point("notify.after_effect")
+    return {"notification": note.pk, "channel": channel}

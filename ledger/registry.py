@@ -1,0 +1,185 @@
+"""Registered agents and tools, and the decorators agent authors use to register them."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ledger.canonical import dumps, hash_text
+from ledger.errors import AgentDefinitionError
+
+
+class _NotHappened:
+    """A reconcile answer: the downstream system has no effect under this key."""
+
+    def __repr__(self) -> str:
+        return "NOT_HAPPENED"
+
+
+#: Return this from a reconcile function when the downstream system proves the effect did not
+#: happen (e.g. a lookup by idempotency key finds nothing): the step executes again with the
+#: same effect key. Return ``None`` when it cannot know, and the result when it happened.
+NOT_HAPPENED = _NotHappened()
+
+ToolKind = Literal["pure", "read", "effect"]
+Reconcile = Callable[[str], Any]
+RESERVED_PARAMS = {"step"}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    kind: ToolKind
+    fn: Callable[..., Any]
+    reconcile: Reconcile | None = None
+    retries: int = 0
+    ttl_seconds: float | None = None
+    description: str = ""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def schema(self) -> dict[str, Any]:
+        params = [p for p in inspect.signature(self.fn).parameters if p != "idempotency_key"]
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "params": params,
+            "reconcile": self.reconcile is not None,
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    fn: Callable[..., Any]
+    plan_version: str
+    divergence: Literal["refuse", "replan"]
+    max_resumes: int | None
+    tools: tuple[Tool, ...] = field(default=())
+    description: str = ""
+
+    @property
+    def tool_schema_hash(self) -> str:
+        schemas = sorted((t.schema() for t in self.tools), key=lambda s: s["name"])
+        return hash_text(dumps(schemas))
+
+    @property
+    def code_version(self) -> str:
+        try:
+            source = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            return ""
+        return hash_text(source)[:16]
+
+
+_agents: dict[str, Agent] = {}
+_tools: dict[str, Tool] = {}
+_import_errors: dict[str, str] = {}
+
+
+def tool(
+    name: str | None = None,
+    *,
+    kind: ToolKind = "read",
+    reconcile: Reconcile | None = None,
+    retries: int | None = None,
+    ttl_seconds: float | None = None,
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Register a function as a tool the run context can call.
+
+    ``kind="effect"`` tools receive ``idempotency_key=`` (the step's effect key, kept across
+    attempts) and should pass ``reconcile``: a function of the effect key that asks the
+    downstream system what happened (the result, ``NOT_HAPPENED``, or ``None`` for unknown).
+    Reads and model calls retry twice by default; effects do not retry unless told to.
+    """
+    if kind not in ("pure", "read", "effect"):
+        raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
+
+    def register(fn: Callable[..., Any]) -> Tool:
+        tool_name = name or fn.__name__
+        params = inspect.signature(fn).parameters
+        if RESERVED_PARAMS & set(params):
+            raise AgentDefinitionError(f"tool {tool_name!r}: parameter name 'step' is reserved")
+        if kind == "effect" and "idempotency_key" not in params:
+            raise AgentDefinitionError(
+                f"effect tool {tool_name!r} must accept idempotency_key= (the step's effect key)"
+            )
+        if kind != "effect" and reconcile is not None:
+            raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
+        default_retries = 0 if kind == "effect" else 2
+        registered = Tool(
+            name=tool_name,
+            kind=kind,
+            fn=fn,
+            reconcile=reconcile,
+            retries=default_retries if retries is None else retries,
+            ttl_seconds=ttl_seconds,
+            description=(inspect.getdoc(fn) or "").split("\n")[0],
+        )
+        _tools[tool_name] = registered
+        return registered
+
+    return register
+
+
+def agent(
+    name: str,
+    *,
+    plan_version: str = "1",
+    divergence: Literal["refuse", "replan"] = "refuse",
+    max_resumes: int | None = None,
+    tools: tuple[Tool, ...] | list[Tool] = (),
+) -> Callable[[Callable[..., Any]], Agent]:
+    """Register ``fn(ctx, inputs) -> result`` as an agent.
+
+    ``plan_version`` and the hash of ``tools`` are stored on each run; a resume under a
+    different one follows ``divergence``: ``refuse`` blocks the run, ``replan`` goes on and keeps
+    every effect row. ``max_resumes`` bounds how often a run of it may be resumed.
+    """
+    if divergence not in ("refuse", "replan"):
+        raise AgentDefinitionError(
+            f"divergence policy must be refuse or replan, not {divergence!r}"
+        )
+
+    def register(fn: Callable[..., Any]) -> Agent:
+        registered = Agent(
+            name=name,
+            fn=fn,
+            plan_version=str(plan_version),
+            divergence=divergence,
+            max_resumes=max_resumes,
+            tools=tuple(tools),
+            description=(inspect.getdoc(fn) or "").split("\n")[0],
+        )
+        _agents[name] = registered
+        return registered
+
+    return register
+
+
+def get_agent(name: str) -> Agent | None:
+    return _agents.get(name)
+
+
+def agents() -> dict[str, Agent]:
+    return dict(_agents)
+
+
+def get_tool(name: str) -> Tool | None:
+    return _tools.get(name)
+
+
+def unregister_agent(name: str) -> None:
+    _agents.pop(name, None)
+
+
+def record_import_error(module: str, exc: BaseException) -> None:
+    _import_errors[module] = f"{type(exc).__name__}: {exc}"
+
+
+def import_errors() -> dict[str, str]:
+    return dict(_import_errors)

@@ -1,0 +1,312 @@
+"""The engine's step writes, as hand-written SQL on the connection Django already holds.
+
+This is the product's hot path: one fenced statement per commit on PostgreSQL (a CTE that takes
+the run row ``FOR SHARE`` with the caller's lease token, then writes), about 7x fewer round
+trips and far less Python than the ORM. SQLite, the demo's default, runs the same writes as a
+few statements inside ``BEGIN IMMEDIATE`` (settings set the transaction mode), which holds the
+database write lock from the lease check to the commit. Every difference between the two
+databases lives in this module.
+
+A write whose lease check fails changes nothing and raises ``LeaseLost``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from ledger.errors import LeaseLost
+
+_STEP_COLUMNS = (
+    "id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, kind, tool, "
+    "seq, errors, expires_at, settled_by"
+)
+
+
+@dataclass
+class StepRow:
+    """A ledger row as the engine sees it (results decoded)."""
+
+    pk: int
+    step_id: str
+    input_hash: str
+    status: str
+    result: Any
+    next_step_id: str | None
+    attempt: int
+    effect_key: str | None
+    kind: str
+    tool: str
+    seq: int
+    errors: list[Any] = field(default_factory=list)
+    expires_at: datetime | None = None
+    settled_by: str = ""
+
+
+@dataclass
+class StepWrite:
+    """One step's first (or only) write in an execution."""
+
+    run_id: str
+    token: str
+    step_id: str
+    status: str
+    kind: str
+    tool: str
+    seq: int
+    input_hash: str
+    inputs_json: str | None
+    inputs_truncated: bool
+    attempt: int
+    now: datetime
+    result_json: str | None = None
+    effect_key: str | None = None
+    error: str = ""
+    errors_json: str = "[]"
+    expires_at: datetime | None = None
+    model_id: str = ""
+    prompt_hash: str = ""
+    finished: bool = False
+    prev_step_id: str | None = None
+    abandon: Sequence[str] = ()
+
+
+def _is_pg() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _dt(value: datetime | None) -> Any:
+    return connection.ops.adapt_datetimefield_value(value) if value is not None else None
+
+
+def _load_json(value: Any) -> Any:
+    if value is None or not isinstance(value, str | bytes):
+        return value
+    return json.loads(value)
+
+
+def _load_dt(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    from django.utils import timezone
+
+    parsed = parse_datetime(value)
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
+
+
+def load_steps(run_id: str) -> dict[str, StepRow]:
+    """The run's whole ledger in one query, by step id."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {_STEP_COLUMNS} FROM ledger_step WHERE run_id = %s", [run_id])
+        rows = cur.fetchall()
+    steps = {}
+    for r in rows:
+        steps[r[1]] = StepRow(
+            pk=r[0],
+            step_id=r[1],
+            input_hash=r[2],
+            status=r[3],
+            result=_load_json(r[4]),
+            next_step_id=r[5],
+            attempt=r[6],
+            effect_key=r[7],
+            kind=r[8],
+            tool=r[9],
+            seq=r[10],
+            errors=_load_json(r[11]) or [],
+            expires_at=_load_dt(r[12]),
+            settled_by=r[13] or "",
+        )
+    return steps
+
+
+# --- PostgreSQL: one statement, one round trip, one commit --------------------------------
+
+_PG_LEASE = """
+lease AS (
+    SELECT run_id FROM ledger_run
+    WHERE run_id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
+    FOR SHARE
+)"""
+
+_PG_UPSERT = (
+    "WITH"
+    + _PG_LEASE
+    + """,
+prev AS (
+    UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s
+    WHERE run_id IN (SELECT run_id FROM lease) AND step_id = %(prev_step_id)s
+),
+gone AS (
+    UPDATE ledger_step SET status = 'abandoned', updated_at = %(now)s
+    WHERE run_id IN (SELECT run_id FROM lease) AND step_id = ANY(%(abandon)s)
+)
+INSERT INTO ledger_step (
+    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
+    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
+    expires_at, model_id, prompt_hash, settled_by
+)
+SELECT run_id, %(step_id)s, %(input_hash)s, %(status)s, %(result)s::jsonb, NULL, %(attempt)s,
+    %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s::jsonb,
+    %(inputs_truncated)s, %(error)s, %(errors)s::jsonb, %(now)s, %(finished_at)s,
+    %(expires_at)s, %(model_id)s, %(prompt_hash)s, ''
+FROM lease
+ON CONFLICT (run_id, step_id) DO UPDATE SET
+    input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
+    attempt = EXCLUDED.attempt, effect_key = EXCLUDED.effect_key,
+    updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
+    inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
+    error = EXCLUDED.error, errors = EXCLUDED.errors, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at,
+    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = ''
+RETURNING id"""
+)
+
+_PG_UPDATE = (
+    "WITH"
+    + _PG_LEASE
+    + """
+UPDATE ledger_step SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s,
+    errors = %(errors)s::jsonb, finished_at = %(now)s, updated_at = %(now)s,
+    expires_at = %(expires_at)s
+WHERE id = %(pk)s AND run_id IN (SELECT run_id FROM lease)
+RETURNING id"""
+)
+
+# --- SQLite: the same writes inside BEGIN IMMEDIATE ---------------------------------------
+
+_SQLITE_LEASE = (
+    "SELECT 1 FROM ledger_run WHERE run_id = %(run_id)s AND lease_token = %(token)s "
+    "AND status = 'running'"
+)
+_SQLITE_PREV = (
+    "UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s "
+    "WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s"
+)
+_SQLITE_UPSERT = """
+INSERT INTO ledger_step (
+    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
+    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
+    expires_at, model_id, prompt_hash, settled_by
+) VALUES (
+    %(run_id)s, %(step_id)s, %(input_hash)s, %(status)s, %(result)s, NULL, %(attempt)s,
+    %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s, %(inputs_truncated)s,
+    %(error)s, %(errors)s, %(now)s, %(finished_at)s, %(expires_at)s, %(model_id)s,
+    %(prompt_hash)s, ''
+)
+ON CONFLICT (run_id, step_id) DO UPDATE SET
+    input_hash = excluded.input_hash, status = excluded.status, result = excluded.result,
+    attempt = excluded.attempt, effect_key = excluded.effect_key,
+    updated_at = excluded.updated_at, kind = excluded.kind, tool = excluded.tool,
+    inputs = excluded.inputs, inputs_truncated = excluded.inputs_truncated,
+    error = excluded.error, errors = excluded.errors, started_at = excluded.started_at,
+    finished_at = excluded.finished_at, expires_at = excluded.expires_at,
+    model_id = excluded.model_id, prompt_hash = excluded.prompt_hash, settled_by = ''
+RETURNING id"""
+_SQLITE_UPDATE = """
+UPDATE ledger_step SET status = %(status)s, result = %(result)s, error = %(error)s,
+    errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s
+WHERE id = %(pk)s AND run_id = %(run_id)s
+RETURNING id"""
+
+
+def write_step(w: StepWrite) -> int:
+    """Insert or overwrite a step row, point the previous step at it, abandon a diverged branch.
+
+    All in one transaction that holds the run's lease; returns the row's primary key.
+    """
+    params = {
+        "run_id": w.run_id,
+        "token": w.token,
+        "step_id": w.step_id,
+        "input_hash": w.input_hash,
+        "status": w.status,
+        "result": w.result_json,
+        "attempt": w.attempt,
+        "effect_key": w.effect_key,
+        "now": _dt(w.now),
+        "kind": w.kind,
+        "tool": w.tool,
+        "seq": w.seq,
+        "inputs": w.inputs_json,
+        "inputs_truncated": w.inputs_truncated,
+        "error": w.error,
+        "errors": w.errors_json,
+        "finished_at": _dt(w.now) if w.finished else None,
+        "expires_at": _dt(w.expires_at),
+        "model_id": w.model_id,
+        "prompt_hash": w.prompt_hash,
+        "prev_step_id": w.prev_step_id,
+        "abandon": list(w.abandon),
+    }
+    if _is_pg():
+        with connection.cursor() as cur:
+            cur.execute(_PG_UPSERT, params)
+            row = cur.fetchone()
+        if row is None:
+            raise LeaseLost(w.run_id)
+        return int(row[0])
+    with transaction.atomic(), connection.cursor() as cur:
+        _sqlite_fence(cur, params)
+        if w.prev_step_id is not None:
+            cur.execute(_SQLITE_PREV, params)
+        for step_id in w.abandon:
+            cur.execute(
+                "UPDATE ledger_step SET status = 'abandoned', updated_at = %s "
+                "WHERE run_id = %s AND step_id = %s",
+                [params["now"], w.run_id, step_id],
+            )
+        cur.execute(_SQLITE_UPSERT, params)
+        return int(cur.fetchone()[0])
+
+
+def update_step(
+    *,
+    run_id: str,
+    token: str,
+    pk: int,
+    status: str,
+    now: datetime,
+    result_json: str | None = None,
+    error: str = "",
+    errors_json: str = "[]",
+    expires_at: datetime | None = None,
+) -> None:
+    """Second commit of an effect (or a settled reconcile): one fenced UPDATE."""
+    params = {
+        "run_id": run_id,
+        "token": token,
+        "pk": pk,
+        "status": status,
+        "result": result_json,
+        "error": error,
+        "errors": errors_json,
+        "now": _dt(now),
+        "expires_at": _dt(expires_at),
+    }
+    if _is_pg():
+        with connection.cursor() as cur:
+            cur.execute(_PG_UPDATE, params)
+            row = cur.fetchone()
+        if row is None:
+            raise LeaseLost(run_id)
+        return
+    with transaction.atomic(), connection.cursor() as cur:
+        _sqlite_fence(cur, params)
+        cur.execute(_SQLITE_UPDATE, params)
+        if cur.fetchone() is None:
+            raise LeaseLost(run_id)
+
+
+def _sqlite_fence(cur: Any, params: dict[str, Any]) -> None:
+    cur.execute(_SQLITE_LEASE, params)
+    if cur.fetchone() is None:
+        raise LeaseLost(params["run_id"])

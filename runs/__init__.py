@@ -1,0 +1,1 @@
+"""The runledger Django project: settings, URLs, the Celery app, the dashboard and the workers."""

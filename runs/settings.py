@@ -1,0 +1,143 @@
+"""runledger settings.
+
+Every knob is an environment variable with a working default, so that `make demo` needs no
+server: the ledger defaults to a SQLite file under ./var and production points DATABASE_URL at
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("RUNLEDGER_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "runledger-insecure-development-key-change-me")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "ledger",
+    "ledger.examples",
+    "runs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "runs.urls"
+WSGI_APPLICATION = "runs.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# The ledger. SQLite is the no-server default for the demo; production is PostgreSQL.
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'runledger.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # BEGIN IMMEDIATE takes the write lock up front, so a fenced write's lease check and its
+    # write cannot be split by another writer (the SQLite analogue of FOR SHARE).
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        # WAL lets the dashboard read while a worker writes.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("TEST", {})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "ledger": {"handlers": ["console"], "level": os.environ.get("LEDGER_LOG_LEVEL", "INFO")},
+        "runs": {"handlers": ["console"], "level": os.environ.get("RUNS_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- runledger ---------------------------------------------------------------------------
+# Modules imported at start-up so that their @agent and @tool decorators register.
+RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# Dotted path of the model client (ledger.llm.ModelClient); the scripted client needs no key.
+RUNLEDGER_MODEL_CLIENT = os.environ.get("RUNLEDGER_MODEL_CLIENT", "ledger.llm.ScriptedClient")
+# Canonical inputs larger than this are stored as a truncated preview (the hash covers all).
+RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPUT_BYTES", "65536"))
+# Default resume budget of an agent that does not set its own.
+RUNLEDGER_DEFAULT_MAX_RESUMES = int(os.environ.get("RUNLEDGER_DEFAULT_MAX_RESUMES", "10"))
+# How long a worker's lease on a run lasts without a heartbeat.
+RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
+
+# --- Celery (see runs/celery.py) ---------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+# Browser tests drive a live server from the test thread.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a crash point: nothing in the engine catches it."""
+
+
+@dataclass
+class FakeClock:
+    now: datetime = field(default_factory=lambda: datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def crash_at() -> Iterator[Callable[[str], None]]:
+    """Arm a named crash point (ledger.examples.faults) to kill the step once."""
+    from ledger.examples import faults
+
+    def arm(point: str, times: int = 1) -> None:
+        left = [times]
+
+        def hook() -> None:
+            if left[0] > 0:
+                left[0] -= 1
+                raise Crash(point)
+
+        faults.set_hook(point, hook)
+
+    yield arm
+    faults.clear_hooks()
+
+
+@pytest.fixture
+def execute(clock: FakeClock) -> Callable[..., Any]:
+    """Run one execution of a run as a worker would (no heartbeat thread; the clock is fake)."""
+    from ledger import services
+
+    def run(run_id: str, *, worker: str = "worker-1", crash_expected: bool = False) -> Any:
+        if crash_expected:
+            with pytest.raises(Crash):
+                services.run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+            # The dead worker's lease must expire before anyone may take the run over.
+            from django.conf import settings
+
+            clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
+            return None
+        return services.run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+
+    return run
