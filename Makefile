@@ -22,6 +22,11 @@ test: $(STAMP)
 	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
 
+## The engine's write path against the floor, on PostgreSQL and on the SQLite default.
+bench: $(STAMP)
+	$(PY) tests/with_postgres.py $(PY) manage.py bench_engine
+	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

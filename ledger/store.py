@@ -254,6 +254,7 @@ def write_step(w: StepWrite) -> int:
         if row is None:
             raise LeaseLost(w.run_id)
         return int(row[0])
+    del params["abandon"]  # SQLite binds no lists; the abandoned rows are updated one by one
     with transaction.atomic(), connection.cursor() as cur:
         _sqlite_fence(cur, params)
         if w.prev_step_id is not None:
