@@ -22,9 +22,15 @@ test: $(STAMP)
 	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
 
-## The engine's write path against the floor, on PostgreSQL and on the SQLite default.
-bench: $(STAMP)
-	$(PY) tests/with_postgres.py $(PY) manage.py bench_engine
+PEERS := .venv-peers/bin/python
+$(PEERS):
+	$(PYTHON) -m venv .venv-peers
+	$(PEERS) -m pip install -q dbos langgraph langgraph-checkpoint-postgres "psycopg[binary]"
+
+## The engine's write path against the floor and against peers (DBOS, LangGraph) on the same
+## PostgreSQL, then on the SQLite default.
+bench: $(STAMP) $(PEERS)
+	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py bench_engine && $(PEERS) tests/bench/peers.py "$$DATABASE_URL" 2>/dev/null | grep -E "^peer"'
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine
 
 lint: $(STAMP)
