@@ -543,3 +543,38 @@ def test_a_resume_loads_the_ledger_in_a_constant_number_of_queries(execute) -> N
         assert outcome.status == "succeeded" and outcome.executed == 0
         counts.append(len(queries))
     assert counts[0] == counts[1]
+
+
+def test_a_read_whose_freshness_expired_is_read_again_on_resume(execute, clock) -> None:
+    reads: list[int] = []
+
+    @tool(kind="read", name="fresh-read", ttl_seconds=60)
+    def quote(symbol: str) -> int:
+        reads.append(1)
+        return 100 + len(reads)
+
+    @tool(kind="read", name="fresh-other")
+    def other(n: int) -> int:
+        return n
+
+    @agent("fresh-test", tools=[quote, other])
+    def body(ctx, inputs):
+        price = ctx.call(quote, step="quote", symbol="ACME")
+        ctx.call(other, step="after", n=1)
+        return {"price": price}
+
+    try:
+        run = services.run_start(agent="fresh-test", inputs={})
+        assert execute(run.run_id).result == {"price": 101}
+        Run.objects.filter(pk=run.run_id).update(status="failed")
+        services.run_resume(run_id=run.run_id)
+        clock.advance(30)
+        assert execute(run.run_id).result == {"price": 101}  # still fresh: replayed
+        Run.objects.filter(pk=run.run_id).update(status="failed")
+        services.run_resume(run_id=run.run_id)
+        clock.advance(60)
+        assert execute(run.run_id).result == {"price": 102}  # expired: read again
+    finally:
+        registry.unregister_agent("fresh-test")
+    assert len(reads) == 2
+    assert steps(run.run_id)["quote"].attempt == 2
