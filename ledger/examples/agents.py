@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from ledger import llm
@@ -12,13 +14,31 @@ INVOICES = {
     "inv_1001": {"customer": "cus_ada", "total_cents": 4200, "reason": "double billed"},
     "inv_1002": {"customer": "cus_grace", "total_cents": 125000, "reason": "service outage"},
     "inv_1003": {"customer": "cus_linus", "total_cents": 990, "reason": "cancelled in trial"},
+    "inv_1004": {"customer": "cus_barbara", "total_cents": 15000, "reason": "wrong plan"},
+    "inv_1005": {"customer": "cus_edsger", "total_cents": 3100, "reason": "duplicate seat"},
+    "inv_1006": {"customer": "cus_margaret", "total_cents": 7700, "reason": "late delivery"},
+}
+SUBSCRIPTIONS = {
+    "cus_hopper": {"plan": "team", "amount_cents": 24900},
+    "cus_knuth": {"plan": "solo", "amount_cents": 900},
 }
 
-# The prompt is code: editing it between a crash and a resume makes the model step stale.
-REFUND_PROMPT = (
-    "Invoice {invoice_id} for {customer}: {total_cents} cents, reason: {reason}. "
-    "Refund it? Answer approve or deny with the amount in cents."
-)
+# The prompt is code: editing it between a crash and a resume makes the model step stale. The
+# demo switches versions with RUNLEDGER_EXAMPLE_PROMPT to stage exactly that (a deploy between
+# the crash and the resume).
+REFUND_PROMPTS = {
+    "1": (
+        "Invoice {invoice_id} for {customer}: {total_cents} cents, reason: {reason}. "
+        "Refund it? Answer approve or deny with the amount in cents."
+    ),
+    "2": (
+        "Invoice {invoice_id} for {customer}: {total_cents} cents, reason: {reason}. "
+        "Refund it if the reason is ours? Answer approve or deny with the amount in cents."
+    ),
+}
+REFUND_PROMPT = REFUND_PROMPTS[os.environ.get("RUNLEDGER_EXAMPLE_PROMPT", "2")]
+# The renewal agent's plan; version 2 added a fraud check before the charge.
+RENEWAL_PLAN = os.environ.get("RUNLEDGER_EXAMPLE_PLAN", "2")
 AUTO_APPROVE_LIMIT_CENTS = 50000
 
 
@@ -113,9 +133,11 @@ def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 @tool(kind="read")
-def lookup_record(index: int) -> dict[str, Any]:
-    """A cheap read: record ``index`` of a synthetic data set."""
+def lookup_record(index: int, delay_ms: int = 0) -> dict[str, Any]:
+    """A read of record ``index`` of a synthetic data set (``delay_ms`` makes it slow)."""
     faults.point("lookup_record")
+    if delay_ms:
+        time.sleep(delay_ms / 1000)
     return {"index": index, "value": (index * 7919) % 1000}
 
 
@@ -135,7 +157,9 @@ def survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Read N records, summarise every 10th with the model, email one report (long runs)."""
     total = 0
     for i in range(int(inputs.get("records", 10))):
-        record = ctx.call(lookup_record, step=f"record.{i}", index=i)
+        record = ctx.call(
+            lookup_record, step=f"record.{i}", index=i, delay_ms=int(inputs.get("delay_ms", 0))
+        )
         total += record["value"]
         if i % 10 == 9:
             ctx.model(
@@ -149,3 +173,64 @@ def survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         body=f"total {total}",
     )
     return {"total": total, "message_id": report["message_id"]}
+
+
+@tool(kind="read")
+def fetch_subscription(customer: str) -> dict[str, Any]:
+    """Look a subscription up in the billing system."""
+    faults.point("fetch_subscription")
+    if customer not in SUBSCRIPTIONS:
+        raise LookupError(f"no subscription for {customer}")
+    return {"customer": customer, **SUBSCRIPTIONS[customer]}
+
+
+@tool(kind="read")
+def fraud_check(customer: str, amount_cents: int) -> dict[str, Any]:
+    """Score a charge for fraud (added in plan version 2)."""
+    return {"customer": customer, "risk": "low" if amount_cents < 100000 else "review"}
+
+
+@tool(kind="effect")
+def charge_card_legacy(customer: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
+    """Charge through the legacy gateway: no idempotency, no lookup (a crash needs a person)."""
+    return simulators.gateway_charge(
+        customer=customer, amount_cents=amount_cents, reference=idempotency_key
+    )
+
+
+_RENEWAL_TOOLS = [fetch_subscription, charge_card_legacy, send_email]
+if RENEWAL_PLAN != "1":
+    _RENEWAL_TOOLS.insert(1, fraud_check)
+
+
+@agent(
+    "renewal", plan_version=RENEWAL_PLAN, divergence="refuse", max_resumes=5, tools=_RENEWAL_TOOLS
+)
+def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Renew a subscription: fetch it, (plan 2: check fraud), charge the card, email a receipt."""
+    sub = ctx.call(fetch_subscription, step="fetch_subscription", customer=inputs["customer"])
+    if RENEWAL_PLAN != "1":
+        ctx.call(
+            fraud_check,
+            step="fraud_check",
+            customer=sub["customer"],
+            amount_cents=sub["amount_cents"],
+        )
+    charge = ctx.call(
+        charge_card_legacy,
+        step="charge",
+        customer=sub["customer"],
+        amount_cents=sub["amount_cents"],
+    )
+    receipt = ctx.call(
+        send_email,
+        step="receipt",
+        to=f"{sub['customer']}@example.com",
+        subject=f"Your {sub['plan']} plan renewed",
+        body=f"Charged {sub['amount_cents']} cents ({charge['gateway_ref']}).",
+    )
+    return {
+        "renewed": True,
+        "gateway_ref": charge["gateway_ref"],
+        "message_id": receipt["message_id"],
+    }

@@ -40,3 +40,16 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel}: {self.text[:40]}"
+
+
+class GatewayCharge(models.Model):
+    """A legacy card gateway: it takes a reference but offers no lookup of past charges."""
+
+    gateway_ref = models.CharField(max_length=64, unique=True)
+    customer = models.CharField(max_length=200)
+    amount_cents = models.IntegerField()
+    reference = models.CharField(max_length=200, help_text="What the caller sent (not indexed).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.gateway_ref

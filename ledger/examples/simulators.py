@@ -7,12 +7,14 @@ behaves as its real counterpart does towards an idempotency key.
 from __future__ import annotations
 
 import hashlib
+import os
+import secrets
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from ledger.examples import faults
-from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
+from ledger.examples.models import GatewayCharge, Notification, OutboxMessage, ProviderCharge
 from ledger.registry import NOT_HAPPENED
 
 
@@ -51,7 +53,13 @@ def provider_charge(*, customer: str, amount_cents: int, idempotency_key: str) -
 
 
 def provider_lookup(idempotency_key: str) -> Any:
-    """The provider's read path: the charge made under a key, or NOT_HAPPENED."""
+    """The provider's read path: the charge made under a key, or NOT_HAPPENED.
+
+    ``RUNLEDGER_PROVIDER_LOOKUP=down`` simulates the provider's API being unreachable: the
+    answer is None (cannot know), and the run waits for a person or a later lookup.
+    """
+    if os.environ.get("RUNLEDGER_PROVIDER_LOOKUP") == "down":
+        return None
     charge = ProviderCharge.objects.filter(idempotency_key=idempotency_key).first()
     return _charge_view(charge) if charge else NOT_HAPPENED
 
@@ -77,3 +85,16 @@ def notifier_send(*, channel: str, text: str, idempotency_key: str) -> dict[str,
     note = Notification.objects.create(channel=channel, text=text)
     faults.point("notify.after_effect")
     return {"notification": note.pk, "channel": channel}
+
+
+def gateway_charge(*, customer: str, amount_cents: int, reference: str) -> dict[str, Any]:
+    """Charge through the legacy gateway: no idempotency, no lookup; every call charges."""
+    faults.point("gateway.before_effect")
+    charge = GatewayCharge.objects.create(
+        gateway_ref="gw_" + secrets.token_hex(8),
+        customer=customer,
+        amount_cents=amount_cents,
+        reference=reference,
+    )
+    faults.point("gateway.after_effect")
+    return {"gateway_ref": charge.gateway_ref, "amount_cents": amount_cents}

@@ -1,0 +1,191 @@
+"""The demo's scenarios, produced for real: each run is executed by a separate process that
+SIGKILLs itself at a named crash point (ledger/examples/faults.py), and resumed by another
+process, sometimes after a "deploy" (a changed prompt or plan). What the dashboard then shows
+was written by the engine, not inserted by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger.models import Run
+
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    agent: str
+    inputs: dict[str, Any]
+    kills: tuple[str, ...] = ()  # one crashed execution per entry
+    crash_env: dict[str, str] = field(default_factory=dict)
+    resume_env: dict[str, str] | None = field(default_factory=dict)  # None: leave it for a worker
+    expect: tuple[str, str] = ("succeeded", "")
+    max_resumes: int | None = None
+
+
+SCENARIOS = (
+    Scenario(
+        "charge-lookup-down",
+        "refund",
+        {
+            "invoice_id": "inv_1001",
+            "story": "The worker was killed right after the payment provider refunded the card. "
+            "When it was resumed the provider's lookup API was down, so nobody could say "
+            "whether the refund happened. The lookup works again: resume, and it settles itself.",
+        },
+        kills=("charge.after_effect",),
+        resume_env={"RUNLEDGER_PROVIDER_LOOKUP": "down"},
+        expect=("needs_attention", "reconciliation"),
+    ),
+    Scenario(
+        "notify-no-read-path",
+        "refund",
+        {
+            "invoice_id": "inv_1003",
+            "story": "The worker was killed just after posting to the team channel. The notifier "
+            "has no read path: only a person can say whether the message went out.",
+        },
+        kills=("notify.after_effect",),
+        expect=("needs_attention", "reconciliation"),
+    ),
+    Scenario(
+        "gateway-charge-unknown",
+        "renewal",
+        {
+            "customer": "cus_hopper",
+            "story": "The worker was killed while the legacy gateway charged a renewal. The "
+            "gateway has no lookup: check its records, settle the charge, get it approved.",
+        },
+        kills=("gateway.after_effect",),
+        expect=("needs_attention", "reconciliation"),
+    ),
+    Scenario(
+        "gateway-charge-never-sent",
+        "renewal",
+        {
+            "customer": "cus_knuth",
+            "story": "The worker was killed after writing its intent to charge, before the "
+            "gateway was called. Nothing was charged: settle it as 'did not happen'.",
+        },
+        kills=("gateway.before_effect",),
+        expect=("needs_attention", "reconciliation"),
+    ),
+    Scenario(
+        "stale-after-prompt-change",
+        "refund",
+        {
+            "invoice_id": "inv_1004",
+            "story": "The worker was killed before the refund; a deploy then changed the refund "
+            "prompt. The model's recorded decision answers the old prompt: it is stale.",
+        },
+        kills=("charge.before_effect",),
+        crash_env={"RUNLEDGER_EXAMPLE_PROMPT": "1"},
+        expect=("needs_attention", "stale"),
+    ),
+    Scenario(
+        "plan-divergence",
+        "renewal",
+        {
+            "customer": "cus_knuth",
+            "story": "Killed mid-renewal under plan 1; the code now runs plan 2, which adds a "
+            "fraud check. The agent refuses to resume into a different plan.",
+        },
+        kills=("fetch_subscription",),
+        crash_env={"RUNLEDGER_EXAMPLE_PLAN": "1"},
+        expect=("needs_attention", "divergence"),
+    ),
+    Scenario(
+        "budget-used",
+        "refund",
+        {
+            "invoice_id": "inv_1005",
+            "story": "This run crashed on every attempt and used its resume budget of 1. It "
+            "waits until someone raises the budget.",
+        },
+        kills=("fetch_invoice", "fetch_invoice"),
+        max_resumes=1,
+        expect=("needs_attention", "budget"),
+    ),
+    Scenario(
+        "recovered-before-charge",
+        "refund",
+        {
+            "invoice_id": "inv_1006",
+            "story": "Killed after the intent to refund was written, before the provider was "
+            "called. The resume asked the provider (nothing under that key) and refunded once, "
+            "with the same key.",
+        },
+        kills=("charge.before_effect",),
+    ),
+    Scenario(
+        "recovered-after-email",
+        "refund",
+        {
+            "invoice_id": "inv_1002",
+            "story": "Killed while it fetched the invoice; resumed by another process, which "
+            "finished the run. The model denied the refund (over the auto-approve limit) and "
+            "told the team.",
+        },
+        kills=("fetch_invoice",),
+    ),
+)
+
+
+def _execute(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MANAGE), "example_execute", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def produce(scenario: Scenario) -> Run:
+    """Start the run, kill it where the scenario says, resume it, check where it stopped.
+
+    The first execution also starts the run, in the crashing process, so that the run records
+    the plan and prompt that process had (a deploy may change them before the resume).
+    """
+    run_id = ""
+    for point in scenario.kills:
+        args = [run_id] if run_id else _new_args(scenario)
+        # A short lease, so the dead process's claim lapses at once, as the sweep would see it.
+        env = {**scenario.crash_env, "RUNLEDGER_KILL_AT": point, "RUNLEDGER_LEASE_SECONDS": "0.2"}
+        done = _execute(args, env)
+        if done.returncode != -signal.SIGKILL:
+            raise RuntimeError(
+                f"{scenario.key}: the process at {point} exited {done.returncode}: "
+                f"{done.stderr[-2000:]}"
+            )
+        run_id = run_id or done.stdout.split("run_id=", 1)[1].split()[0]
+        time.sleep(0.3)
+    if not run_id:
+        done = _execute(_new_args(scenario), scenario.resume_env or {})
+        run_id = done.stdout.split("run_id=", 1)[1].split()[0]
+    elif scenario.resume_env is not None:
+        _execute([run_id], scenario.resume_env)
+    run = Run.objects.get(pk=run_id)
+    if (run.status, run.reason) != scenario.expect:
+        raise RuntimeError(
+            f"{scenario.key}: expected {scenario.expect}, got {(run.status, run.reason)}: "
+            f"{run.detail or run.error}"
+        )
+    return run
+
+
+def _new_args(scenario: Scenario) -> list[str]:
+    args = ["--new", scenario.agent, "--inputs", json.dumps(scenario.inputs)]
+    if scenario.max_resumes is not None:
+        args += ["--max-resumes", str(scenario.max_resumes)]
+    return args
