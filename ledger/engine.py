@@ -252,6 +252,10 @@ class RunContext:
             if settled is not NOT_HAPPENED:
                 self._prev = call.step_id
                 return settled
+        elif self._failed_effect_happened(call, row):
+            assert row is not None
+            self._prev = call.step_id
+            return row.result
         result = self._execute(call, row, prev=prev, abandon=abandon)
         self._prev = call.step_id
         self.executed += 1
@@ -292,6 +296,32 @@ class RunContext:
                 row.status = "abandoned"
             current = row.next_step_id
         return abandoned
+
+    def _failed_effect_happened(self, call: _Call, row: StepRow | None) -> bool:
+        """A failed effect is asked about before it is sent again: its last attempt may have
+        reached the downstream system before the error (a timeout after the charge)."""
+        if row is None or row.status != "failed" or call.kind != "effect" or not call.reconcile:
+            return False
+        if row.input_hash != call.input_hash or not row.effect_key:
+            return False
+        answer = call.reconcile(row.effect_key)
+        if answer is None or answer is NOT_HAPPENED:
+            return False  # send again under the same key, as the tool's retry policy allows
+        try:
+            data, text = canonical.canonical(answer, step_id=call.step_id)
+        except NotJSON:
+            return False
+        store.update_step(
+            run_id=self.run_id,
+            token=self._token,
+            pk=row.pk,
+            status="succeeded",
+            now=self._clock(),
+            result_json=text,
+            errors_json=canonical.dumps(row.errors),
+        )
+        row.status, row.result = "succeeded", data
+        return True
 
     def _reconcile(self, call: _Call, row: StepRow) -> Any:
         """A started effect: ask the downstream system through the effect key."""

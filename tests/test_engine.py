@@ -578,3 +578,34 @@ def test_a_read_whose_freshness_expired_is_read_again_on_resume(execute, clock) 
         registry.unregister_agent("fresh-test")
     assert len(reads) == 2
     assert steps(run.run_id)["quote"].attempt == 2
+
+
+def test_a_failed_effect_is_looked_up_before_it_is_sent_again(execute) -> None:
+    """A charge that timed out after the provider took it is settled by lookup on resume."""
+    sent: list[str] = []
+
+    @tool(kind="effect", name="timeout-pay", reconcile=examples.simulators.provider_lookup)
+    def pay(amount: int, *, idempotency_key: str) -> dict[str, Any]:
+        examples.simulators.provider_charge(
+            customer="cus_slow", amount_cents=amount, idempotency_key=idempotency_key
+        )
+        sent.append(idempotency_key)
+        if len(sent) == 1:
+            raise TimeoutError("the provider took the charge but the answer timed out")
+        raise AssertionError("sent a second time")
+
+    @agent("timeout-test", tools=[pay])
+    def body(ctx, inputs):
+        return ctx.call(pay, step="pay", amount=9)
+
+    try:
+        run = services.run_start(agent="timeout-test", inputs={})
+        assert execute(run.run_id).status == "failed"
+        services.run_resume(run_id=run.run_id)
+        outcome = execute(run.run_id)
+    finally:
+        registry.unregister_agent("timeout-test")
+    assert outcome.status == "succeeded"
+    assert outcome.result["amount_cents"] == 9
+    assert len(sent) == 1
+    assert ProviderCharge.objects.count() == 1

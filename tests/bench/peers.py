@@ -72,7 +72,10 @@ def langgraph_superstep(url: str, steps: int) -> float:
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
         app = graph.compile(checkpointer=saver)
-        config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10}
+        config: Any = {
+            "configurable": {"thread_id": uuid.uuid4().hex},
+            "recursion_limit": steps + 10,
+        }
         t = time.perf_counter()
         app.invoke({"i": 0}, config, durability="sync")
         return (time.perf_counter() - t) / steps
@@ -83,7 +86,10 @@ def main() -> None:
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     base = floor(url)
     print(f"peers on {url.rsplit('@', 1)[-1]}: floor one INSERT+COMMIT {base * 1000:.3f} ms")
-    for name, fn in (("DBOS 3.x @DBOS.step", dbos_step), ("LangGraph PostgresSaver sync", langgraph_superstep)):
+    for name, fn in (
+        ("DBOS 3.x @DBOS.step", dbos_step),
+        ("LangGraph PostgresSaver sync", langgraph_superstep),
+    ):
         try:
             per = fn(url, steps)
         except Exception as exc:  # a peer that will not run here is reported, not hidden
