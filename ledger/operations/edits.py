@@ -171,8 +171,7 @@ def edited_upstream(*, run_id: str) -> dict[str, EditMark]:
     versions = dict(Step.objects.filter(run_id=run_id).values_list("step_id", "version"))
     marks: dict[str, EditMark] = {}
     for event in events.order_by("at", "id"):
-        downstream = (event.after or {}).get("downstream") or {}
-        for step_id, version in downstream.items():
+        for step_id, version in (event.after or {}).get("downstream") or []:
             if versions.get(step_id) == version:
                 marks[step_id] = EditMark(
                     step_id=step_id,
@@ -184,14 +183,16 @@ def edited_upstream(*, run_id: str) -> dict[str, EditMark]:
     return marks
 
 
-def _downstream_versions(row: Step) -> dict[str, int]:
+def _downstream_versions(row: Step) -> list[list[Any]]:
+    """[step id, version] of each step after ``row`` on the recorded path, in order (a list:
+    jsonb does not keep the order of an object's keys)."""
     rows = {s.step_id: s for s in Step.objects.filter(run_id=row.run_id)}
-    found: dict[str, int] = {}
+    found: list[list[Any]] = []
+    seen = {row.step_id}
     current = row.next_step_id
-    while current is not None and current in rows and current not in found:
-        if current == row.step_id:
-            break
-        found[current] = rows[current].version
+    while current is not None and current in rows and current not in seen:
+        seen.add(current)
+        found.append([current, rows[current].version])
         current = rows[current].next_step_id
     return found
 
@@ -234,6 +235,8 @@ def _clean_run_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     if "result" in clean and clean["result"] is not None:
         clean["result"] = validate_result(clean["result"], what="the run's result")
     if "inputs" in clean:
+        if clean["inputs"] is None:
+            raise InvalidInput("a run's inputs cannot be empty; enter {} for none")
         try:
             clean["inputs"] = canonical.normalize(clean["inputs"], step_id="<run inputs>")
         except NotJSON as exc:
