@@ -215,7 +215,7 @@ class RunAdmin(LedgerAdmin):
     def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
         operations.run_admin_edit(
             run=obj,
-            by=request.user,  # type: ignore[arg-type]
+            by=request.user,
             reason=data["change_reason"],
             changes=changes,
             seen_version=data["seen_version"],
@@ -277,7 +277,7 @@ class StepAdmin(LedgerAdmin):
     def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
         operations.step_admin_edit(
             step=obj,
-            by=request.user,  # type: ignore[arg-type]
+            by=request.user,
             reason=data["change_reason"],
             changes=changes,
             seen_version=data["seen_version"],

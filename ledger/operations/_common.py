@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from ledger import canonical, services
@@ -16,8 +17,9 @@ from ledger.errors import NotJSON
 from ledger.models import AuditEvent, Run, RunStatus, Settlement, Step
 from ledger.operations.errors import Conflict, InvalidInput, NotAllowed
 
-#: Who acts: a Django user (the dashboard, the admin) or a name (a script, a command).
-Actor = AbstractBaseUser | str
+#: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
+#: (a script, a command).
+Actor = AbstractBaseUser | AnonymousUser | str
 #: Called with a run id after the commit that queued the run (e.g. to enqueue a Celery task).
 OnCommit = Callable[[str], None] | None
 Clock = Callable[[], datetime]
@@ -41,7 +43,7 @@ def actor_name(by: Actor) -> str:
 
 def actor_user(by: Actor) -> Any:
     """The user row to link to, or None for a named script."""
-    return None if isinstance(by, str) else by
+    return by if isinstance(by, AbstractBaseUser) else None
 
 
 def require_reason(reason: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.db import connection, transaction
 
 from ledger import operations as ops
@@ -72,6 +73,8 @@ def test_cancel_is_final_and_recorded(execute, people) -> None:
     run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     with pytest.raises(ops.InvalidInput, match="reason is required"):
         ops.run_cancel(run=run, by=people.alice, reason="", seen_version=run.version)
+    with pytest.raises(ops.InvalidInput, match="signed-in"):
+        ops.run_cancel(run=run, by=AnonymousUser(), reason="r", seen_version=run.version)
     ops.run_cancel(run=run, by=people.alice, reason="duplicate request", seen_version=run.version)
     run.refresh_from_db()
     assert run.status == "cancelled" and run.detail == "cancelled by alice: duplicate request"

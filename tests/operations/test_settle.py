@@ -406,3 +406,34 @@ def test_the_queue_lists_waiting_effects_oldest_first_and_reading_writes_nothing
     list(ops.settlements_waiting())
     list(ops.audit_events(run_id=first.run_id, actor="alice"))
     assert AuditEvent.objects.count() == events  # opening the pages wrote nothing
+
+
+def test_a_settlement_stands_when_the_run_waits_for_a_raised_budget(
+    execute, crash_at, people, enqueued
+) -> None:
+    run = services.run_start(agent="ops-blind", inputs={"n": 40}, max_resumes=0)
+    crash_at("charge.after_effect")
+    execute(run.run_id, crash_expected=True)
+    assert execute(run.run_id, worker="worker-2").reason == "budget"
+    step = step_of(run, "charge")
+    assert [i.step_id for i in ops.settlement_queue()] == ["charge"]
+    proposal = ops.settlement_propose(
+        step=step, outcome="not_happened", reason="r", by=people.alice, seen_version=step.version
+    )
+    ops.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    assert step_of(run, "charge").status == "pending"
+    run.refresh_from_db()
+    assert (run.status, run.reason, enqueued.ids) == ("needs_attention", "budget", [])
+    approve = AuditEvent.objects.get(action="settlement_approve")
+    assert approve.after["resume"].startswith("not queued: the resume budget is used up")
+    ops.run_resume(
+        run=run,
+        by=people.bob,
+        reason="settled",
+        seen_version=run.version,
+        max_resumes=1,
+        on_commit=enqueued,
+    )
+    assert enqueued.ids == [run.run_id]
+    assert execute(run.run_id, worker="worker-3").status == "succeeded"
+    assert ProviderCharge.objects.count() == 1
