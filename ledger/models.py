@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 
 
@@ -79,6 +80,11 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
 
+    # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
+    # operator's action), not by heartbeats: an operator's form carries the version it showed,
+    # and an action on a run that moved since is refused (optimistic concurrency).
+    version = models.PositiveIntegerField(default=1, db_default=1)
+
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
@@ -130,6 +136,9 @@ class Step(models.Model):
     settled_by = models.CharField(
         max_length=150, blank=True, default="", help_text="Set when a person settled this step."
     )
+    # Bumped by every write to the row (the engine's SQL in ledger.store and the operator
+    # functions in ledger.operations); the database default covers the engine's raw INSERT.
+    version = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         constraints = [
@@ -146,3 +155,135 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.step_id}"
+
+
+# --- operator decisions -------------------------------------------------------------------
+
+
+class SettlementOutcome(models.TextChoices):
+    HAPPENED = "happened", "it happened"
+    NOT_HAPPENED = "not_happened", "it did not happen"
+    ABANDON = "abandon", "abandon"
+
+
+class SettlementStatus(models.TextChoices):
+    PROPOSED = "proposed"  # waiting for a second person
+    APPLIED = "applied"  # approved (or approval off) and written to the ledger
+    REJECTED = "rejected"  # refused by an approver, or withdrawn by its proposer
+    SUPERSEDED = "superseded"  # the step changed before a decision: the proposal is moot
+
+
+class Settlement(models.Model):
+    """A person's answer to "did this interrupted effect happen?", and its approval.
+
+    Written only by ``ledger.operations``. ``step_version`` is the step's version when the
+    proposal was made: an approval of a step that has changed since is refused.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="settlements")
+    step = models.ForeignKey(Step, on_delete=models.PROTECT, related_name="settlements")
+    step_id_text = models.CharField("step id", max_length=255)
+    effect_key = models.CharField(max_length=200, blank=True, default="")
+    outcome = models.CharField(max_length=20, choices=SettlementOutcome.choices)
+    result = models.JSONField(null=True, blank=True)
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=20, choices=SettlementStatus.choices, default=SettlementStatus.PROPOSED
+    )
+    approval_required = models.BooleanField(default=True)
+    step_version = models.PositiveIntegerField()
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    proposed_by_name = models.CharField(max_length=150)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    decided_by_name = models.CharField(max_length=150, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="settlement_status_age"),
+            models.Index(fields=["step", "status"], name="settlement_step_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"settlement {self.pk}: {self.step_id_text} {self.outcome} ({self.status})"
+
+
+class AuditAction(models.TextChoices):
+    SETTLEMENT_PROPOSE = "settlement_propose"
+    SETTLEMENT_APPROVE = "settlement_approve"
+    SETTLEMENT_REJECT = "settlement_reject"
+    SETTLEMENT_APPLY = "settlement_apply"  # proposed and applied at once (approval off)
+    RECONCILE_LOOKUP = "reconcile_lookup"
+    STALE_ACCEPT = "stale_accept"
+    REEXECUTE_FROM = "reexecute_from"
+    RUN_RESUME = "run_resume"
+    RUN_RETRY = "run_retry"
+    RUN_CANCEL = "run_cancel"
+    RUN_FORK = "run_fork"
+    STEP_ADMIN_EDIT = "step_admin_edit"
+    RUN_ADMIN_EDIT = "run_admin_edit"
+
+
+class AppendOnly(Exception):
+    """An audit event was about to be changed or deleted."""
+
+
+class AuditQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs: object) -> int:
+        raise AppendOnly("audit events are append-only: they are never updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("audit events are append-only: they are never deleted")
+
+
+class AuditEvent(models.Model):
+    """One human change: who, when, what, on which run and step, before, after, why.
+
+    Append-only three times over: ``save()`` refuses an existing row, ``delete()`` and the
+    queryset's ``update()``/``delete()`` refuse, and a database trigger (migration 0002)
+    refuses UPDATE (and DELETE on PostgreSQL). ``run_id`` is plain text, not a foreign key, so
+    that an audit row never holds anything else in place.
+    """
+
+    actor = models.CharField(max_length=150, db_index=True)
+    at = models.DateTimeField(db_index=True)
+    action = models.CharField(max_length=40, choices=AuditAction.choices, db_index=True)
+    run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    step_id = models.CharField(max_length=255, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    settlement = models.ForeignKey(
+        Settlement, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
+    )
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["run_id", "at"], name="audit_run_at")]
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.run_id}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise AppendOnly("audit events are append-only: they are never updated")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("audit events are append-only: they are never deleted")

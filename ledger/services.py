@@ -2,7 +2,8 @@
 
 Writes to a run's row are compare-and-set updates whose row count is checked; writes made while
 a worker executes the agent carry its lease token, so a worker whose lease was taken (or whose
-run was cancelled) changes nothing.
+run was cancelled) changes nothing. Every change of a run's state bumps ``Run.version`` (a
+heartbeat does not), which operator actions compare with the version a person saw.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def lease_claim(
             status=RunStatus.RUNNING,
             updated_at=now,
             executions=F("executions") + 1,
+            version=F("version") + 1,
         )
     )
     return token if claimed == 1 else None
@@ -256,7 +258,7 @@ def _count_resume(run: Run, token: str, clock: Clock) -> None:
             f"resume budget used up ({run.resume_count} of {run.max_resumes}); raise it to go on",
         )
     updated = Run.objects.filter(pk=run.run_id, lease_token=token).update(
-        resume_count=F("resume_count") + 1, updated_at=clock()
+        resume_count=F("resume_count") + 1, updated_at=clock(), version=F("version") + 1
     )
     if updated != 1:
         raise LeaseLost(run.run_id)
@@ -282,6 +284,7 @@ def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) 
         tool_schema_hash=definition.tool_schema_hash,
         code_version=definition.code_version,
         updated_at=clock(),
+        version=F("version") + 1,
     )
     if updated != 1:
         raise LeaseLost(run.run_id)
@@ -299,6 +302,7 @@ def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext 
         lease_expires_at=None,
         updated_at=now,
         status_changed_at=now,
+        version=F("version") + 1,
     )
     if updated != 1:
         raise LeaseLost(run.run_id)
@@ -338,6 +342,7 @@ def _finish(
         updated_at=now,
         status_changed_at=now,
         finished_at=now,
+        version=F("version") + 1,
     )
     if updated != 1:
         raise LeaseLost(run.run_id)
@@ -374,6 +379,7 @@ def run_resume(*, run_id: str, max_resumes: int | None = None, clock: Clock = ti
         run.blocked_step_id = ""
         run.error = ""
         run.updated_at = run.status_changed_at = now
+        run.version += 1
         run.save()
     return run
 
@@ -388,5 +394,6 @@ def run_cancel(*, run_id: str, clock: Clock = timezone.now) -> Run:
         run.status = RunStatus.CANCELLED
         run.lease_token, run.lease_owner, run.lease_expires_at = None, "", None
         run.updated_at = run.status_changed_at = run.finished_at = now
+        run.version += 1
         run.save()
     return run

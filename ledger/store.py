@@ -7,7 +7,9 @@ few statements inside ``BEGIN IMMEDIATE`` (settings set the transaction mode), w
 database write lock from the lease check to the commit. Every difference between the two
 databases lives in this module.
 
-A write whose lease check fails changes nothing and raises ``LeaseLost``.
+A write whose lease check fails changes nothing and raises ``LeaseLost``. Every write bumps
+the row's ``version`` (an INSERT takes the column's database default, 1): the operator
+functions compare it with the version a person saw before they change the row.
 """
 
 from __future__ import annotations
@@ -142,11 +144,12 @@ _PG_UPSERT = (
     + _PG_LEASE
     + """,
 prev AS (
-    UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s
+    UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s,
+        version = version + 1
     WHERE run_id IN (SELECT run_id FROM lease) AND step_id = %(prev_step_id)s
 ),
 gone AS (
-    UPDATE ledger_step SET status = 'abandoned', updated_at = %(now)s
+    UPDATE ledger_step SET status = 'abandoned', updated_at = %(now)s, version = version + 1
     WHERE run_id IN (SELECT run_id FROM lease) AND step_id = ANY(%(abandon)s)
 )
 INSERT INTO ledger_step (
@@ -166,7 +169,8 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
     inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
     error = EXCLUDED.error, errors = EXCLUDED.errors, started_at = EXCLUDED.started_at,
     finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at,
-    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = ''
+    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = '',
+    version = ledger_step.version + 1
 RETURNING id"""
 )
 
@@ -176,7 +180,7 @@ _PG_UPDATE = (
     + """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s,
     errors = %(errors)s::jsonb, finished_at = %(now)s, updated_at = %(now)s,
-    expires_at = %(expires_at)s
+    expires_at = %(expires_at)s, version = version + 1
 WHERE id = %(pk)s AND run_id IN (SELECT run_id FROM lease)
 RETURNING id"""
 )
@@ -188,8 +192,8 @@ _SQLITE_LEASE = (
     "AND status = 'running'"
 )
 _SQLITE_PREV = (
-    "UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s "
-    "WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s"
+    "UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s, "
+    "version = version + 1 WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s"
 )
 _SQLITE_UPSERT = """
 INSERT INTO ledger_step (
@@ -209,11 +213,13 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
     inputs = excluded.inputs, inputs_truncated = excluded.inputs_truncated,
     error = excluded.error, errors = excluded.errors, started_at = excluded.started_at,
     finished_at = excluded.finished_at, expires_at = excluded.expires_at,
-    model_id = excluded.model_id, prompt_hash = excluded.prompt_hash, settled_by = ''
+    model_id = excluded.model_id, prompt_hash = excluded.prompt_hash, settled_by = '',
+    version = ledger_step.version + 1
 RETURNING id"""
 _SQLITE_UPDATE = """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s, error = %(error)s,
-    errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s
+    errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s,
+    version = version + 1
 WHERE id = %(pk)s AND run_id = %(run_id)s
 RETURNING id"""
 
@@ -261,8 +267,8 @@ def write_step(w: StepWrite) -> int:
             cur.execute(_SQLITE_PREV, params)
         for step_id in w.abandon:
             cur.execute(
-                "UPDATE ledger_step SET status = 'abandoned', updated_at = %s "
-                "WHERE run_id = %s AND step_id = %s",
+                "UPDATE ledger_step SET status = 'abandoned', updated_at = %s, "
+                "version = version + 1 WHERE run_id = %s AND step_id = %s",
                 [params["now"], w.run_id, step_id],
             )
         cur.execute(_SQLITE_UPSERT, params)

@@ -128,6 +128,13 @@ RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPU
 RUNLEDGER_DEFAULT_MAX_RESUMES = int(os.environ.get("RUNLEDGER_DEFAULT_MAX_RESUMES", "10"))
 # How long a worker's lease on a run lasts without a heartbeat.
 RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
+# Operator settlements of ambiguous effects (ledger.operations): with approval on, a settlement
+# is a proposal that a second person approves; off, the proposer's settlement applies at once.
+RUNLEDGER_SETTLEMENT_APPROVAL = env_bool("RUNLEDGER_SETTLEMENT_APPROVAL", True)
+# Largest result (canonical JSON bytes) an operator may enter for an effect that happened.
+RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
+    os.environ.get("RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES", "65536")
+)
 
 # --- Celery (see runs/celery.py) ---------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

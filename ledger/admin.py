@@ -1,0 +1,379 @@
+"""The Django admin for the ledger: runs, steps, settlements and the audit.
+
+Everything is searchable and filterable, JSON is shown indented, the worker lease is visible.
+Superusers may edit a few fields of runs and steps; every edit needs a reason and goes through
+``ledger.operations`` (version check, audit row with before/after), never ``obj.save()``.
+Nothing can be added or deleted here; settlements and audit events are read-only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ledger import operations
+from ledger.models import AuditEvent, Run, Settlement, Step
+from ledger.operations import OperationError
+
+
+def pretty(value: Any) -> SafeString:
+    """JSON, indented, escaped, in a scrollable block."""
+    if value is None:
+        return format_html("<code>null</code>")
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html(
+        '<pre style="max-height:24em;overflow:auto;white-space:pre-wrap">{}</pre>', text
+    )
+
+
+class PrettyJSONField(forms.JSONField):
+    """Edits JSON as indented text."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, forms.fields.InvalidJSONInput):
+            return value
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+class LedgerEditForm(forms.ModelForm):
+    """An admin edit: the changed fields, the version the admin saw, and why."""
+
+    change_reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Required. Recorded in the audit with the values before and after.",
+    )
+    seen_version = forms.IntegerField(widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["seen_version"].initial = self.instance.version
+        for name, field in self.fields.items():
+            if isinstance(field, forms.JSONField) and not isinstance(field, PrettyJSONField):
+                self.fields[name] = PrettyJSONField(
+                    required=False, widget=forms.Textarea(attrs={"rows": 8, "cols": 80})
+                )
+
+
+class StepForm(LedgerEditForm):
+    class Meta:
+        model = Step
+        fields = list(operations.STEP_EDITABLE)
+
+
+class RunForm(LedgerEditForm):
+    class Meta:
+        model = Run
+        fields = list(operations.RUN_EDITABLE)
+
+
+Sections = tuple[tuple[str | None, tuple[str, ...]], ...]
+EDIT_FIELDS = ("change_reason", "seen_version")
+
+
+class LedgerAdmin(admin.ModelAdmin):
+    """Shared rules: no add, no delete, edits by superusers only, through ledger.operations.
+
+    ``sections`` name model fields; a JSON field is shown indented (``<name>_pretty``) unless
+    the user may edit it. A superuser also gets the reason and version fields of the edit form.
+    """
+
+    editable: tuple[str, ...] = ()
+    json_fields: tuple[str, ...] = ()
+    sections: Sections = ()
+    show_full_result_count = False  # no COUNT(*) over a large ledger on every page
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return bool(getattr(request.user, "is_superuser", False))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        can_edit = self.has_change_permission(request, obj)
+        out: list[tuple[str | None, dict[str, Any]]] = []
+        for title, names in self.sections:
+            shown = [self._shown(name, can_edit) for name in names]
+            out.append((title, {"fields": shown}))
+            if title is None and can_edit:
+                out.append(("Edit (audited)", {"fields": EDIT_FIELDS}))
+        return out
+
+    def _shown(self, name: str, can_edit: bool) -> str:
+        if can_edit and name in self.editable:
+            return name
+        return f"{name}_pretty" if name in self.json_fields else name
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        can_edit = self.has_change_permission(request, obj)
+        names = [self._shown(n, can_edit) for _, section in self.sections for n in section]
+        return [n for n in names if not (can_edit and n in self.editable)]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        changes = {k: form.cleaned_data[k] for k in form.changed_data if k in self.editable}
+        if not changes:
+            messages.info(request, "Nothing changed, so nothing was recorded.")
+            return
+        try:
+            self.edit(request, obj, changes, form.cleaned_data)
+        except OperationError as exc:
+            request._ledger_refused = True  # type: ignore[attr-defined]
+            messages.error(request, f"Not saved: {exc}")
+
+    def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
+        raise NotImplementedError
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        # The ledger's audit is the record; skip Django's LogEntry when the edit was refused.
+        if getattr(request, "_ledger_refused", False):
+            return None
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Any) -> HttpResponse:
+        if getattr(request, "_ledger_refused", False):
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
+
+
+@admin.register(Run)
+class RunAdmin(LedgerAdmin):
+    form = RunForm
+    editable = operations.RUN_EDITABLE
+    json_fields = ("inputs", "result")
+    list_display = (
+        "run_id",
+        "agent",
+        "status",
+        "reason",
+        "blocked_step_id",
+        "resumes",
+        "lease_owner",
+        "lease_expires_at",
+        "status_changed_at",
+    )
+    list_filter = ("status", "reason", "agent", "parent_kind")
+    search_fields = ("=run_id", "agent", "blocked_step_id", "lease_owner")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    sections = (
+        (None, ("run_id", "agent", "status", "reason", "blocked_step_id", "detail")),
+        ("Data", ("inputs", "result", "error", "steps_link")),
+        ("Budget", ("resume_count", "max_resumes", "executions")),
+        ("Worker lease", ("lease_owner", "lease_token", "lease_expires_at", "heartbeat_at")),
+        (
+            "Determinism record and lineage",
+            (
+                "plan_version",
+                "tool_schema_hash",
+                "code_version",
+                "parent",
+                "parent_kind",
+                "forked_from_step_id",
+            ),
+        ),
+        (
+            "Times",
+            (
+                "created_at",
+                "updated_at",
+                "status_changed_at",
+                "started_at",
+                "finished_at",
+                "version",
+            ),
+        ),
+    )
+
+    @admin.display(description="resumes")
+    def resumes(self, run: Run) -> str:
+        return f"{run.resume_count} / {run.max_resumes}"
+
+    @admin.display(description="steps")
+    def steps_link(self, run: Run) -> SafeString:
+        url = reverse("admin:ledger_step_changelist") + f"?run__run_id__exact={run.run_id}"
+        return format_html('<a href="{}">the ledger rows of {}</a>', url, run.run_id)
+
+    @admin.display(description="inputs")
+    def inputs_pretty(self, run: Run) -> SafeString:
+        return pretty(run.inputs)
+
+    @admin.display(description="result")
+    def result_pretty(self, run: Run) -> SafeString:
+        return pretty(run.result)
+
+    def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
+        operations.run_admin_edit(
+            run=obj,
+            by=request.user,
+            reason=data["change_reason"],
+            changes=changes,
+            seen_version=data["seen_version"],
+        )
+
+
+@admin.register(Step)
+class StepAdmin(LedgerAdmin):
+    form = StepForm
+    editable = operations.STEP_EDITABLE
+    json_fields = ("result", "inputs", "errors")
+    list_display = (
+        "step_id",
+        "run",
+        "seq",
+        "kind",
+        "tool",
+        "status",
+        "attempt",
+        "effect_key",
+        "settled_by",
+        "updated_at",
+    )
+    list_filter = ("status", "kind")
+    list_select_related = ("run",)
+    search_fields = ("=run__run_id", "step_id", "effect_key", "tool")
+    ordering = ("run", "seq")
+    sections = (
+        (None, ("run", "step_id", "seq", "kind", "tool", "status", "settled_by")),
+        ("Result", ("result", "next_step_id", "attempt", "effect_key", "error", "errors")),
+        ("Inputs", ("input_hash", "inputs", "inputs_truncated", "model_id", "prompt_hash")),
+        ("Run's worker lease", ("run_lease",)),
+        ("Times", ("started_at", "finished_at", "expires_at", "updated_at", "version")),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Step]:
+        return super().get_queryset(request).select_related("run")
+
+    @admin.display(description="result")
+    def result_pretty(self, step: Step) -> SafeString:
+        return pretty(step.result)
+
+    @admin.display(description="inputs")
+    def inputs_pretty(self, step: Step) -> SafeString:
+        return pretty(step.inputs)
+
+    @admin.display(description="errors (one per failed attempt)")
+    def errors_pretty(self, step: Step) -> SafeString:
+        return pretty(step.errors)
+
+    @admin.display(description="lease")
+    def run_lease(self, step: Step) -> str:
+        run = step.run
+        if not run.lease_token:
+            return f"none (run {run.run_id} is {run.status})"
+        expires = f"{run.lease_expires_at:%Y-%m-%d %H:%M:%S}" if run.lease_expires_at else "?"
+        return f"held by {run.lease_owner} until {expires}"
+
+    def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
+        operations.step_admin_edit(
+            step=obj,
+            by=request.user,
+            reason=data["change_reason"],
+            changes=changes,
+            seen_version=data["seen_version"],
+        )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(Settlement)
+class SettlementAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "run",
+        "step_id_text",
+        "outcome",
+        "status",
+        "proposed_by_name",
+        "decided_by_name",
+        "created_at",
+        "decided_at",
+    )
+    list_filter = ("status", "outcome", "approval_required")
+    search_fields = (
+        "=run__run_id",
+        "step_id_text",
+        "effect_key",
+        "proposed_by_name",
+        "decided_by_name",
+    )
+    list_select_related = ("run",)
+    date_hierarchy = "created_at"
+    fields = (
+        "run",
+        "step",
+        "step_id_text",
+        "effect_key",
+        "outcome",
+        "result_pretty",
+        "reason",
+        "status",
+        "approval_required",
+        "step_version",
+        "proposed_by_name",
+        "created_at",
+        "decided_by_name",
+        "decided_at",
+        "decision_reason",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="result")
+    def result_pretty(self, settlement: Settlement) -> SafeString:
+        return pretty(settlement.result)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor", "action", "run_id", "step_id", "short_reason")
+    list_filter = ("action", "actor")
+    search_fields = ("=run_id", "step_id", "actor", "reason")
+    date_hierarchy = "at"
+    fields = (
+        "at",
+        "actor",
+        "action",
+        "run_id",
+        "step_id",
+        "reason",
+        "before_pretty",
+        "after_pretty",
+        "settlement",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        return super().get_queryset(request).select_related("settlement")
+
+    @admin.display(description="reason")
+    def short_reason(self, event: AuditEvent) -> str:
+        return event.reason if len(event.reason) <= 80 else event.reason[:79] + "…"
+
+    @admin.display(description="before")
+    def before_pretty(self, event: AuditEvent) -> SafeString:
+        return pretty(event.before)
+
+    @admin.display(description="after")
+    def after_pretty(self, event: AuditEvent) -> SafeString:
+        return pretty(event.after)

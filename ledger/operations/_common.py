@@ -1,0 +1,230 @@
+"""What every operator action shares: who acts, the reason, JSON checks, row locks, the audit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db import transaction
+
+from ledger import canonical, services
+from ledger.errors import NotJSON
+from ledger.models import AuditEvent, Run, RunStatus, Settlement, Step
+from ledger.operations.errors import Conflict, InvalidInput, NotAllowed
+
+#: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
+#: (a script, a command).
+Actor = AbstractBaseUser | AnonymousUser | str
+#: Called with a run id after the commit that queued the run (e.g. to enqueue a Celery task).
+OnCommit = Callable[[str], None] | None
+Clock = Callable[[], datetime]
+
+MAX_REASON_CHARS = 4000
+#: Run states in which a worker may pick the run up (after which settling it must wait).
+STOPPED = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
+
+
+def actor_name(by: Actor) -> str:
+    if isinstance(by, str):
+        name = by.strip()
+    else:
+        if not by.is_authenticated or not by.is_active:
+            raise InvalidInput("only a signed-in, active user can act on the ledger")
+        name = by.get_username()
+    if not name:
+        raise InvalidInput("an action needs a named actor")
+    return name[:150]
+
+
+def actor_user(by: Actor) -> Any:
+    """The user row to link to, or None for a named script."""
+    return by if isinstance(by, AbstractBaseUser) else None
+
+
+def require_reason(reason: str) -> str:
+    text = (reason or "").strip()
+    if not text:
+        raise InvalidInput("a reason is required: say why, for the audit")
+    if len(text) > MAX_REASON_CHARS:
+        raise InvalidInput(f"the reason is longer than {MAX_REASON_CHARS} characters")
+    return text
+
+
+def max_result_bytes() -> int:
+    return int(getattr(settings, "RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES", 65536))
+
+
+def validate_result(value: Any, *, what: str = "the result") -> Any:
+    """``value`` in canonical JSON form, or ``InvalidInput`` saying what is wrong with it."""
+    try:
+        data, text = canonical.canonical(value)
+    except NotJSON as exc:
+        raise InvalidInput(f"{what} is not JSON: {exc}") from None
+    size, limit = len(text.encode("utf-8")), max_result_bytes()
+    if size > limit:
+        raise InvalidInput(f"{what} is {size} bytes of JSON; the limit is {limit} bytes")
+    return data
+
+
+def parse_result_text(text: str) -> Any:
+    """Parse a result typed into a form; ``InvalidInput`` with the line and column when bad."""
+    if not (text or "").strip():
+        raise InvalidInput("enter the downstream system's result as JSON")
+    if len(text.encode("utf-8")) > 4 * max_result_bytes():
+        raise InvalidInput(f"the result is far larger than the {max_result_bytes()} byte limit")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"the result is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    return validate_result(value)
+
+
+# --- snapshots for Conflict and the audit ------------------------------------------------
+
+
+def step_snapshot(step: Step) -> dict[str, Any]:
+    return {
+        "step_id": step.step_id,
+        "kind": step.kind,
+        "status": step.status,
+        "result": step.result,
+        "attempt": step.attempt,
+        "effect_key": step.effect_key,
+        "input_hash": step.input_hash,
+        "next_step_id": step.next_step_id,
+        "settled_by": step.settled_by,
+        "error": step.error,
+        "version": step.version,
+    }
+
+
+def run_snapshot(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "reason": run.reason,
+        "blocked_step_id": run.blocked_step_id,
+        "detail": run.detail,
+        "resume_count": run.resume_count,
+        "max_resumes": run.max_resumes,
+        "lease_owner": run.lease_owner,
+        "version": run.version,
+    }
+
+
+def settlement_snapshot(settlement: Settlement) -> dict[str, Any]:
+    return {
+        "settlement": settlement.pk,
+        "step_id": settlement.step_id_text,
+        "outcome": settlement.outcome,
+        "result": settlement.result,
+        "status": settlement.status,
+        "proposed_by": settlement.proposed_by_name,
+        "decided_by": settlement.decided_by_name,
+        "step_version": settlement.step_version,
+        "reason": settlement.reason,
+    }
+
+
+def record(
+    *,
+    by: str,
+    action: str,
+    at: datetime,
+    run_id: str = "",
+    step_id: str = "",
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    settlement: Settlement | None = None,
+) -> AuditEvent:
+    """Append one audit event (call it inside the transaction that makes the change)."""
+    event = AuditEvent(
+        actor=by,
+        at=at,
+        action=action,
+        run_id=run_id,
+        step_id=step_id,
+        before=_jsonable(before),
+        after=_jsonable(after),
+        reason=reason,
+        settlement=settlement,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def _jsonable(value: Any) -> Any:
+    # Snapshots hold JSON from the ledger plus the odd datetime; store datetimes as ISO text.
+    return json.loads(json.dumps(value, default=_iso)) if value is not None else None
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# --- locks and checks ----------------------------------------------------------------------
+
+
+def lock_run(run_id: str) -> Run:
+    """The run row FOR UPDATE: every operator action and every engine write on the run
+    (which takes it FOR SHARE) is serialized behind it. Always lock the run before its steps.
+    """
+    return Run.objects.select_for_update().get(pk=run_id)
+
+
+def lock_step(pk: int) -> Step:
+    return Step.objects.select_for_update().get(pk=pk)
+
+
+def check_step_version(step: Step, seen_version: int) -> None:
+    if step.version != seen_version:
+        raise Conflict(
+            f"this step changed since you opened it (version {seen_version} → {step.version}); "
+            "look at its current state and decide again",
+            current=step_snapshot(step),
+        )
+
+
+def check_run_version(run: Run, seen_version: int | None) -> None:
+    if seen_version is not None and run.version != seen_version:
+        raise Conflict(
+            f"this run changed since you opened it (version {seen_version} → {run.version}): "
+            f"it is now {run.status}" + (f" ({run.reason})" if run.reason else ""),
+            current=run_snapshot(run),
+        )
+
+
+def check_not_running(run: Run) -> None:
+    if run.status == RunStatus.RUNNING:
+        raise NotAllowed(
+            f"a worker ({run.lease_owner or 'unknown'}) is executing run {run.run_id} right now; "
+            "act once it has stopped"
+        )
+
+
+def queue_resume(run: Run, *, on_commit: OnCommit, clock: Clock) -> str:
+    """After a ledger change, put a stopped run back in the queue (same transaction) and
+    arrange ``on_commit(run_id)`` for after the commit. Returns what happened, in words.
+    """
+    if run.status in STOPPED:
+        try:
+            with transaction.atomic():
+                services.run_resume(run_id=run.run_id, clock=clock)
+        except ValueError as exc:  # e.g. the resume budget is used up: the change stands
+            return f"not queued: {exc}"
+    elif run.status != RunStatus.QUEUED:
+        return f"not queued: the run is {run.status}"
+    if on_commit is not None:
+        run_id = run.run_id
+        transaction.on_commit(lambda: on_commit(run_id))
+    return "queued for a worker to resume"

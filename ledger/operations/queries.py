@@ -1,0 +1,178 @@
+"""What the operator pages read (selectors). Nothing here writes.
+
+- ``settlement_queue``: every started effect that waits for a person, oldest first;
+- ``settlement_evidence``: everything the settle form shows for one step;
+- ``settlements_waiting``: proposals that wait for an approver;
+- ``audit_events``: the audit, filtered by run, actor, action and time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from ledger import registry
+from ledger.models import (
+    AuditAction,
+    AuditEvent,
+    Run,
+    RunStatus,
+    Settlement,
+    SettlementStatus,
+    Step,
+    StepKind,
+    StepStatus,
+)
+from ledger.operations.settle import approval_required
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A started effect waiting for a person. ``waiting_seconds`` counts from its intent commit."""
+
+    step: Step
+    run: Run
+    run_id: str
+    agent: str
+    step_id: str
+    effect_key: str
+    tool: str
+    since: datetime
+    waiting_seconds: float
+    has_reconcile: bool
+    tool_registered: bool
+    proposal: Settlement | None  # an open proposal waiting for approval, if any
+
+
+def settlement_queue_steps() -> QuerySet[Step]:
+    """Started effects of runs that no worker is executing, oldest first (uses the partial
+    index on started steps). Runs blocked on reconciliation are all here: their blocking step
+    is a started effect."""
+    return (
+        Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT)
+        .exclude(run__status=RunStatus.RUNNING)
+        .select_related("run")
+        .order_by("updated_at", "id")
+    )
+
+
+def settlement_queue(
+    *, limit: int = 100, offset: int = 0, now: datetime | None = None
+) -> list[QueueItem]:
+    """One page of the settlement queue, with each tool's read path and any open proposal."""
+    moment = now or timezone.now()
+    steps = list(settlement_queue_steps()[offset : offset + limit])
+    proposals = {
+        s.step_id: s
+        for s in Settlement.objects.filter(
+            step__in=steps, status=SettlementStatus.PROPOSED
+        ).order_by("created_at")
+    }
+    items = []
+    for step in steps:
+        tool = registry.get_tool(step.tool)
+        items.append(
+            QueueItem(
+                step=step,
+                run=step.run,
+                run_id=step.run_id,
+                agent=step.run.agent,
+                step_id=step.step_id,
+                effect_key=step.effect_key or "",
+                tool=step.tool,
+                since=step.updated_at,
+                waiting_seconds=max((moment - step.updated_at).total_seconds(), 0.0),
+                has_reconcile=tool is not None and tool.reconcile is not None,
+                tool_registered=tool is not None,
+                proposal=proposals.get(step.pk),
+            )
+        )
+    return items
+
+
+@dataclass
+class Evidence:
+    """What a person needs to settle one step: the intent row, its inputs, the tool, the last
+    lookup's answer, the proposals so far, and whether approval is required."""
+
+    step: Step
+    run: Run
+    settleable: bool
+    why_not: str
+    tool_registered: bool
+    has_reconcile: bool
+    last_lookup: AuditEvent | None
+    proposal: Settlement | None
+    history: list[Settlement] = field(default_factory=list)
+    approval_required: bool = True
+
+    @property
+    def lookup_answer(self) -> dict[str, Any]:
+        return (self.last_lookup.after or {}) if self.last_lookup else {}
+
+
+def settlement_evidence(*, step: Step) -> Evidence:
+    row = Step.objects.select_related("run").get(pk=step.pk)
+    tool = registry.get_tool(row.tool)
+    why_not = ""
+    if row.kind != StepKind.EFFECT or row.status != StepStatus.STARTED:
+        why_not = f"this is a {row.status} {row.kind} step; only a started effect is settled"
+    elif row.run.status == RunStatus.RUNNING:
+        why_not = "a worker is executing this run right now"
+    history = list(Settlement.objects.filter(step=row).order_by("-created_at"))
+    lookups = AuditEvent.objects.filter(
+        run_id=row.run_id, step_id=row.step_id, action=AuditAction.RECONCILE_LOOKUP
+    )
+    return Evidence(
+        step=row,
+        run=row.run,
+        settleable=not why_not,
+        why_not=why_not,
+        tool_registered=tool is not None,
+        has_reconcile=tool is not None and tool.reconcile is not None,
+        last_lookup=lookups.order_by("-at", "-id").first(),
+        proposal=next((s for s in history if s.status == SettlementStatus.PROPOSED), None),
+        history=history,
+        approval_required=approval_required(),
+    )
+
+
+def settlements_waiting() -> QuerySet[Settlement]:
+    """Proposals waiting for an approver, oldest first."""
+    return (
+        Settlement.objects.filter(status=SettlementStatus.PROPOSED)
+        .select_related("run", "step")
+        .order_by("created_at", "id")
+    )
+
+
+def settlement_is_outdated(settlement: Settlement) -> bool:
+    """The step moved since the proposal: approving it would be refused."""
+    return settlement.step.version != settlement.step_version
+
+
+def audit_events(
+    *,
+    run_id: str | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[AuditEvent]:
+    """The audit, newest first, filtered; paginate it with keyset or a Paginator."""
+    events = AuditEvent.objects.select_related("settlement")
+    if run_id:
+        events = events.filter(run_id=run_id)
+    if actor:
+        events = events.filter(actor=actor)
+    if action:
+        events = events.filter(action=action)
+    if since:
+        events = events.filter(at__gte=since)
+    if until:
+        events = events.filter(at__lt=until)
+    return events.order_by("-at", "-id")

@@ -1,0 +1,247 @@
+"""Operator actions on whole runs: resume, retry, cancel, fork. Each is audited.
+
+Resume and cancel wrap ``ledger.services.run_resume``/``run_cancel`` (which the workers and
+commands use too) with the version check and the audit row, in one transaction. ``on_commit``
+receives the run id to execute once that transaction commits (the dashboard passes a function
+that enqueues the Celery task).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger import services
+from ledger.models import FINAL_STATUSES, AuditAction, Run, RunStatus, Step, StepStatus
+from ledger.operations._common import (
+    STOPPED,
+    Actor,
+    Clock,
+    OnCommit,
+    actor_name,
+    check_run_version,
+    lock_run,
+    record,
+    require_reason,
+    run_snapshot,
+)
+from ledger.operations.errors import NotAllowed
+
+# Fields a fork copies from each ledger row (the row's identity, run and version are new).
+_COPIED = [
+    f.name
+    for f in Step._meta.concrete_fields
+    if f.name not in ("id", "run", "version", "updated_at", "next_step_id")
+]
+
+
+def run_resume(
+    *,
+    run: Run,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    max_resumes: int | None = None,
+    on_commit: OnCommit = None,
+    clock: Clock = timezone.now,
+) -> Run:
+    """Queue a stopped run (needs attention or failed) for a worker; optionally raise its
+    resume budget (never lower it). ``seen_version=None`` skips the version check."""
+    return _requeue(
+        run=run,
+        by=by,
+        reason=reason,
+        seen_version=seen_version,
+        max_resumes=max_resumes,
+        on_commit=on_commit,
+        clock=clock,
+        allowed=STOPPED,
+        action=AuditAction.RUN_RESUME,
+    )
+
+
+def run_retry(
+    *,
+    run: Run,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    max_resumes: int | None = None,
+    on_commit: OnCommit = None,
+    clock: Clock = timezone.now,
+) -> Run:
+    """Retry a failed run: the resume replays what succeeded and executes the failed step
+    again (attempt + 1, the same effect key when it is an effect)."""
+    return _requeue(
+        run=run,
+        by=by,
+        reason=reason,
+        seen_version=seen_version,
+        max_resumes=max_resumes,
+        on_commit=on_commit,
+        clock=clock,
+        allowed=(RunStatus.FAILED,),
+        action=AuditAction.RUN_RETRY,
+    )
+
+
+def _requeue(
+    *,
+    run: Run,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    max_resumes: int | None,
+    on_commit: OnCommit,
+    clock: Clock,
+    allowed: tuple[str, ...],
+    action: str,
+) -> Run:
+    name = actor_name(by)
+    text = require_reason(reason)
+    with transaction.atomic():
+        locked = lock_run(run.run_id)
+        check_run_version(locked, seen_version)
+        if locked.status not in allowed:
+            raise NotAllowed(
+                f"run {locked.run_id} is {locked.status}; {action.replace('run_', '')} applies "
+                f"to a run that is {' or '.join(s.replace('_', ' ') for s in allowed)}"
+            )
+        before = run_snapshot(locked)
+        try:
+            services.run_resume(run_id=locked.run_id, max_resumes=max_resumes, clock=clock)
+        except ValueError as exc:
+            raise NotAllowed(str(exc)) from None
+        locked.refresh_from_db()
+        record(
+            by=name,
+            action=action,
+            at=clock(),
+            run_id=locked.run_id,
+            before=before,
+            after=run_snapshot(locked),
+            reason=text,
+        )
+        if on_commit is not None:
+            run_id = locked.run_id
+            transaction.on_commit(lambda: on_commit(run_id))
+    return locked
+
+
+def run_cancel(
+    *, run: Run, by: Actor, reason: str, seen_version: int | None, clock: Clock = timezone.now
+) -> Run:
+    """Cancel a run for good. A worker executing it loses its lease and can commit nothing."""
+    name = actor_name(by)
+    text = require_reason(reason)
+    with transaction.atomic():
+        locked = lock_run(run.run_id)
+        check_run_version(locked, seen_version)
+        if locked.status in FINAL_STATUSES:
+            raise NotAllowed(
+                f"run {locked.run_id} is already {locked.status}; cancel is for "
+                "runs that have not finished"
+            )
+        before = run_snapshot(locked)
+        services.run_cancel(run_id=locked.run_id, clock=clock)
+        Run.objects.filter(pk=locked.run_id).update(detail=f"cancelled by {name}: {text}"[:4000])
+        locked.refresh_from_db()
+        record(
+            by=name,
+            action=AuditAction.RUN_CANCEL,
+            at=clock(),
+            run_id=locked.run_id,
+            before=before,
+            after=run_snapshot(locked),
+            reason=text,
+        )
+    return locked
+
+
+def run_fork(
+    *,
+    run: Run,
+    step_id: str,
+    by: Actor,
+    reason: str,
+    on_commit: OnCommit = None,
+    clock: Clock = timezone.now,
+) -> Run:
+    """Start a new run of the same agent and inputs whose ledger is a copy of ``run``'s up to
+    and including ``step_id`` (parent=run, parent_kind='fork', forked_from_step_id=step_id).
+
+    Every copied row must be succeeded; copied effect rows keep their effect keys and replay
+    (never sent again), and effects after the fork point get keys of the new run id. The source
+    run is not changed. The fork is queued and ``on_commit(fork_run_id)`` runs after the commit.
+    """
+    name = actor_name(by)
+    text = require_reason(reason)
+    source = Run.objects.get(pk=run.run_id)
+    path = _path_to(source, step_id)  # one SELECT: a consistent snapshot of the ledger
+    now = clock()
+    with transaction.atomic():
+        try:
+            fork = services.run_start(
+                agent=source.agent,
+                inputs=source.inputs,
+                max_resumes=source.max_resumes,
+                clock=clock,
+            )
+        except LookupError as exc:
+            raise NotAllowed(f"cannot fork: {exc}") from None
+        Run.objects.filter(pk=fork.run_id).update(
+            parent=source, parent_kind="fork", forked_from_step_id=step_id
+        )
+        Step.objects.bulk_create(
+            [_copy(row, fork, now, last=i == len(path) - 1) for i, row in enumerate(path)]
+        )
+        fork.refresh_from_db()
+        copied = [r.step_id for r in path]
+        for event_run, other in ((source.run_id, fork.run_id), (fork.run_id, source.run_id)):
+            record(
+                by=name,
+                action=AuditAction.RUN_FORK,
+                at=now,
+                run_id=event_run,
+                step_id=step_id,
+                before={"parent_run_id": source.run_id},
+                after={"fork_run_id": fork.run_id, "other_run_id": other, "copied": copied},
+                reason=text,
+            )
+        if on_commit is not None:
+            fork_id = fork.run_id
+            transaction.on_commit(lambda: on_commit(fork_id))
+    return fork
+
+
+def _path_to(run: Run, step_id: str) -> list[Step]:
+    rows = {s.step_id: s for s in Step.objects.filter(run=run)}
+    live = [r for r in rows.values() if r.status != StepStatus.ABANDONED]
+    if step_id not in rows:
+        raise NotAllowed(f"run {run.run_id} has no step {step_id!r}")
+    current: str | None = min(live, key=lambda r: r.seq).step_id if live else None
+    path: list[Step] = []
+    while current is not None and current in rows and len(path) <= len(rows):
+        path.append(rows[current])
+        if current == step_id:
+            break
+        current = rows[current].next_step_id
+    if not path or path[-1].step_id != step_id:
+        raise NotAllowed(f"step {step_id!r} is not on run {run.run_id}'s recorded path")
+    unsettled = [r.step_id for r in path if r.status != StepStatus.SUCCEEDED]
+    if unsettled:
+        raise NotAllowed(
+            "a fork copies succeeded steps only; not succeeded on the way: " + ", ".join(unsettled)
+        )
+    return path
+
+
+def _copy(row: Step, fork: Run, now: datetime, *, last: bool) -> Step:
+    copy = Step(run=fork, updated_at=now, version=1)
+    for name in _COPIED:
+        setattr(copy, name, getattr(row, name))
+    # The fork point's successor is whatever the fork does next; earlier links are the path.
+    copy.next_step_id = None if last else row.next_step_id
+    return copy
