@@ -94,13 +94,12 @@ def _load_json(value: Any) -> Any:
 
 
 def _load_dt(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    from django.utils import timezone
-
-    parsed = parse_datetime(value)
-    if parsed is not None and timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed, UTC)
+    """A timestamp from either database, timezone-aware (SQLite hands back naive UTC)."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else parse_datetime(value)
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed
 
 

@@ -88,11 +88,11 @@ def test_cancel_is_final_and_recorded(execute, people) -> None:
 
 
 def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1004"})
+    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_2999"})
     assert execute(run.run_id).status == "failed"
     run.refresh_from_db()
     monkeypatch.setitem(
-        examples.INVOICES, "inv_1004", {"customer": "cus_ken", "total_cents": 300, "reason": "x"}
+        examples.INVOICES, "inv_2999", {"customer": "cus_ken", "total_cents": 300, "reason": "x"}
     )
     ops.run_retry(
         run=run,
