@@ -70,3 +70,15 @@ class DuplicateStepId(LedgerError):
 
 class AgentDefinitionError(LedgerError):
     """An agent or tool was registered wrongly."""
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new(inputs)``: end this run, continue in a new one.
+
+    A ``BaseException`` like ``SystemExit``, so that an agent's ``except Exception`` around its
+    own code cannot swallow it; the worker catches it and commits the continuation.
+    """
+
+    def __init__(self, inputs: object) -> None:
+        self.inputs = inputs
+        super().__init__("continue as a new run")

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ledger import registry, store
 from ledger.engine import RunContext, _Call
-from ledger.errors import Divergence, LedgerError, NotJSON
+from ledger.errors import ContinueAsNew, Divergence, LedgerError, NotJSON
 from ledger.models import Run
 
 
@@ -75,6 +75,7 @@ class DryRunContext(RunContext):
         self.preview = preview
         self.deadline = deadline
         self.stale_seen = False
+        self._in_fanout = False
 
     def _step(self, call: _Call) -> Any:
         if time.monotonic() > self.deadline:
@@ -111,6 +112,7 @@ class DryRunContext(RunContext):
             else:
                 entry.action = "replay"
             self._prev = call.step_id
+            self._walked.append(call.step_id)
             return row.result
         if row is not None and row.status == "started" and call.kind == "effect":
             entry.action = "settle"
@@ -121,14 +123,44 @@ class DryRunContext(RunContext):
         entry.detail = "first execution" if row is None else f"attempt {row.attempt + 1}"
         raise _Stop(f"{call.step_id} would execute; the walk cannot see past it")
 
-    def _check_path(self, step_id: str) -> list[str]:
+    def _check_path(self, step_id: str, accept: frozenset[str] = frozenset()) -> list[str]:
         """Like the engine's check, but a replanning agent's divergence is reported too."""
+        if self._in_fanout:
+            return []  # the fan-out's path was checked as a whole
         policy = self.agent.divergence
         object.__setattr__(self.agent, "divergence", "refuse")
         try:
-            return super()._check_path(step_id)
+            return super()._check_path(step_id, accept)
         finally:
             object.__setattr__(self.agent, "divergence", policy)
+
+    def _fanout(self, calls: list[_Call], max_workers: int) -> dict[str, Any]:
+        """Each sibling is reported (replay, stale, settle, execute); the walk stops after the
+        fan-out when any sibling would need work, as the engine would run them all at once."""
+        try:
+            self._check_fanout_path(calls)
+        except Divergence as exc:
+            self.preview.steps.append(
+                PreviewStep(
+                    step_id=exc.step_id, action="diverge", kind="", tool="", detail=exc.detail
+                )
+            )
+            raise _Stop(exc.detail) from None
+        results: dict[str, Any] = {}
+        stop: _Stop | None = None
+        self._in_fanout = True
+        try:
+            for call in calls:
+                try:
+                    results[call.step_id] = self._step(call)
+                except _Stop as exc:
+                    stop = stop or exc
+                self._prev = call.step_id
+        finally:
+            self._in_fanout = False
+        if stop is not None:
+            raise stop
+        return results
 
 
 def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
@@ -167,6 +199,9 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         preview.finished = True
     except _Stop as stop:
         preview.stopped = str(stop)
+    except ContinueAsNew:
+        preview.finished = True
+        preview.stopped = "the run ends here and continues as a new run (continue_as_new)"
     except (LedgerError, NotJSON) as exc:
         preview.error = str(exc)
     except Exception as exc:  # agent code failing on recorded data is worth showing

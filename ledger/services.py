@@ -22,11 +22,12 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ledger import canonical, registry, store
+from ledger import canonical, registry, signals, store
 from ledger.engine import RunContext
 from ledger.errors import (
     AgentMissing,
     BudgetExhausted,
+    ContinueAsNew,
     Divergence,
     DuplicateStepId,
     LeaseLost,
@@ -53,6 +54,7 @@ class Outcome:
     result: Any = None
     replayed: int = 0
     executed: int = 0
+    continued_as: str = ""  # the new run's id when the agent called ctx.continue_as_new
 
 
 # --- starting ------------------------------------------------------------------------------
@@ -65,8 +67,13 @@ def run_start(
     run_id: str | None = None,
     max_resumes: int | None = None,
     clock: Clock = timezone.now,
+    parent: Run | None = None,
+    parent_kind: str = "",
 ) -> Run:
-    """Create a queued run of a registered agent. Inputs must be JSON (checked here)."""
+    """Create a queued run of a registered agent. Inputs must be JSON (checked here).
+
+    ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation).
+    """
     definition = registry.get_agent(agent)
     if definition is None:
         raise LookupError(f"no agent named {agent!r} is registered")
@@ -84,6 +91,8 @@ def run_start(
         created_at=now,
         updated_at=now,
         status_changed_at=now,
+        parent=parent,
+        parent_kind=parent_kind,
     )
     if run_id is not None:
         if not run_id or len(run_id) > 64:
@@ -230,6 +239,8 @@ def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
         try:
             result = definition.fn(ctx, run.inputs)
             data = canonical.normalize(result, step_id="<run result>")
+        except ContinueAsNew as signal:
+            return _continue(run, token, clock, signal, ctx)
         except RunBlocked as exc:
             return _block(run, token, clock, exc, ctx)
         except (StepFailed, NotJSON, DuplicateStepId) as exc:
@@ -353,6 +364,57 @@ def _finish(
         detail=error,
         replayed=ctx.replayed,
         executed=ctx.executed,
+    )
+
+
+def _continue(
+    run: Run, token: str, clock: Clock, signal: ContinueAsNew, ctx: RunContext
+) -> Outcome:
+    """Finish the run as succeeded and queue its continuation, in one fenced transaction.
+
+    A worker that lost its lease creates nothing; a worker that dies after the commit leaves a
+    finished run that no one executes again, so there is exactly one continuation. The workers
+    learn of the new run through ``signals.run_queued`` (sent after the commit).
+    """
+    now = clock()
+    with transaction.atomic():
+        child = run_start(
+            agent=run.agent,
+            inputs=signal.inputs,
+            max_resumes=run.max_resumes,
+            clock=clock,
+            parent=run,
+            parent_kind="continue",
+        )
+        result = {"continued_as": child.run_id}
+        updated = Run.objects.filter(
+            pk=run.run_id, lease_token=token, status=RunStatus.RUNNING
+        ).update(
+            status=RunStatus.SUCCEEDED,
+            result=result,
+            error="",
+            reason="",
+            blocked_step_id="",
+            detail="",
+            lease_token=None,
+            lease_owner="",
+            lease_expires_at=None,
+            updated_at=now,
+            status_changed_at=now,
+            finished_at=now,
+            version=F("version") + 1,
+        )
+        if updated != 1:
+            raise LeaseLost(run.run_id)  # rolls the new run back
+        signals.send_run_queued_on_commit(run_id=child.run_id, cause="continue")
+    log.info("run %s continued as %s", run.run_id, child.run_id)
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.SUCCEEDED,
+        result=result,
+        replayed=ctx.replayed,
+        executed=ctx.executed,
+        continued_as=child.run_id,
     )
 
 

@@ -77,6 +77,9 @@ class StepWrite:
     finished: bool = False
     prev_step_id: str | None = None
     abandon: Sequence[str] = ()
+    # A fan-out sibling is written already linked to the next sibling (ctx.parallel); other
+    # steps are linked by their successor's write (prev_step_id). NULL keeps a stored link.
+    next_step_id: str | None = None
 
 
 def _is_pg() -> bool:
@@ -156,13 +159,15 @@ INSERT INTO ledger_step (
     kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
     expires_at, model_id, prompt_hash, settled_by
 )
-SELECT run_id, %(step_id)s, %(input_hash)s, %(status)s, %(result)s::jsonb, NULL, %(attempt)s,
+SELECT run_id, %(step_id)s, %(input_hash)s, %(status)s, %(result)s::jsonb, %(next_step_id)s,
+    %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s::jsonb,
     %(inputs_truncated)s, %(error)s, %(errors)s::jsonb, %(now)s, %(finished_at)s,
     %(expires_at)s, %(model_id)s, %(prompt_hash)s, ''
 FROM lease
 ON CONFLICT (run_id, step_id) DO UPDATE SET
     input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
+    next_step_id = COALESCE(EXCLUDED.next_step_id, ledger_step.next_step_id),
     attempt = EXCLUDED.attempt, effect_key = EXCLUDED.effect_key,
     updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
     inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
@@ -200,13 +205,14 @@ INSERT INTO ledger_step (
     kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
     expires_at, model_id, prompt_hash, settled_by
 ) VALUES (
-    %(run_id)s, %(step_id)s, %(input_hash)s, %(status)s, %(result)s, NULL, %(attempt)s,
+    %(run_id)s, %(step_id)s, %(input_hash)s, %(status)s, %(result)s, %(next_step_id)s, %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s, %(inputs_truncated)s,
     %(error)s, %(errors)s, %(now)s, %(finished_at)s, %(expires_at)s, %(model_id)s,
     %(prompt_hash)s, ''
 )
 ON CONFLICT (run_id, step_id) DO UPDATE SET
     input_hash = excluded.input_hash, status = excluded.status, result = excluded.result,
+    next_step_id = COALESCE(excluded.next_step_id, ledger_step.next_step_id),
     attempt = excluded.attempt, effect_key = excluded.effect_key,
     updated_at = excluded.updated_at, kind = excluded.kind, tool = excluded.tool,
     inputs = excluded.inputs, inputs_truncated = excluded.inputs_truncated,
@@ -251,6 +257,7 @@ def write_step(w: StepWrite) -> int:
         "prompt_hash": w.prompt_hash,
         "prev_step_id": w.prev_step_id,
         "abandon": list(w.abandon),
+        "next_step_id": w.next_step_id,
     }
     if _is_pg():
         with connection.cursor() as cur:

@@ -135,6 +135,9 @@ RUNLEDGER_SETTLEMENT_APPROVAL = env_bool("RUNLEDGER_SETTLEMENT_APPROVAL", True)
 RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
     os.environ.get("RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES", "65536")
 )
+# A run's ledger holds at most this many steps: a call that would add one more stops the run
+# as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
+RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
 
 # --- Celery (see runs/celery.py) ---------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
