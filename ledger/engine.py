@@ -409,13 +409,19 @@ class RunContext:
                 continue
             if row is None:
                 call.seq = self._take_seq()
-            # The first sibling links the step before the fan-out to it; each sibling's row
-            # carries the link to the next, so links never depend on which thread wins.
-            jobs.append(_Job(call, row, entry if i == 0 else None, abandon))
+            # Each sibling's row carries the link to the next, so links never depend on which
+            # thread commits first; a sibling writes the link into it only where the recorded
+            # one differs (the step before the fan-out, or a path a replan changed).
+            prev = entry if i == 0 else calls[i - 1].step_id
+            jobs.append(_Job(call, row, prev if self._relink(prev, call) else None, abandon))
         results.update(self._run_jobs(jobs, max_workers))
         self._prev = calls[-1].step_id
         self._walked.extend(c.step_id for c in calls)
         return results
+
+    def _relink(self, prev: str | None, call: _Call) -> bool:
+        row = self._ledger.get(prev) if prev is not None else None
+        return row is not None and row.next_step_id != call.step_id
 
     def _check_fanout_path(self, calls: list[_Call]) -> list[str]:
         """The recorded path must hold the siblings in chain order, as for single steps.
@@ -439,7 +445,7 @@ class RunContext:
         if not jobs:
             return {}
         if len(jobs) == 1 or max_workers == 1 or not _threads_possible():
-            outcomes = [self._serial(job) for job in jobs]
+            outcomes = self._serial(jobs)
         else:
             outcomes = self._threaded(jobs, max_workers)
         results: dict[str, Any] = {}
@@ -453,11 +459,21 @@ class RunContext:
             raise _first_error(self.run_id, errors)
         return results
 
-    def _serial(self, job: _Job) -> tuple[Any, BaseException | None]:
-        try:
-            return self._run(job.call, job.row, prev=job.prev, abandon=job.abandon), None
-        except Exception as exc:  # recorded; the other siblings still run
-            return None, exc
+    def _serial(self, jobs: list[_Job]) -> list[tuple[Any, BaseException | None]]:
+        """One after another on the calling thread; a sibling's error does not stop the rest
+        (its outcome is in its row), a lost lease does (nothing more could be committed)."""
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        for job in jobs:
+            if outcomes and isinstance(outcomes[-1][1], LeaseLost | _NotRun):
+                outcomes.append((None, _NotRun()))
+                continue
+            try:
+                outcomes.append(
+                    (self._run(job.call, job.row, prev=job.prev, abandon=job.abandon), None)
+                )
+            except Exception as exc:
+                outcomes.append((None, exc))
+        return outcomes
 
     def _threaded(
         self, jobs: list[_Job], max_workers: int
@@ -469,8 +485,11 @@ class RunContext:
             futures = [pool.submit(self._on_thread, job) for job in jobs]
             for done in as_completed(futures):
                 failure = None if done.cancelled() else done.exception()
-                if failure is not None and not isinstance(failure, Exception):
-                    # The process is going down (a BaseException): start no more siblings.
+                if isinstance(failure, LeaseLost) or (
+                    failure is not None and not isinstance(failure, Exception)
+                ):
+                    # The lease is gone (nothing more could commit) or the process is going
+                    # down (a BaseException): start no more siblings.
                     for future in futures:
                         future.cancel()
         return [_outcome(future) for future in futures]

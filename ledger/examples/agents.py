@@ -234,3 +234,67 @@ def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         "gateway_ref": charge["gateway_ref"],
         "message_id": receipt["message_id"],
     }
+
+
+@agent(
+    "batch_refund",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge, send_email],
+)
+def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Refund several invoices at once: fetch them and refund them in parallel, email a summary."""
+    workers = int(inputs.get("max_workers", 4))  # how wide, not what: not part of any step
+    invoices = ctx.parallel(
+        {i: (fetch_invoice, {"invoice_id": i}) for i in inputs["invoice_ids"]},
+        step="fetch",
+        max_workers=workers,
+    )
+    charges = ctx.parallel(
+        {
+            i: (refund_charge, {"customer": inv["customer"], "amount_cents": inv["total_cents"]})
+            for i, inv in invoices.items()
+        },
+        step="refund",
+        max_workers=workers,
+    )
+    summary = ctx.call(
+        send_email,
+        step="summary",
+        to="billing@example.com",
+        subject=f"{len(charges)} refunds",
+        body=", ".join(f"{i}: {c['charge_id']}" for i, c in charges.items()),
+    )
+    return {
+        "charges": {i: c["charge_id"] for i, c in charges.items()},
+        "message_id": summary["message_id"],
+    }
+
+
+@agent(
+    "paged_survey",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    tools=[lookup_record, send_email],
+)
+def paged_survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Survey a long data set a page per run: each run continues as a new one (bounded ledgers)."""
+    records, page = int(inputs.get("records", 100)), int(inputs.get("page", 25))
+    start, total = int(inputs.get("start", 0)), int(inputs.get("total", 0))
+    end = min(start + page, records)
+    for i in range(start, end):
+        total += ctx.call(lookup_record, step=f"record.{i}", index=i)["value"]
+    ctx.call(
+        send_email,
+        step=f"progress.{end}",
+        to=inputs.get("to", "ops@example.com"),
+        subject=f"survey: {end} of {records}",
+        body=f"total so far {total}",
+    )
+    # What the next run needs: the cursor, the running total, and the effects already sent.
+    sent = {**inputs.get("sent", {}), **ctx.effects()}
+    if end < records:
+        ctx.continue_as_new({**inputs, "start": end, "total": total, "sent": sent})
+    return {"total": total, "records": records, "emails": len(sent)}
