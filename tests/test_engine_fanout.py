@@ -10,8 +10,10 @@ happened exactly once, counted in the simulators' tables.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -538,3 +540,46 @@ def test_branches_that_are_not_tool_and_inputs_are_refused_before_anything_runs(
     assert outcome.status == "failed"
     assert "branch 'b' must be (tool, {inputs})" in outcome.detail
     assert not Step.objects.filter(run_id=RUN_ID).exists()
+
+
+@both
+@pytest.mark.slow
+def test_threaded_siblings_on_the_sqlite_file_default_survive_a_real_sigkill(tmp_path) -> None:
+    """The demo's default database is a SQLite file, where siblings do run on threads (each
+    with its own connection, writers taking the lock in turn): kill the worker process at the
+    third refund, resume it in another process, and every invoice is refunded once."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["RUNLEDGER_VAR_DIR"] = str(tmp_path)
+    manage = [sys.executable, str(MANAGE)]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, capture_output=True)
+    invoices = [f"inv_100{n}" for n in range(1, 7)]
+    inputs = json.dumps({"invoice_ids": invoices, "max_workers": 6})
+    killed = subprocess.run(
+        [*manage, "example_execute", "--new", "batch_refund", "--inputs", inputs],
+        env={**env, "RUNLEDGER_KILL_AT": "charge.after_effect@3", "RUNLEDGER_LEASE_SECONDS": "0.2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    run_id = killed.stdout.split("run_id=", 1)[1].split()[0]
+    db = sqlite3.connect(tmp_path / "runledger.sqlite3")
+    query = "SELECT step_id, status, attempt, started_at FROM ledger_step WHERE run_id = ?"
+    before = {r[0]: r[1:] for r in db.execute(query, [run_id])}
+    assert sum(1 for r in before.values() if r[0] == "started") >= 1
+    time.sleep(0.3)  # the dead worker's 0.2 s lease lapses
+    resumed = subprocess.run(
+        [*manage, "example_execute", run_id], env=env, capture_output=True, text=True, check=True
+    )
+    assert resumed.stdout.strip().endswith("succeeded"), resumed.stderr[-2000:]
+    after = {r[0]: r[1:] for r in db.execute(query, [run_id])}
+    assert {r[0] for r in after.values()} == {"succeeded"} and len(after) == 13
+    for step_id, row in before.items():
+        if row[0] == "succeeded":
+            assert after[step_id] == row, step_id  # replayed, not executed again
+    charges = db.execute(
+        "SELECT idempotency_key, count(*) FROM examples_providercharge GROUP BY idempotency_key"
+    ).fetchall()
+    assert sorted(charges) == [(f"{run_id}:refund.{i}", 1) for i in invoices]
+    db.close()
