@@ -629,9 +629,9 @@ class RunContext:
                 if call.kind == "effect":
                     raise NeedsReconciliation(
                         call.step_id,
-                        f"the effect ran but returned a result that is not JSON: {exc}",
+                        _storable(f"the effect ran but returned a result that is not JSON: {exc}"),
                     ) from exc
-                error = str(exc)
+                error = _storable(str(exc))  # the path may hold the odd key itself
             except Exception as exc:
                 error = _describe(exc)
             else:
@@ -769,6 +769,10 @@ def _describe(exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {exc}"
     except Exception:
         text = f"{type(exc).__name__}: <the exception's text could not be read>"
+    return _storable(text)
+
+
+def _storable(text: str) -> str:
     text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > _ERROR_LIMIT:
         text = f"{text[:_ERROR_LIMIT]}… [{len(text)} characters, cut]"

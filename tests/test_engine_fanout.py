@@ -378,7 +378,7 @@ def test_siblings_failing_with_huge_or_odd_errors_leave_the_finished_ones_alone(
         read_huge=raise_huge,
         read_nul=raise_nul,
         read_unprintable=raise_unprintable,
-        read_weird=lambda: {"at": object()},
+        read_weird=lambda: {"bad\x00key": object()},  # not JSON, and the path holds a NUL
     )
     outcome = execute(start().run_id)
     assert outcome.status == "failed"
@@ -391,7 +391,9 @@ def test_siblings_failing_with_huge_or_odd_errors_leave_the_finished_ones_alone(
     assert huge_row.errors[0]["error"].startswith("ValueError: xxx")
     assert rows["fan.read_nul"].error == "ValueError: bad \\x00 byte and a lone \\udc80 surrogate"
     assert "could not be read" in rows["fan.read_unprintable"].error
-    assert "not JSON" in rows["fan.read_weird"].error
+    assert rows["fan.read_weird"].error.endswith(
+        "$.bad\\x00key: contains \\u0000, which PostgreSQL's jsonb rejects"
+    )
     assert ProviderCharge.objects.count() == 1
 
     fan.fail.clear()  # the downstream systems recover; an operator retries the run
