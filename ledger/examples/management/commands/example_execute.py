@@ -37,4 +37,6 @@ class Command(BaseCommand):
         if not run_id:
             raise CommandError("give a run id or --new AGENT")
         outcome = services.run_execute(run_id=run_id, worker=f"inline-{os.getpid()}")
+        if outcome is not None and outcome.continued_as:
+            self.stdout.write(f"continued_as={outcome.continued_as}")
         self.stdout.write(str(outcome.status if outcome else "not claimable"))
