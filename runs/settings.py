@@ -69,6 +69,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "runs.context.dashboard",
             ],
         },
     },
@@ -128,6 +129,15 @@ RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPU
 RUNLEDGER_DEFAULT_MAX_RESUMES = int(os.environ.get("RUNLEDGER_DEFAULT_MAX_RESUMES", "10"))
 # How long a worker's lease on a run lasts without a heartbeat.
 RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
+
+# --- the dashboard -----------------------------------------------------------------------
+# How often the runs list (and an active run's header) re-fetches itself; the page's script
+# pauses while the tab is hidden and backs off while nothing changes.
+RUNLEDGER_LIST_REFRESH_SECONDS = int(os.environ.get("RUNLEDGER_LIST_REFRESH_SECONDS", "5"))
+RUNLEDGER_RUNS_PER_PAGE = int(os.environ.get("RUNLEDGER_RUNS_PER_PAGE", "50"))
+RUNLEDGER_STEPS_PER_PAGE = int(os.environ.get("RUNLEDGER_STEPS_PER_PAGE", "100"))
+# Time bound of a dry replay (the stale-hash comparison and the resume preview).
+RUNLEDGER_PREVIEW_SECONDS = float(os.environ.get("RUNLEDGER_PREVIEW_SECONDS", "5"))
 
 # --- Celery (see runs/celery.py) ---------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
