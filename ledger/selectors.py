@@ -115,9 +115,14 @@ def runs_filtered(*, flt: RunFilter, now: datetime) -> QuerySet[Run]:
     if flt.agent:
         qs = qs.filter(agent=flt.agent)
     if flt.older_than is not None:
-        qs = qs.filter(status_changed_at__lte=now - flt.older_than)
+        cutoff = now - flt.older_than
+        # A run is created before its status changes, so the second condition adds no
+        # filtering; it lets the newest-first scan start at the cutoff instead of the top.
+        qs = qs.filter(status_changed_at__lte=cutoff, created_at__lte=cutoff)
     if flt.search:
-        qs = qs.filter(run_id__startswith=flt.search)
+        # An id that starts with the prefix sorts at or after it: the second condition lets
+        # PostgreSQL range-scan the primary key when the prefix is rare.
+        qs = qs.filter(run_id__startswith=flt.search, run_id__gte=flt.search)
     return qs
 
 

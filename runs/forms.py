@@ -11,7 +11,8 @@ from django import forms
 from ledger.models import Reason, RunStatus
 from ledger.selectors import LEASE_EXPIRED, Cursor, RunFilter
 
-_AGE = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
+_AGE = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
+_MAX_AGE = timedelta(days=3650)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 STATUS_CHOICES = [
@@ -47,11 +48,14 @@ class RunFilterForm(forms.Form):
         if not text:
             return None
         try:
-            return parse_age(text)
+            age = parse_age(text)
         except ValueError:
             raise forms.ValidationError(
                 "write a number and a unit (s, m, h or d), e.g. 30m or 2d"
             ) from None
+        if age > _MAX_AGE:
+            raise forms.ValidationError("at most 3650d")
+        return age
 
     def clean_after(self) -> Cursor | None:
         text = self.cleaned_data.get("after", "")

@@ -22,10 +22,14 @@ def user_set_role(*, user: User, role: str) -> User:
 
 def role_of(user: User) -> str:
     """The strongest role a user holds, for display ('' when none)."""
+    cached: str | None = getattr(user, "_runledger_role", None)
+    if cached is not None:
+        return cached
+    role = ""
     if user.is_superuser:
-        return "admin"
-    names = {g.name for g in user.groups.all()}
-    for role in ("approver", "operator", "viewer"):
-        if role in names:
-            return role
-    return ""
+        role = "admin"
+    else:
+        names = {g.name for g in user.groups.all()}
+        role = next((r for r in ("approver", "operator", "viewer") if r in names), "")
+    user._runledger_role = role  # type: ignore[attr-defined]  # one query per request
+    return role
