@@ -102,6 +102,9 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         table_context = {
             "page": page,
             "now": now,
+            # Ages count from the start of the minute, so that a refresh finds the table
+            # unchanged (204) until a minute turns or a run really moves.
+            "minute": now.replace(second=0, microsecond=0),
             "flt": flt,
             "query": {**query, **({"after": request.GET["after"]} if form.cursor() else {})},
             "base_query": encode_query(query),

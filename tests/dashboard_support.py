@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from importlib import import_module
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -25,6 +26,14 @@ CHANGED_PROMPT = (
     "Invoice {invoice_id} for {customer}: {total_cents} cents, reason: {reason}. "
     "Refund it only for a customer in good standing; answer approve or deny with the amount."
 )
+
+
+def restore_roles() -> None:
+    """Re-create the roles exactly as migration 0002 does (a transactional test's flush
+    empties every table, the migration's groups included)."""
+    from django.apps import apps
+
+    import_module("runs.migrations.0002_roles").create_roles(apps, None)
 
 
 def user_in(role: str, name: str | None = None) -> User:

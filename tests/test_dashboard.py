@@ -14,6 +14,7 @@ from dashboard_support import (
     expired_lease_run,
     html_run,
     reconciliation_run,
+    restore_roles,
     rewind,
     stale_run,
     start,
@@ -21,7 +22,7 @@ from dashboard_support import (
     survey_run,
     user_in,
 )
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
@@ -33,8 +34,10 @@ from ledger.agents import agent, tool
 from ledger.examples import agents as examples
 from ledger.models import Run, Step
 
-# serialized_rollback: the roles migration's groups come back after every flush.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = [
+    pytest.mark.sqlite_ok,  # the dashboard also serves the demo's SQLite file
+    pytest.mark.django_db(transaction=True),
+]
 
 TEST_AGENTS = ("markup-agent", "legacy-agent", "replan-agent", "plan-agent")
 
@@ -47,7 +50,9 @@ def execute(execute, clock):
 
 
 @pytest.fixture(autouse=True)
-def _clean(clock) -> Iterator[None]:
+def _clean(clock, settings) -> Iterator[None]:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast tests
+    restore_roles()
     rewind(clock)
     yield
     for name in TEST_AGENTS:
@@ -104,13 +109,6 @@ def test_signing_in_with_the_form_opens_the_runs_list() -> None:
     assert client.get("/").status_code == 200
     assert client.post("/accounts/logout/").status_code == 302
     assert client.get("/").status_code == 302
-
-
-def test_the_roles_migration_created_groups_with_their_permissions() -> None:
-    perms = {g.name: sorted(p.codename for p in g.permissions.all()) for g in Group.objects.all()}
-    assert perms["viewer"] == ["view_dashboard"]
-    assert perms["operator"] == ["export_ledger", "operate_runs", "view_dashboard"]
-    assert perms["approver"] == ["approve_settlements", "export_ledger", "view_dashboard"]
 
 
 @pytest.mark.parametrize(
@@ -510,3 +508,38 @@ def test_a_step_link_opens_the_page_that_holds_it(execute, viewer, settings) -> 
     html = text(viewer.get(f"/runs/{run.run_id}/?step=record.25"))
     assert '<span class="current">3</span>' in html and 'id="focus"' in html
     assert "record.25" in html and "record.5\n" not in html
+
+
+def test_the_dry_replay_is_bounded_in_time(execute, crash_at, viewer, settings) -> None:
+    settings.RUNLEDGER_PREVIEW_SECONDS = 0  # the deadline has passed before the first step
+    run = reconciliation_run(execute, crash_at)
+    preview = text(viewer.get(f"/runs/{run.run_id}/preview/", HTTP_HX_REQUEST="true"))
+    assert "stopped after 0" in preview and "the rest was not walked" in preview
+    compared = text(viewer.get(f"/runs/{run.run_id}/?compare=1"))
+    assert "later steps not compared" in compared and "not reached" in compared
+
+
+def test_an_active_runs_header_refreshes_itself_a_blocked_ones_does_not(
+    execute, crash_at, viewer
+) -> None:
+    running = expired_lease_run(execute, crash_at)
+    header = text(viewer.get(f"/runs/{running.run_id}/header/", HTTP_HX_REQUEST="true"))
+    assert f'hx-get="/runs/{running.run_id}/header/"' in header and "data-poll" in header
+    assert "lease expired — waiting for the sweep" in header and "worker-1" in header
+    blocked = reconciliation_run(execute, crash_at)
+    header = text(viewer.get(f"/runs/{blocked.run_id}/header/", HTTP_HX_REQUEST="true"))
+    assert "hx-trigger" not in header
+
+
+def test_the_header_links_parent_and_children(execute, crash_at, viewer) -> None:
+    parent = reconciliation_run(execute, crash_at)
+    child = succeeded_run(execute)
+    # Forking is issue 5's operator action; until it lands the link is set directly.
+    Run.objects.filter(pk=child.run_id).update(
+        parent=parent, parent_kind="fork", forked_from_step_id="email_customer"
+    )
+    html = text(viewer.get(f"/runs/{parent.run_id}/"))
+    assert f'fork: <a class="mono" href="/runs/{child.run_id}/">' in html
+    html = text(viewer.get(f"/runs/{child.run_id}/"))
+    assert f'fork of <a class="mono" href="/runs/{parent.run_id}/">' in html
+    assert "email_customer" in html

@@ -29,8 +29,6 @@ def human_seconds(seconds: float) -> str:
 
 def coarse_age(seconds: float) -> str:
     """An age that changes at most once a minute, so a refreshed list rarely differs."""
-    if seconds < 0:
-        return "—"
     minutes = int(seconds // 60)
     if minutes < 1:
         return "< 1 min"

@@ -43,7 +43,11 @@ class Command(BaseCommand):
         runs, steps = Run.objects.count(), Step.objects.count()
         self.stdout.write(f"{runs} runs, {steps} steps; long run {big} has {small} steps\n")
         deep = self._deep_cursor(client, pages=20)
-        htmx = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-table"}
+        htmx = {"HX-Request": "true", "HX-Target": "run-table"}
+        table = client.get("/", headers=htmx).content.decode()
+        digest = table.split('data-digest="', 1)[1].split('"', 1)[0]
+        compare = f"/runs/{big}/steps/?page=100&compare=1"
+        preview = f"/runs/{big}/preview/"
         cases: list[tuple[str, str, dict[str, str]]] = [
             ("list, newest first", "/", {}),
             ("list, needs attention, oldest first", "/?status=needs_attention&order=oldest", {}),
@@ -53,12 +57,13 @@ class Command(BaseCommand):
             ("list, lease expired", "/?status=lease_expired", {}),
             ("list, run id prefix search", "/?q=run_ab", {}),
             ("list, 21st page (keyset)", f"/?{deep}", {}),
-            ("list table refresh (htmx)", "/", htmx),
+            ("list table refresh (htmx), changed", "/", htmx),
+            ("list table refresh (htmx), unchanged: 204", f"/?digest={digest}", htmx),
             ("run page, short run", f"/runs/{other}/", {}),
             ("run page, long run, page 1", f"/runs/{big}/", {}),
             ("run page, long run, page 100", f"/runs/{big}/?page=100", {}),
-            ("steps + hash compare (dry replay), p.100", f"/runs/{big}/steps/?page=100&compare=1", {}),
-            ("resume preview (dry replay), long run", f"/runs/{big}/preview/", {"HTTP_HX_REQUEST": "true"}),
+            ("steps + hash compare (dry replay), p.100", compare, {}),
+            ("resume preview (dry replay), long run", preview, {"HX-Request": "true"}),
             ("ledger.json download, long run", f"/runs/{big}/ledger.json?download=1", {}),
         ]  # fmt: skip
         self.stdout.write(
@@ -86,11 +91,11 @@ class Command(BaseCommand):
         self, client: Client, name: str, url: str, headers: dict[str, str], repeat: int
     ) -> None:
         times, queries, size = [], 0, 0
-        client.get(url, **headers)  # warm caches (templates, plans)
+        client.get(url, headers=headers)  # warm caches (templates, plans)
         for _ in range(repeat):
             with CaptureQueriesContext(connection) as captured:
                 start = time.perf_counter()
-                response = client.get(url, **headers)
+                response = client.get(url, headers=headers)
                 body = (
                     b"".join(response.streaming_content)  # type: ignore[attr-defined]
                     if response.streaming

@@ -63,11 +63,18 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, default=1_000_000)
         parser.add_argument("--big-steps", type=int, default=10_000)
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument(
+            "--append", action="store_true", help="add to a database that already has runs"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         runs, steps, big = options["runs"], options["steps"], options["big_steps"]
         if runs < 2 or steps < big + runs - 1 or big < 12:
             raise CommandError("need at least 2 runs, --big-steps >= 12 and a step per run")
+        if Run.objects.exists() and not options["append"]:
+            raise CommandError(
+                "this database already has runs; seed an empty one (or pass --append)"
+            )
         t0 = time.monotonic()
         big_run = self._big_run(big)
         self.stdout.write(f"long run {big_run} ({big} steps) in {time.monotonic() - t0:.1f} s")
@@ -208,6 +215,3 @@ def _adapt(rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
             connection.ops.adapt_datetimefield_value(v) if isinstance(v, datetime) else v
             for v in row
         )
-
-
-__all__ = ["Command", "Run"]
