@@ -1,7 +1,9 @@
 """The dashboard's read side: the runs list, the run page and their htmx fragments.
 
-Every view is behind the login and checks a permission on the server. Views only read: they
-call selectors and the dry replay in ``ledger``, which write nothing.
+Every view is behind the login and declares its permission with a decorator, checked before
+any lookup (so a refused user cannot tell a missing run from a present one); ``_run_for``
+checks it again where the run is loaded. Views only read: they call selectors and the dry
+replay in ``ledger``, which write nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -80,59 +83,64 @@ def _unchanged(request: HttpRequest, html: str) -> bool:
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The list; an htmx request for one fragment (a refresh, a filter) gets only that one."""
     now = timezone.now()
     form = RunFilterForm(request.GET)
-    form.is_valid()
+    form.is_valid()  # invalid values are dropped from the filter and reported
     flt = form.run_filter()
     query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
     target = _fragment_target(request, ("status-counts", "run-table"))
-    counts_html = table_html = ""
-    if target in (None, "status-counts"):
-        counts = selectors.run_status_counts(now=now)
-        counts_html = _polled(
-            request,
-            "runs/partials/status_counts.html",
-            {"counts": counts, "flt": flt, "query": query},
-            dom_id="status-counts",
-        )
-    if target in (None, "run-table"):
-        page = selectors.runs_page(
-            flt=flt, now=now, after=form.cursor(), limit=settings.RUNLEDGER_RUNS_PER_PAGE
-        )
-        table_context = {
-            "page": page,
-            "now": now,
-            # Ages count from the start of the minute, so that a refresh finds the table
-            # unchanged (204) until a minute turns or a run really moves.
-            "minute": now.replace(second=0, microsecond=0),
-            "flt": flt,
-            "query": {**query, **({"after": request.GET["after"]} if form.cursor() else {})},
-            "base_query": encode_query(query),
-            "next_query": encode_query({**query, "after": page.next_cursor.encode()})
-            if page.next_cursor
-            else "",
-            "problems": form.problems(),
-            "first_page": form.cursor() is None,
-        }
-        table_html = _polled(
-            request, "runs/partials/run_table.html", table_context, dom_id="run-table"
-        )
     if target is not None:
-        html = counts_html or table_html
-        if _unchanged(request, html):
-            return HttpResponse(status=204)
-        return HttpResponse(html)
-    return render(
-        request,
-        "runs/run_list.html",
-        {
-            "form": form,
-            "flt": flt,
-            "counts_html": mark_safe(counts_html),
-            "table_html": mark_safe(table_html),
-            "agents": sorted(_registered_agents()),
-        },
-    )
+        if target == "status-counts":
+            html = _counts_fragment(request, flt, query, now)
+        else:
+            html = _table_fragment(request, form, flt, query, now)
+        return HttpResponse(status=204) if _unchanged(request, html) else HttpResponse(html)
+    context = {
+        "form": form,
+        "flt": flt,
+        "counts_html": mark_safe(_counts_fragment(request, flt, query, now)),
+        "table_html": mark_safe(_table_fragment(request, form, flt, query, now)),
+        "agents": sorted(_registered_agents()),
+    }
+    return render(request, "runs/run_list.html", context)
+
+
+def _counts_fragment(
+    request: HttpRequest, flt: selectors.RunFilter, query: dict[str, str], now: datetime
+) -> str:
+    counts = selectors.run_status_counts(now=now)
+    context = {"counts": counts, "flt": flt, "query": query}
+    return _polled(request, "runs/partials/status_counts.html", context, dom_id="status-counts")
+
+
+def _table_fragment(
+    request: HttpRequest,
+    form: RunFilterForm,
+    flt: selectors.RunFilter,
+    query: dict[str, str],
+    now: datetime,
+) -> str:
+    cursor = form.cursor()
+    limit = settings.RUNLEDGER_RUNS_PER_PAGE
+    page = selectors.runs_page(flt=flt, now=now, after=cursor, limit=limit)
+    next_query = ""
+    if page.next_cursor is not None:
+        next_query = encode_query({**query, "after": page.next_cursor.encode()})
+    context = {
+        "page": page,
+        "now": now,
+        # Ages count from the start of the minute, so that a refresh finds the table
+        # unchanged (204) until a minute turns or a run really moves.
+        "minute": now.replace(second=0, microsecond=0),
+        "flt": flt,
+        "query": {**query, "after": cursor.encode()} if cursor else query,
+        "base_query": encode_query(query),
+        "next_query": next_query,
+        "problems": form.problems(),
+        "first_page": cursor is None,
+    }
+    return _polled(request, "runs/partials/run_table.html", context, dom_id="run-table")
 
 
 def _fragment_target(request: HtmxHttpRequest, known: tuple[str, ...]) -> str | None:
@@ -232,6 +240,7 @@ def _header_context(run: Run) -> dict[str, Any]:
 
 @require_GET
 @login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = _run_for(request, run_id)
     compare = request.GET.get("compare") == "1"
@@ -245,6 +254,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 @require_GET
 @login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_header(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = _run_for(request, run_id)
     return render(request, "runs/partials/run_header.html", _header_context(run))
@@ -252,6 +262,7 @@ def run_header(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 @require_GET
 @login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
 def step_table(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = _run_for(request, run_id)
     compare = request.GET.get("compare") == "1"
@@ -261,6 +272,7 @@ def step_table(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 @require_GET
 @login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
 def step_result(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
     run = _run_for(request, run_id)
     try:
@@ -281,6 +293,7 @@ def step_result(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
 
 @require_GET
 @login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_preview(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The dry replay, summarised. Computed on demand; nothing is executed or written."""
     run = _run_for(request, run_id)
@@ -320,6 +333,7 @@ def _ledger_chunks(run: Run) -> Iterator[str]:
 
 @require_GET
 @login_required
+@permission_required(EXPORT_LEDGER, raise_exception=True)
 def ledger_json(request: HtmxHttpRequest, run_id: str) -> StreamingHttpResponse:
     """The whole ledger as JSON text, streamed a chunk of steps at a time.
 

@@ -154,6 +154,8 @@ def test_a_viewer_is_refused_the_ledger_export_an_operator_gets_all_of_it(
     run = succeeded_run(execute)
     refused = viewer.get(f"/runs/{run.run_id}/ledger.json")
     assert refused.status_code == 403 and "Not allowed" in text(refused)
+    # refused before the lookup: a viewer cannot probe which run ids exist this way
+    assert viewer.get("/runs/run_nope/ledger.json").status_code == 403
     page = text(viewer.get(f"/runs/{run.run_id}/"))
     assert "ledger.json" not in page  # the page does not offer what the server refuses
     response = operator.get(f"/runs/{run.run_id}/ledger.json?download=1")

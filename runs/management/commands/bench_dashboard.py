@@ -67,7 +67,8 @@ class Command(BaseCommand):
             ("ledger.json download, long run", f"/runs/{big}/ledger.json?download=1", {}),
         ]  # fmt: skip
         self.stdout.write(
-            f"{'page':<44} {'median ms':>10} {'max ms':>8} {'queries':>8} {'bytes':>10}"
+            f"{'page':<44} {'median ms':>10} {'max ms':>8} {'sql ms':>7} {'queries':>8} "
+            f"{'bytes':>10}"
         )
         for name, url, headers in cases:
             self._measure(client, name, url, headers, options["repeat"])
@@ -90,7 +91,7 @@ class Command(BaseCommand):
     def _measure(
         self, client: Client, name: str, url: str, headers: dict[str, str], repeat: int
     ) -> None:
-        times, queries, size = [], 0, 0
+        times, sql, queries, size = [], [], 0, 0
         client.get(url, headers=headers)  # warm caches (templates, plans)
         for _ in range(repeat):
             with CaptureQueriesContext(connection) as captured:
@@ -103,9 +104,10 @@ class Command(BaseCommand):
                 )
                 times.append((time.perf_counter() - start) * 1000)
             queries, size = len(captured), len(body)
+            sql.append(sum(float(q["time"]) for q in captured.captured_queries) * 1000)
             if response.status_code not in (200, 204):
                 self.stderr.write(f"{name}: HTTP {response.status_code}")
         self.stdout.write(
             f"{name:<44} {statistics.median(times):>10.1f} {max(times):>8.1f} "
-            f"{queries:>8} {size:>10}"
+            f"{statistics.median(sql):>7.1f} {queries:>8} {size:>10}"
         )
