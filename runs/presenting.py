@@ -21,6 +21,14 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def pretty_capped(value: Any, limit: int = 20_000) -> str:
+    """``pretty``, cut at ``limit`` characters: the raw JSON view has the rest."""
+    text = pretty(value)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… {len(text) - limit} more characters: see the raw JSON"
+
+
 @dataclass
 class DiffLine:
     kind: str  # "add" | "del" | "hunk" | "same" | "file"

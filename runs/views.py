@@ -27,7 +27,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
-from ledger import selectors
+from ledger import registry, selectors
 from ledger.models import ACTIVE_STATUSES, Run, Step
 from ledger.preview import Preview, preview_resume
 from runs import presenting
@@ -151,8 +151,6 @@ def _fragment_target(request: HtmxHttpRequest, known: tuple[str, ...]) -> str | 
 
 
 def _registered_agents() -> list[str]:
-    from ledger import registry
-
     return list(registry.agents())
 
 
@@ -216,10 +214,12 @@ def _page_links(number: int, pages: int) -> list[int | None]:
     """Page numbers to link: the ends and a window around the current one (None is a gap)."""
     wanted = sorted({1, pages, *range(max(number - 2, 1), min(number + 2, pages) + 1)})
     out: list[int | None] = []
+    previous = 0
     for n in wanted:
-        if out and out[-1] is not None and n - int(out[-1]) > 1:  # type: ignore[arg-type]
+        if previous and n - previous > 1:
             out.append(None)
         out.append(n)
+        previous = n
     return out
 
 
@@ -233,8 +233,8 @@ def _header_context(run: Run) -> dict[str, Any]:
         "lease_expired": run.lease_expires_at is not None and run.lease_expires_at < now,
         "active": run.status in ACTIVE_STATUSES,
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
-        "inputs_text": presenting.pretty(run.inputs),
-        "result_text": presenting.pretty(run.result),
+        "inputs_text": presenting.pretty_capped(run.inputs),
+        "result_text": presenting.pretty_capped(run.result),
     }
 
 
