@@ -445,7 +445,7 @@ def test_a_stale_step_shows_both_hashes_its_diff_and_its_downstream(
     assert decide.input_hash[:12] in body and 'class="hash-bad"' in body
     dels = re.findall(r'<span class="d-del">([^<]*)</span>', body)
     adds = re.findall(r'<span class="d-add">([^<]*)</span>', body)
-    assert any("Refund it? Answer approve or deny" in line for line in dels)
+    assert any("Refund it if the reason is ours?" in line for line in dels)
     assert any("customer in good standing" in line for line in adds)
     refund = Step.objects.filter(run=run, step_id="fetch_invoice").get()
     fetch_row = html[html.index(f'id="step-{refund.pk}"') :]

@@ -106,7 +106,9 @@ def test_an_operator_triages_a_stale_run_in_the_browser(
     stale_body = page.locator(f"#step-{decide.pk}")
     expect(stale_body).to_have_class(re.compile("is-stale"))
     expect(stale_body.locator("code.hash-bad")).to_be_visible()
-    expect(stale_body.locator(".d-del").first).to_contain_text("Refund it? Answer approve")
+    expect(stale_body.locator(".d-del").first).to_contain_text(
+        "Refund it if the reason is ours? Answer approve"
+    )
     expect(stale_body.locator(".d-add").first).to_contain_text("good standing")
     expect(page.locator("tbody.is-downstream")).to_have_count(2)
 
