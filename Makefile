@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest bench clean
+.PHONY: demo test lint typecheck check killtest bench bench-dashboard clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy ledger runs
 
 check: lint typecheck test
+
+## Dashboard figures: 100,000 runs and 1,000,000 steps in an empty PostgreSQL (DATABASE_URL,
+## or a throwaway server), then the list's and a 10,000-step run's server time and queries.
+bench-dashboard: $(STAMP)
+	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
+		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -69,6 +69,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "runs.context.dashboard",
             ],
         },
     },
@@ -138,6 +139,15 @@ RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
 # A run's ledger holds at most this many steps: a call that would add one more stops the run
 # as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
+
+# --- the dashboard -----------------------------------------------------------------------
+# How often the runs list (and an active run's header) re-fetches itself; the page's script
+# pauses while the tab is hidden and backs off while nothing changes.
+RUNLEDGER_LIST_REFRESH_SECONDS = int(os.environ.get("RUNLEDGER_LIST_REFRESH_SECONDS", "5"))
+RUNLEDGER_RUNS_PER_PAGE = int(os.environ.get("RUNLEDGER_RUNS_PER_PAGE", "50"))
+RUNLEDGER_STEPS_PER_PAGE = int(os.environ.get("RUNLEDGER_STEPS_PER_PAGE", "100"))
+# Time bound of a dry replay (the stale-hash comparison and the resume preview).
+RUNLEDGER_PREVIEW_SECONDS = float(os.environ.get("RUNLEDGER_PREVIEW_SECONDS", "5"))
 
 # --- Celery (see runs/celery.py) ---------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

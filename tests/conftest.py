@@ -68,3 +68,30 @@ def execute(clock: FakeClock) -> Callable[..., Any]:
         return services.run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
 
     return run
+
+
+# --- browser tests (the dashboard) ---------------------------------------------------------
+# Playwright drives Debian's Chromium package, never a downloaded browser. pytest-playwright has
+# no option for the executable, so its launch-arguments fixture is overridden here.
+CHROMIUM = os.environ.get("RUNLEDGER_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(
+            f"browser tests need Chromium at {CHROMIUM}: `apt-get install -y chromium` "
+            "(or deselect them with -m 'not browser')"
+        )
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    }

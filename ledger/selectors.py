@@ -1,0 +1,248 @@
+"""Named read queries for the dashboard. Each returns rows or querysets ready to render.
+
+The list pages by keyset (the last row's sort key), never by OFFSET, and counts runs with one
+GROUP BY over indexed columns plus one range count on the lease-expiry index: the cost of a page
+does not grow with the number of rows that precede it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast, Left
+from django.utils.dateparse import parse_datetime
+
+from ledger.models import Reason, Run, RunStatus, Step, StepStatus
+
+LEASE_EXPIRED = "lease_expired"  # a list filter: running, but the worker's lease ran out
+ORDERS = ("newest", "oldest")
+RESULT_HEAD_CHARS = 240
+
+# Columns a list row never shows: kept out of the page query, they can be large.
+_LIST_DEFERRED = ("inputs", "result", "error", "detail")
+
+
+# --- counts --------------------------------------------------------------------------------
+
+
+@dataclass
+class StatusCounts:
+    by_status: dict[str, int] = field(default_factory=dict)
+    by_reason: dict[str, int] = field(default_factory=dict)
+    lease_expired: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+def run_status_counts(*, now: datetime) -> StatusCounts:
+    """Runs per status, blocked runs per reason, and running runs whose lease has expired."""
+    counts = StatusCounts(
+        by_status={s: 0 for s in RunStatus.values},
+        by_reason={r: 0 for r in Reason.values if r},
+    )
+    rows = Run.objects.order_by().values_list("status", "reason").annotate(n=Count("*"))
+    for status, reason, n in rows:
+        counts.by_status[status] = counts.by_status.get(status, 0) + n
+        if status == RunStatus.NEEDS_ATTENTION:
+            key = reason or "unknown"
+            counts.by_reason[key] = counts.by_reason.get(key, 0) + n
+    counts.lease_expired = Run.objects.filter(
+        status=RunStatus.RUNNING, lease_expires_at__lt=now
+    ).count()
+    return counts
+
+
+# --- the runs list -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    status: str = ""
+    reason: str = ""
+    agent: str = ""
+    older_than: timedelta | None = None
+    search: str = ""
+    order: str = "newest"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The sort key of the last row shown: the next page starts strictly after it."""
+
+    at: datetime
+    run_id: str
+
+    def encode(self) -> str:
+        raw = f"{self.at.isoformat()}|{self.run_id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """Raises ValueError for anything that is not a cursor this module wrote."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            stamp, run_id = raw.split("|", 1)
+            at = parse_datetime(stamp)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError("not a page cursor") from exc
+        if at is None or at.tzinfo is None or not run_id:
+            raise ValueError("not a page cursor")
+        return cls(at=at, run_id=run_id)
+
+
+@dataclass
+class RunPage:
+    runs: list[Run]
+    next_cursor: Cursor | None
+
+
+def runs_filtered(*, flt: RunFilter, now: datetime) -> QuerySet[Run]:
+    """Runs matching a filter, without the large columns; unordered."""
+    qs = Run.objects.defer(*_LIST_DEFERRED)
+    if flt.status == LEASE_EXPIRED:
+        qs = qs.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    elif flt.status:
+        qs = qs.filter(status=flt.status)
+    if flt.reason:
+        qs = qs.filter(reason=flt.reason)
+    if flt.agent:
+        qs = qs.filter(agent=flt.agent)
+    if flt.older_than is not None:
+        cutoff = now - flt.older_than
+        # A run is created before its status changes, so the second condition adds no
+        # filtering; it lets the newest-first scan start at the cutoff instead of the top.
+        qs = qs.filter(status_changed_at__lte=cutoff, created_at__lte=cutoff)
+    if flt.search:
+        # An id that starts with the prefix sorts at or after it: the second condition lets
+        # PostgreSQL range-scan the primary key when the prefix is rare.
+        qs = qs.filter(run_id__startswith=flt.search, run_id__gte=flt.search)
+    return qs
+
+
+def runs_page(
+    *, flt: RunFilter, now: datetime, after: Cursor | None = None, limit: int = 50
+) -> RunPage:
+    """One page of the list in the filter's order, starting after ``after``.
+
+    ``newest`` orders by creation, newest first; ``oldest`` by time in the current state,
+    longest first (with a status of needs_attention: the oldest-blocked first).
+    """
+    qs = runs_filtered(flt=flt, now=now)
+    if flt.order == "oldest":
+        qs = qs.order_by("status_changed_at", "run_id")
+        if after is not None:
+            # The first condition bounds the index range; the second breaks ties by id.
+            qs = qs.filter(status_changed_at__gte=after.at).filter(
+                Q(status_changed_at__gt=after.at) | Q(run_id__gt=after.run_id)
+            )
+    else:
+        qs = qs.order_by("-created_at", "-run_id")
+        if after is not None:
+            qs = qs.filter(created_at__lte=after.at).filter(
+                Q(created_at__lt=after.at) | Q(run_id__lt=after.run_id)
+            )
+    rows = list(qs[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = None
+    if more and rows:
+        last = rows[-1]
+        at = last.status_changed_at if flt.order == "oldest" else last.created_at
+        cursor = Cursor(at=at, run_id=last.run_id)
+    return RunPage(runs=rows, next_cursor=cursor)
+
+
+# --- one run -------------------------------------------------------------------------------
+
+
+def run_detail(*, run_id: str) -> Run:
+    """The run with its parent; raises Run.DoesNotExist."""
+    return Run.objects.select_related("parent").get(pk=run_id)
+
+
+def run_children(*, run_id: str, limit: int = 20) -> list[Run]:
+    """Forks and continuations of a run, oldest first (at most ``limit`` + 1, to show 'more')."""
+    return list(
+        Run.objects.filter(parent_id=run_id)
+        .only("run_id", "parent_kind", "status", "reason", "created_at", "parent_id")
+        .order_by("created_at", "run_id")[: limit + 1]
+    )
+
+
+@dataclass
+class Chain:
+    """A run's steps in execution order: the next_step_id chain, then rows off it by seq."""
+
+    pks: list[int]
+    on_chain: int
+    index_of: dict[str, int]
+
+
+def step_chain(*, run_id: str) -> Chain:
+    """Order a run's steps by following next_step_id from the first live step.
+
+    One query over four narrow columns; rows the chain does not reach (abandoned rows, the
+    effects of a replanned branch) follow in the order they first executed.
+    """
+    rows = list(
+        Step.objects.filter(run_id=run_id)
+        .order_by("seq")
+        .values_list("pk", "step_id", "next_step_id", "status")
+    )
+    by_id = {step_id: (pk, nxt) for pk, step_id, nxt, _status in rows}
+    live = [r for r in rows if r[3] != StepStatus.ABANDONED]
+    order: list[int] = []
+    seen: set[str] = set()
+    current = live[0][1] if live else None
+    while current is not None and current in by_id and current not in seen:
+        seen.add(current)
+        pk, current = by_id[current]
+        order.append(pk)
+    on_chain = len(order)
+    order.extend(pk for pk, step_id, _n, _s in rows if step_id not in seen)
+    pk_index = {pk: i for i, pk in enumerate(order)}
+    return Chain(
+        pks=order,
+        on_chain=on_chain,
+        index_of={step_id: pk_index[pk] for pk, step_id, _n, _s in rows},
+    )
+
+
+def steps_for_page(*, run_id: str, pks: list[int]) -> list[Step]:
+    """The given steps of a run in the given order, with a head of each result, not all of it."""
+    head = Left(Cast("result", output_field=TextField()), RESULT_HEAD_CHARS + 1)
+    rows = (
+        Step.objects.filter(run_id=run_id, pk__in=pks)
+        .defer("result", "inputs")
+        .annotate(result_head=head)
+    )
+    by_pk = {s.pk: s for s in rows}
+    return [by_pk[pk] for pk in pks if pk in by_pk]
+
+
+def step_of_run(*, run_id: str, pk: int) -> Step:
+    """One step with everything; raises Step.DoesNotExist when it is not this run's."""
+    return Step.objects.get(run_id=run_id, pk=pk)
+
+
+def ledger_export(*, run_id: str, chunk: int = 500) -> Iterator[dict[str, Any]]:
+    """Every step of a run as a dict, by seq, fetched ``chunk`` rows at a time (keyset).
+
+    Memory stays at one chunk however long the run is.
+    """
+    qs = Step.objects.filter(run_id=run_id).order_by("seq", "pk")
+    rows: list[dict[str, Any]] = [dict(r) for r in qs.values()[:chunk]]
+    while rows:
+        yield from rows
+        if len(rows) < chunk:
+            return
+        seq, pk = rows[-1]["seq"], rows[-1]["id"]
+        after = qs.filter(seq__gte=seq).filter(Q(seq__gt=seq) | Q(pk__gt=pk))
+        rows = [dict(r) for r in after.values()[:chunk]]

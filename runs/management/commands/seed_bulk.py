@@ -1,0 +1,217 @@
+"""``manage.py seed_bulk --runs 100000 --steps 1000000``: a large ledger for measuring pages.
+
+One long run (``--big-steps``, default 10,000 steps) is executed by the real engine (the example
+``survey`` agent), so its ledger, hashes and chain are exactly what a worker writes and a dry
+replay of it walks every step. The other runs and steps are synthetic rows in the same shape
+(chained by next_step_id, hashed canonical inputs, a realistic mix of statuses and reasons),
+written with COPY on PostgreSQL (executemany on SQLite), then the tables are analysed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger import canonical, services
+from ledger.models import Run
+
+RUN_COLUMNS = (
+    "run_id", "agent", "inputs", "status", "reason", "blocked_step_id", "detail", "result",
+    "error", "plan_version", "tool_schema_hash", "code_version", "resume_count", "max_resumes",
+    "executions", "lease_owner", "lease_token", "lease_expires_at", "heartbeat_at", "parent_id",
+    "parent_kind", "forked_from_step_id", "created_at", "updated_at", "status_changed_at",
+    "started_at", "finished_at",
+)  # fmt: skip
+STEP_COLUMNS = (
+    "run_id", "step_id", "input_hash", "status", "result", "next_step_id", "attempt",
+    "effect_key", "updated_at", "kind", "tool", "seq", "inputs", "inputs_truncated", "error",
+    "errors", "started_at", "finished_at", "expires_at", "model_id", "prompt_hash", "settled_by",
+)  # fmt: skip
+
+STATUSES = [
+    ("succeeded", 80.0), ("failed", 5.0), ("cancelled", 3.0), ("needs_attention", 8.0),
+    ("running", 2.5), ("queued", 1.5),
+]  # fmt: skip
+REASONS = [
+    ("reconciliation", 35), ("stale", 25), ("divergence", 15), ("budget", 15),
+    ("agent_missing", 10),
+]  # fmt: skip
+AGENTS = ["refund", "survey", "triage", "enrich", "retired-agent"]
+TOOLS = [
+    ("read", "fetch_invoice"), ("clock", "now"), ("model", "model"), ("read", "lookup_record"),
+    ("effect", "refund_charge"), ("effect", "send_email"), ("read", "search_docs"),
+]  # fmt: skip
+
+
+def _pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
+    return rng.choices([v for v, _ in weighted], weights=[w for _, w in weighted])[0]
+
+
+class Command(BaseCommand):
+    help = "Generate many runs and steps (one long real run plus synthetic ones) for benchmarks."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--runs", type=int, default=100_000)
+        parser.add_argument("--steps", type=int, default=1_000_000)
+        parser.add_argument("--big-steps", type=int, default=10_000)
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument(
+            "--append", action="store_true", help="add to a database that already has runs"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runs, steps, big = options["runs"], options["steps"], options["big_steps"]
+        if runs < 2 or steps < big + runs - 1 or big < 12:
+            raise CommandError("need at least 2 runs, --big-steps >= 12 and a step per run")
+        if Run.objects.exists() and not options["append"]:
+            raise CommandError(
+                "this database already has runs; seed an empty one (or pass --append)"
+            )
+        t0 = time.monotonic()
+        big_run = self._big_run(big)
+        self.stdout.write(f"long run {big_run} ({big} steps) in {time.monotonic() - t0:.1f} s")
+        t1 = time.monotonic()
+        rng = random.Random(options["seed"])
+        now = timezone.now()
+        written = self._bulk(rng, now, runs - 1, steps - big)
+        self.stdout.write(
+            f"{runs - 1} runs and {written} steps written in {time.monotonic() - t1:.1f} s"
+        )
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("VACUUM ANALYZE ledger_run")
+                cur.execute("VACUUM ANALYZE ledger_step")
+        self.stdout.write(f"long run: {big_run}")
+
+    def _big_run(self, steps: int) -> str:
+        """A survey run of exactly ``steps`` rows, executed by the engine."""
+        records = (steps - 1) * 10 // 11
+        while records + records // 10 + 1 < steps:
+            records += 1
+        run = services.run_start(agent="survey", inputs={"records": records})
+        outcome = services.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
+        if outcome is None or outcome.status != "succeeded":
+            raise CommandError(f"the long run did not succeed: {outcome}")
+        return run.run_id
+
+    def _bulk(self, rng: random.Random, now: datetime, runs: int, steps: int) -> int:
+        per_run, extra = divmod(steps, runs)
+        written = 0
+        batch: list[tuple[Any, ...]] = []
+        step_batch: list[tuple[Any, ...]] = []
+        ids: list[str] = []
+        for i in range(runs):
+            count = per_run + (1 if i < extra else 0)
+            run_row, step_rows = self._one_run(rng, now, i, count, ids)
+            batch.append(run_row)
+            step_batch.extend(step_rows)
+            if len(batch) >= 5000 or i == runs - 1:
+                with transaction.atomic():
+                    _copy("ledger_run", RUN_COLUMNS, batch)
+                    _copy("ledger_step", STEP_COLUMNS, step_batch)
+                written += len(step_batch)
+                batch, step_batch = [], []
+        return written
+
+    def _one_run(
+        self, rng: random.Random, now: datetime, i: int, count: int, ids: list[str]
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        run_id = f"run_{rng.getrandbits(80):020x}"
+        status = _pick(rng, STATUSES)
+        reason = _pick(rng, REASONS) if status == "needs_attention" else ""
+        agent = "retired-agent" if reason == "agent_missing" else rng.choice(AGENTS[:4])
+        created = now - timedelta(seconds=rng.uniform(60, 30 * 86400))
+        started = created + timedelta(seconds=rng.uniform(0, 30))
+        changed = started + timedelta(seconds=rng.uniform(1, 600))
+        changed = min(changed, now)
+        step_rows, last_step = _steps(rng, run_id, count, started, status, reason)
+        lease = status == "running"
+        expired = lease and rng.random() < 0.5
+        lease_until = (now - timedelta(seconds=90)) if expired else now + timedelta(seconds=25)
+        parent = rng.choice(ids) if ids and rng.random() < 0.01 else None
+        ids.append(run_id)
+        if len(ids) > 1000:
+            del ids[:500]
+        resumes = rng.randint(0, 3) if status != "queued" else 0
+        budget = 10 if reason != "budget" else resumes
+        run_row = (
+            run_id, agent, json.dumps({"batch": i}), status, reason,
+            last_step if status == "needs_attention" else "",
+            f"blocked: {reason}" if reason else "",
+            json.dumps({"ok": True}) if status == "succeeded" else None,
+            "StepFailed: gave up" if status == "failed" else "",
+            "1", "0" * 64, "", resumes, budget, resumes + 1,
+            f"worker-{i % 7}" if lease else "", f"tok{i}" if lease else None,
+            lease_until if lease else None, lease_until - timedelta(seconds=30) if lease else None,
+            parent, rng.choice(["fork", "continue"]) if parent else "", "",
+            created, changed, changed, started,
+            changed if status in ("succeeded", "failed", "cancelled") else None,
+        )  # fmt: skip
+        return run_row, step_rows
+
+
+def _steps(
+    rng: random.Random, run_id: str, count: int, started: datetime, status: str, reason: str
+) -> tuple[list[tuple[Any, ...]], str]:
+    rows = []
+    at = started
+    names = [f"s{n}.{TOOLS[(n + len(run_id)) % len(TOOLS)][1]}" for n in range(count)]
+    for n in range(count):
+        kind, tool = TOOLS[(n + len(run_id)) % len(TOOLS)]
+        inputs = {"n": n, "run": run_id[-6:], "q": f"query {n}"}
+        text = canonical.dumps(inputs)
+        last = n == count - 1
+        step_status = "succeeded"
+        if last and status == "failed":
+            step_status = "failed"
+        elif last and (reason == "reconciliation" or status == "running"):
+            step_status = "started"
+        done = at + timedelta(milliseconds=rng.randint(2, 900))
+        result = None if step_status != "succeeded" else json.dumps({"n": n, "value": n * 7})
+        errors = (
+            json.dumps([{"attempt": 1, "error": "TimeoutError: upstream", "at": at.isoformat()}])
+            if step_status == "failed"
+            else "[]"
+        )
+        row = (
+            run_id, names[n], canonical.hash_text(text), step_status, result,
+            names[n + 1] if not last else None, 1,
+            f"{run_id}:{names[n]}" if kind == "effect" else None,
+            done, kind, tool, n + 1, text, False, "", errors, at,
+            done if step_status != "started" else None, None,
+            "scripted:summarize" if kind == "model" else "", "", "",
+        )  # fmt: skip
+        rows.append(row)
+        at = done
+    return rows, names[-1] if names else ""
+
+
+def _copy(table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    cols = ", ".join(columns)
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            raw = cur.cursor  # the psycopg cursor under Django's wrapper
+            with raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        marks = ", ".join(["%s"] * len(columns))
+        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", list(_adapt(rows)))
+
+
+def _adapt(rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    for row in rows:
+        yield tuple(
+            connection.ops.adapt_datetimefield_value(v) if isinstance(v, datetime) else v
+            for v in row
+        )

@@ -1,0 +1,40 @@
+"""The dashboard's permissions, held by a model without a table.
+
+Roles are groups (created by migration 0002): ``viewer`` reads, ``operator`` acts on runs,
+``approver`` approves hand settlements; superusers are admins. Views check these permissions on
+the server, never by hiding buttons alone.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+VIEW_DASHBOARD = "runs.view_dashboard"
+EXPORT_LEDGER = "runs.export_ledger"
+OPERATE_RUNS = "runs.operate_runs"
+APPROVE_SETTLEMENTS = "runs.approve_settlements"
+
+#: Each role's permissions (codenames in the ``runs`` app). Admins are superusers.
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    "viewer": ("view_dashboard",),
+    "operator": ("view_dashboard", "export_ledger", "operate_runs"),
+    "approver": ("view_dashboard", "export_ledger", "approve_settlements"),
+}
+ROLES = (*ROLE_PERMISSIONS, "admin")
+
+
+class Dashboard(models.Model):
+    """Holds the dashboard's permissions; it has no table and no rows."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("view_dashboard", "Can read runs, ledgers and resume previews"),
+            ("export_ledger", "Can view and download a run's whole ledger as JSON"),
+            ("operate_runs", "Can resume, cancel and fork runs and propose settlements"),
+            ("approve_settlements", "Can approve a settlement proposed by someone else"),
+        ]
+
+    def __str__(self) -> str:
+        return "dashboard permissions"

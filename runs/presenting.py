@@ -1,0 +1,161 @@
+"""What the run page shows, computed from ledger rows and a dry replay (no writes, no I/O).
+
+Every value here ends up in a template that escapes it: JSON is turned into text, never markup.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ledger import registry
+from ledger.models import Run, Step
+from ledger.preview import Preview, PreviewStep
+
+
+def pretty(value: Any) -> str:
+    """Canonical JSON (sorted keys), indented for reading."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def pretty_capped(value: Any, limit: int = 20_000) -> str:
+    """``pretty``, cut at ``limit`` characters: the raw JSON view has the rest."""
+    text = pretty(value)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… {len(text) - limit} more characters: see the raw JSON"
+
+
+@dataclass
+class DiffLine:
+    kind: str  # "add" | "del" | "hunk" | "same" | "file"
+    text: str
+
+
+def inputs_diff(stored: Any, current: Any) -> list[DiffLine]:
+    """A unified diff of stored vs today's inputs, pretty-printed canonical JSON, line by line."""
+    lines = difflib.unified_diff(
+        pretty(stored).splitlines(),
+        pretty(current).splitlines(),
+        fromfile="stored inputs",
+        tofile="today's inputs",
+        lineterm="",
+        n=3,
+    )
+    out = []
+    for line in lines:
+        if line.startswith(("---", "+++")):
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "same"
+        out.append(DiffLine(kind=kind, text=line))
+    return out
+
+
+@dataclass
+class CodeCheck:
+    """Whether the code registered here today matches what the run recorded."""
+
+    registered: bool
+    why_missing: str = ""
+    plan_version: str = ""
+    tool_schema_hash: str = ""
+    plan_differs: bool = False
+    schema_differs: bool = False
+    code_differs: bool = False
+
+    @property
+    def differs(self) -> bool:
+        return self.plan_differs or self.schema_differs
+
+
+def code_check(run: Run) -> CodeCheck:
+    definition = registry.get_agent(run.agent)
+    if definition is None:
+        errors = registry.import_errors()
+        why = "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
+        return CodeCheck(registered=False, why_missing=why)
+    return CodeCheck(
+        registered=True,
+        plan_version=definition.plan_version,
+        tool_schema_hash=definition.tool_schema_hash,
+        plan_differs=definition.plan_version != run.plan_version,
+        schema_differs=definition.tool_schema_hash != run.tool_schema_hash,
+        code_differs=bool(run.code_version) and definition.code_version != run.code_version,
+    )
+
+
+@dataclass
+class StepView:
+    """One row of the step table: the ledger row plus, when compared, today's hash."""
+
+    step: Step
+    position: int
+    on_chain: bool
+    result_head: str | None
+    result_truncated: bool
+    compared: bool = False
+    current_hash: str = ""
+    action: str = ""
+    after_stale: bool = False
+    stale: bool = False
+    diff: list[DiffLine] = field(default_factory=list)
+    inputs_truncated: bool = False
+
+    @property
+    def duration(self) -> float | None:
+        s = self.step
+        if s.started_at is None or s.finished_at is None:
+            return None
+        return (s.finished_at - s.started_at).total_seconds()
+
+
+def step_views(
+    steps: list[Step], *, first_position: int, on_chain: int, preview: Preview | None, limit: int
+) -> list[StepView]:
+    by_id = {p.step_id: p for p in preview.steps} if preview is not None else {}
+    out = []
+    for i, step in enumerate(steps):
+        position = first_position + i
+        head: str | None = getattr(step, "result_head", None)
+        view = StepView(
+            step=step,
+            position=position + 1,
+            on_chain=position < on_chain,
+            result_head=head[:limit] if head is not None else None,
+            result_truncated=head is not None and len(head) > limit,
+        )
+        if preview is not None and preview.available:
+            _compare(view, by_id.get(step.step_id))
+        out.append(view)
+    return out
+
+
+def _compare(view: StepView, entry: PreviewStep | None) -> None:
+    view.compared = True
+    if entry is None:
+        return
+    view.current_hash, view.action, view.after_stale = (
+        entry.current_hash,
+        entry.action,
+        entry.after_stale,
+    )
+    differs = bool(entry.current_hash) and entry.current_hash != view.step.input_hash
+    view.stale = entry.action == "stale" or differs
+    if view.stale:
+        stored = entry.stored_inputs
+        view.inputs_truncated = isinstance(stored, dict) and stored.get("truncated") is True
+        view.diff = inputs_diff(stored, entry.current_inputs)
+
+
+def age_seconds(since: datetime | None, now: datetime) -> float | None:
+    return (now - since).total_seconds() if since is not None else None

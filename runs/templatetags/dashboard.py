@@ -1,0 +1,67 @@
+"""Small formatting helpers for the dashboard's templates (plain text out; Django escapes it)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+
+register = template.Library()
+
+
+def human_seconds(seconds: float) -> str:
+    """A duration for people: 850 ms, 4.2 s, 3m 20s, 2h 5m, 4d 3h."""
+    if seconds < 0:
+        return "in " + human_seconds(-seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def coarse_age(seconds: float) -> str:
+    """An age that changes at most once a minute, so a refreshed list rarely differs."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "< 1 min"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+@register.simple_tag
+def age(since: datetime | None, now: datetime) -> str:
+    if since is None:
+        return "—"
+    return coarse_age((now - since).total_seconds())
+
+
+@register.simple_tag
+def since(moment: datetime | None, now: datetime) -> str:
+    """'4.2 s ago' / 'in 20 s' at the precision of human_seconds."""
+    if moment is None:
+        return "—"
+    delta = (now - moment).total_seconds()
+    return human_seconds(delta) + (" ago" if delta >= 0 else "")
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    return "—" if seconds is None else human_seconds(seconds)
+
+
+@register.filter
+def short(value: str | None, length: int = 12) -> str:
+    return (value or "")[:length]

@@ -1,0 +1,168 @@
+"""Runs in every state the dashboard shows, built by the real engine (no hand-made rows).
+
+Each builder starts a run and drives it with ``execute`` (a worker's execution, see conftest)
+and named crash points, so the ledger is what a crashed worker leaves behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from importlib import import_module
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from ledger import registry, services
+from ledger.agents import agent, tool
+from ledger.examples import agents as examples
+from ledger.models import Run
+from runs.roles import user_set_role
+
+PASSWORD = "correct horse battery"
+# Today's prompt: same facts, new instructions (the scripted model still reads the amount).
+CHANGED_PROMPT = (
+    "Invoice {invoice_id} for {customer}: {total_cents} cents, reason: {reason}. "
+    "Refund it only for a customer in good standing; answer approve or deny with the amount."
+)
+
+
+def restore_roles() -> None:
+    """Re-create the roles exactly as migration 0002 does (a transactional test's flush
+    empties every table, the migration's groups included)."""
+    from django.apps import apps
+
+    import_module("runs.migrations.0002_roles").create_roles(apps, None)
+
+
+def user_in(role: str, name: str | None = None) -> User:
+    user = User.objects.create_user(username=name or f"{role}-user", password=PASSWORD)
+    if role:
+        user_set_role(user=user, role=role)
+    return user
+
+
+def rewind(clock: Any, hours: float = 2) -> None:
+    """Put the fake clock in the recent past, so ages on the pages read as real ones."""
+    clock.now = timezone.now() - timedelta(hours=hours)
+
+
+def start(agent_name: str, inputs: dict[str, Any], clock: Any, **kwargs: Any) -> Run:
+    """Start a run on the test's clock (the same clock the worker's writes use)."""
+    return services.run_start(agent=agent_name, inputs=inputs, clock=clock, **kwargs)
+
+
+def reconciliation_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
+    """A refund whose team notification (no read path) crashed after sending: blocked."""
+    run = start("refund", {"invoice_id": "inv_1001"}, execute.clock)
+    crash_at("notify.after_effect")
+    execute(run.run_id, crash_expected=True)
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason) == ("needs_attention", "reconciliation")
+    return Run.objects.get(pk=run.run_id)
+
+
+def stale_run(execute: Callable[..., Any], crash_at: Callable[..., None], monkeypatch: Any) -> Run:
+    """A refund that crashed before its email; then the prompt changed: the model step is stale.
+
+    The changed prompt stays in place (monkeypatch) for the rest of the test.
+    """
+    run = start("refund", {"invoice_id": "inv_1001"}, execute.clock)
+    crash_at("email.before_effect")
+    execute(run.run_id, crash_expected=True)
+    monkeypatch.setattr(examples, "REFUND_PROMPT", CHANGED_PROMPT)
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason, outcome.step_id) == (
+        "needs_attention",
+        "stale",
+        "decide",
+    )
+    return Run.objects.get(pk=run.run_id)
+
+
+def budget_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
+    """A refund with no resume budget whose first execution crashed: stopped at the budget."""
+    run = start("refund", {"invoice_id": "inv_1003"}, execute.clock, max_resumes=0)
+    crash_at("fetch_invoice")
+    execute(run.run_id, crash_expected=True)
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason) == ("needs_attention", "budget")
+    return Run.objects.get(pk=run.run_id)
+
+
+def succeeded_run(execute: Callable[..., Any], invoice: str = "inv_1003") -> Run:
+    run = start("refund", {"invoice_id": invoice}, execute.clock)
+    assert execute(run.run_id).status == "succeeded"
+    return Run.objects.get(pk=run.run_id)
+
+
+def expired_lease_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
+    """A worker died mid-run: still `running`, its lease expired, waiting for the sweep."""
+    run = start("refund", {"invoice_id": "inv_1001"}, execute.clock)
+    crash_at("charge.after_effect")
+    execute(run.run_id, crash_expected=True)
+    return Run.objects.get(pk=run.run_id)
+
+
+def survey_run(execute: Callable[..., Any], records: int) -> Run:
+    run = start("survey", {"records": records}, execute.clock)
+    assert execute(run.run_id).status == "succeeded"
+    return Run.objects.get(pk=run.run_id)
+
+
+@tool(kind="read", name="legacy_lookup")
+def legacy_lookup(key: str) -> dict[str, Any]:
+    """A read whose agent will be deleted."""
+    return {"key": key, "found": True}
+
+
+def agent_gone_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
+    """A run whose agent was registered when it ran, then removed from the code."""
+
+    def body(ctx: Any, inputs: dict[str, Any]) -> Any:
+        first = ctx.call(legacy_lookup, step="lookup", key=inputs["key"])
+        ctx.call(examples.fetch_invoice, step="fetch_invoice", invoice_id="inv_1001")
+        return first
+
+    agent("legacy-agent", tools=[legacy_lookup, examples.fetch_invoice])(body)
+    try:
+        run = start("legacy-agent", {"key": "k1"}, execute.clock)
+        crash_at("fetch_invoice")
+        execute(run.run_id, crash_expected=True)
+    finally:
+        registry.unregister_agent("legacy-agent")
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason) == ("needs_attention", "agent_missing")
+    return Run.objects.get(pk=run.run_id)
+
+
+def html_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
+    """A run whose step id, inputs, results and errors are all markup: it must show as text."""
+    hostile = "<img src=x onerror=alert(1)>"
+
+    failures = [1]
+
+    @tool(kind="read", name="markup_read")
+    def markup_read(note: str) -> dict[str, Any]:
+        if failures[0]:
+            failures[0] -= 1
+            raise ValueError("<b>upstream said no</b>")  # recorded as attempt 1's error
+        return {"html": "<script>alert('result')</script>", "note": note}
+
+    @tool(kind="effect", name="markup_effect")
+    def markup_effect(note: str, *, idempotency_key: str) -> dict[str, Any]:
+        examples.faults.point("notify.after_effect")
+        return {"ok": True}
+
+    def body(ctx: Any, inputs: dict[str, Any]) -> Any:
+        ctx.call(markup_read, step="<b>read</b>", note=inputs["note"])
+        return ctx.call(markup_effect, step=hostile, note="<i>effect</i>")
+
+    agent("markup-agent", tools=[markup_read, markup_effect])(body)  # tests unregister it
+    run = start("markup-agent", {"note": "<em>hello</em>"}, execute.clock)
+    crash_at("notify.after_effect")
+    execute(run.run_id, crash_expected=True)
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.step_id) == ("needs_attention", hostile)
+    return Run.objects.get(pk=run.run_id)
