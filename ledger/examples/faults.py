@@ -3,12 +3,18 @@
 ``RUNLEDGER_KILL_AT=charge.after_effect`` (or a comma-separated list) makes the process SIGKILL
 itself when it reaches that point, the first time in this process; tests in one process can
 instead install a hook with ``set_hook``.
+
+``RUNLEDGER_KILL_SCOPE=group`` kills the whole process group instead (a Celery worker's parent
+and its pool children, as when a machine or container is lost); by default only the process at
+the point dies (as when the OOM killer takes one pool child). ``RUNLEDGER_KILL_MARK=<path>``
+writes the point and the time of death to that file first, so a kill test can measure recovery.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 
 _hooks: dict[str, Callable[[], None]] = {}
@@ -22,7 +28,17 @@ def point(name: str) -> None:
     wanted = os.environ.get("RUNLEDGER_KILL_AT", "")
     if wanted and name in wanted.split(",") and name not in _fired:
         _fired.add(name)
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die(name)
+
+
+def _die(name: str) -> None:
+    mark = os.environ.get("RUNLEDGER_KILL_MARK")
+    if mark:
+        with open(mark, "w") as f:
+            f.write(f"{name} {time.time()!r}\n")
+    if os.environ.get("RUNLEDGER_KILL_SCOPE") == "group":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def set_hook(name: str, hook: Callable[[], None]) -> None:
