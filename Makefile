@@ -22,6 +22,12 @@ test: $(STAMP)
 	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
 
+## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
+## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
+KILLTEST_TRIALS ?= 200
+killtest: $(STAMP)
+	@$(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

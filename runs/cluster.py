@@ -23,6 +23,7 @@ from celery import Task
 from django.conf import settings
 from django.db import connection
 
+from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.celery import app
 
@@ -51,7 +52,7 @@ class Cluster:
         lease_seconds: float = 2.0,
         sweep_seconds: float = 0.5,
         lost_after: float = 10.0,
-        broker_url: str = "filesystem://",
+        broker_url: str = "filesystem://localhost//",
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
@@ -124,8 +125,9 @@ class Cluster:
     def send(self, task: Task, run_id: str, *, queue: str | None = None) -> None:
         """Enqueue ``task(run_id)`` on this cluster's broker (not the caller's own)."""
         if self._connection is None:
+            transport = FILESYSTEM_TRANSPORT if self.transport_options else None
             self._connection = app.connection_for_write(
-                self.broker_url, transport_options=self.transport_options
+                self.broker_url, transport=transport, transport_options=self.transport_options
             )
         options: dict[str, Any] = {"connection": self._connection, "queue": queue or self.queue}
         task.apply_async((run_id,), **options)

@@ -182,20 +182,15 @@ def plan(trials: int, seed: int) -> list[Trial]:
 
 
 def batches(trials: list[Trial], size: int) -> Iterable[list[Trial]]:
-    """Groups run at once; at most one refund-denied per group (its notice names no run)."""
-    pending = list(trials)
-    while pending:
-        group: list[Trial] = []
-        for trial in list(pending):
-            if len(group) == size:
-                break
-            if trial.scenario.name == "refund-denied" and any(
-                t.scenario.name == "refund-denied" for t in group
-            ):
-                continue
-            group.append(trial)
-            pending.remove(trial)
-        yield group
+    """Groups run at once, each with at most one refund-denied (its notice names no run)."""
+    denied = [t for t in trials if t.scenario.name == "refund-denied"]
+    others = [t for t in trials if t.scenario.name != "refund-denied"]
+    while denied or others:
+        group = [denied.pop(0)] if denied else []
+        take = size - len(group)
+        group += others[:take]
+        del others[:take]
+        yield sorted(group, key=lambda t: t.index)
 
 
 # --- normalising run-dependent values ------------------------------------------------------

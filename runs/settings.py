@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -138,11 +139,13 @@ RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
 # executor). Measured here: when a whole worker (parent and children) is SIGKILLed, both the
 # filesystem and the SQLAlchemy transports lose the message it held, because "unacked" lives
 # only in the worker's memory. So recovery comes from the sweep; the broker only makes it faster.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # The no-server default: messages are files under RUNLEDGER_VAR_DIR/broker, shared by every
-    # process on this machine that uses the same directory. Still a real worker process.
+    # process on this machine that uses the same directory. Still a real worker process. The
+    # transport is kombu's, fixed to publish each message whole (see runs/brokers.py).
+    CELERY_BROKER_TRANSPORT = FILESYSTEM_TRANSPORT
     CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_options(
         VAR_DIR / "broker",
         polling_interval=float(os.environ.get("RUNLEDGER_BROKER_POLL_SECONDS", "0.2")),

@@ -36,7 +36,13 @@ def _execute(task: Task, run_id: str, why: str) -> str | None:
     # Crash point for the kill test: the run's outcome is committed, the task not acknowledged.
     faults.point("task.after_execute")
     if outcome is None:
-        log.info("%s of run %s: not claimable (was %s); nothing to do", why, run_id, status)
+        log.info(
+            "%s of run %s: nothing recorded by this worker (the run was %s: finished, leased by "
+            "another worker, or this worker lost its lease)",
+            why,
+            run_id,
+            status,
+        )
         return None
     log.info("%s of run %s: %s %s", why, run_id, outcome.status, outcome.reason)
     return outcome.status

@@ -101,6 +101,6 @@ def test_a_task_for_a_finished_run_logs_and_does_nothing(caplog) -> None:
     before = Run.objects.values().get(pk=run.run_id)
     with caplog.at_level(logging.INFO, logger="runs"):
         assert tasks.resume_run.apply(args=(run.run_id,)).get() is None
-    assert "not claimable (was succeeded)" in caplog.text
+    assert "nothing recorded by this worker (the run was succeeded" in caplog.text
     assert Run.objects.values().get(pk=run.run_id) == before
     assert ProviderCharge.objects.count() == 1

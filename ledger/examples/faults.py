@@ -7,7 +7,9 @@ instead install a hook with ``set_hook``.
 ``RUNLEDGER_KILL_SCOPE=group`` kills the whole process group instead (a Celery worker's parent
 and its pool children, as when a machine or container is lost); by default only the process at
 the point dies (as when the OOM killer takes one pool child). ``RUNLEDGER_KILL_MARK=<path>``
-writes the point and the time of death to that file first, so a kill test can measure recovery.
+writes the point and the time of death to that file first, so a kill test can measure recovery,
+and makes the point fire once per mark file: a pool child that replaces a killed one (and gets
+the same task again) does not die at the same point again.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ def point(name: str) -> None:
 def _die(name: str) -> None:
     mark = os.environ.get("RUNLEDGER_KILL_MARK")
     if mark:
-        with open(mark, "w") as f:
-            f.write(f"{name} {time.time()!r}\n")
+        try:
+            fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # another process already died here
+        os.write(fd, f"{name} {time.time()!r}\n".encode())
+        os.close(fd)
     if os.environ.get("RUNLEDGER_KILL_SCOPE") == "group":
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
