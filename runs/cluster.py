@@ -56,6 +56,7 @@ class Cluster:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
+        self.lease_seconds = lease_seconds
         root.mkdir(parents=True, exist_ok=True)
         self.broker_url = broker_url
         self.transport_options: dict[str, object] = {}
@@ -125,7 +126,9 @@ class Cluster:
     def send(self, task: Task, run_id: str, *, queue: str | None = None) -> None:
         """Enqueue ``task(run_id)`` on this cluster's broker (not the caller's own)."""
         if self._connection is None:
-            transport = FILESYSTEM_TRANSPORT if self.transport_options else None
+            # Name the transport: this process's own settings may select another one.
+            scheme = self.broker_url.split("://", 1)[0]
+            transport = FILESYSTEM_TRANSPORT if scheme == "filesystem" else scheme
             self._connection = app.connection_for_write(
                 self.broker_url, transport=transport, transport_options=self.transport_options
             )

@@ -36,7 +36,7 @@ from runs.cluster import Cluster
 from runs.tasks import start_run
 
 DONE = ("succeeded", "failed", "cancelled", "needs_attention")
-TRIAL_TIMEOUT = 40.0
+TRIAL_TIMEOUT = 40.0  # plus the lease: a kill is recovered within one lease and one sweep
 
 
 @dataclass(frozen=True)
@@ -306,7 +306,7 @@ def run_batch(
     for trial in group:
         _launch(cluster, trial, root)
     pending = list(group)
-    deadline = time.monotonic() + TRIAL_TIMEOUT
+    deadline = time.monotonic() + TRIAL_TIMEOUT + cluster.lease_seconds
     while pending and time.monotonic() < deadline:
         statuses = dict(
             Run.objects.filter(pk__in=[t.run_id for t in pending]).values_list("run_id", "status")
@@ -335,7 +335,7 @@ def _judge(trial: Trial, notes: list[str], cluster: Cluster) -> None:
         trial.kinds.add("mismatch")
         return
     if run.status not in DONE:
-        trial.problems.append(f"the run did not recover within {TRIAL_TIMEOUT:.0f}s: {run.status}")
+        trial.problems.append(f"the run did not recover in time: it is {run.status}")
         trial.kinds.add("mismatch")
     elif not trial.done_at_kill:
         trial.recovery = (run.status_changed_at.timestamp()) - trial.killed_at
@@ -402,6 +402,8 @@ def run(
     root: Path,
     parallel: int = 4,
     only: int | None = None,
+    lease_seconds: float = 2.0,
+    sweep_seconds: float = 0.5,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run the kill test against the database this process is connected to."""
@@ -412,7 +414,7 @@ def run(
     for scenario in SCENARIOS:
         _baselines[scenario.name] = baseline(scenario)
     durations = {name: b.duration for name, b in _baselines.items()}
-    with Cluster(root, lease_seconds=2.0, sweep_seconds=0.5) as cluster:
+    with Cluster(root, lease_seconds=lease_seconds, sweep_seconds=sweep_seconds) as cluster:
         cluster.beat("beat")
         cluster.worker("recovery", concurrency=2)
         for number, group in enumerate(batches(chosen, parallel)):

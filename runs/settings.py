@@ -136,9 +136,10 @@ RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
 # The ledger, not the broker, is what makes runs durable. A broker only carries "run X should
 # make progress" hints; every hint is safe to lose (the lease sweep below re-queues a run whose
 # worker died or whose message vanished) and safe to deliver twice (the run's lease admits one
-# executor). Measured here: when a whole worker (parent and children) is SIGKILLed, both the
-# filesystem and the SQLAlchemy transports lose the message it held, because "unacked" lives
-# only in the worker's memory. So recovery comes from the sweep; the broker only makes it faster.
+# executor). When a whole worker (parent and children) is SIGKILLed, the filesystem and the
+# SQLAlchemy transports lose the message it held ("unacked" lives only in the worker's memory),
+# and Redis gives it back only after visibility_timeout. So recovery comes from the sweep (the
+# kill test relies on nothing else); the broker only makes it faster.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):

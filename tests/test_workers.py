@@ -130,6 +130,19 @@ def test_duplicate_resume_tasks_across_workers_execute_each_run_once(cluster, tm
         assert refused == copies[run.run_id] - 1, (seed, copies)
 
 
+def test_a_run_longer_than_its_lease_keeps_it_by_heartbeat(cluster, tmp_path) -> None:
+    cluster.worker("w1")
+    cluster.worker("w2")
+    cluster.beat()
+    run = probe_run(tmp_path, hold=5.0)  # 2.5 leases long, with the sweep every half second
+    cluster.send(start_run, run.run_id)
+    assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("w1")
+    run.refresh_from_db()
+    assert (run.status, run.executions, run.resume_count) == ("succeeded", 1, 0)
+    [(pid, _, exited)] = probe_agents.executions(tmp_path / "probe.log")[run.run_id]
+    assert pid == run.result["hold_pid"] and exited is not None
+
+
 def freeze_in_hold(cluster: Cluster, tmp_path: Path) -> tuple[Run, Any, int]:
     """Start a probe run on worker A and SIGSTOP A (parent and child) inside the held step."""
     victim = cluster.worker("a")

@@ -30,6 +30,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="replay the plan of an earlier run")
         parser.add_argument("--only", type=int, help="run just this trial of the plan")
         parser.add_argument("--parallel", type=int, default=4, help="victim workers at once")
+        parser.add_argument(
+            "--lease-seconds", type=float, default=2.0, help="the workers' lease (short: fast)"
+        )
+        parser.add_argument("--sweep-seconds", type=float, default=0.5, help="beat's interval")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if connection.vendor != "postgresql":
@@ -40,7 +44,10 @@ class Command(BaseCommand):
         seed = options["seed"]
         if seed is None:
             seed = random.SystemRandom().randrange(1_000_000)
-        self.stdout.write(f"killtest: seed={seed} trials={options['trials']}")
+        self.stdout.write(
+            f"killtest: seed={seed} trials={options['trials']} lease={options['lease_seconds']}s "
+            f"sweep={options['sweep_seconds']}s"
+        )
         old_name = connection.settings_dict["NAME"]
         connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{old_name}_killtest"
         connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
@@ -52,6 +59,8 @@ class Command(BaseCommand):
                     root=Path(tmp),
                     parallel=options["parallel"],
                     only=options["only"],
+                    lease_seconds=options["lease_seconds"],
+                    sweep_seconds=options["sweep_seconds"],
                     progress=self.stderr.write,
                 )
         finally:
