@@ -68,13 +68,25 @@ SCENARIOS = (
         "refund-denied",
         "refund",
         {"invoice_id": "inv_1002"},
-        ("fetch_invoice", "decide", "notify.before_effect", "notify.after_effect"),
+        (
+            "fetch_invoice",
+            "decide",
+            "notify.before_effect",
+            "notify.after_effect",
+            "task.after_execute",
+        ),
     ),
     Scenario(
         "survey",
         "survey",
         {"records": 40},
-        ("lookup_record", "summarize", "email.before_effect", "email.after_effect"),
+        (
+            "lookup_record",
+            "summarize",
+            "email.before_effect",
+            "email.after_effect",
+            "task.after_execute",
+        ),
     ),
 )
 MODES = ("child", "group")  # how a crash point kills: the pool child alone, or the whole worker
@@ -97,7 +109,9 @@ class Trial:
     scenario: Scenario
     mode: str  # child | group | external
     point: str  # a crash point, or "random" for an external kill
-    delay: float = 0.0  # external kills: seconds after the run is first seen running
+    # External kills: when, as a fraction of 1.5 times the uninterrupted run's duration, after
+    # the run is first seen running (so most land inside the run, some just after it).
+    delay: float = 0.0
     run_id: str = ""
     proc: subprocess.Popen[bytes] | None = None
     mark: Path | None = None
@@ -112,7 +126,7 @@ class Trial:
     def describe(self) -> str:
         return (
             f"trial {self.index} seed={self.seed} scenario={self.scenario.name} mode={self.mode} "
-            f"point={self.point} delay={self.delay:.3f}s run={self.run_id}"
+            f"point={self.point} delay={self.delay:.3f} run={self.run_id}"
         )
 
 
