@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -118,15 +119,22 @@ def test_duplicate_resume_tasks_across_workers_execute_each_run_once(cluster, tm
         cluster.send(resume_run, run_id)
     assert wait_for(lambda: all(finished(r.run_id) for r in runs), timeout=40), f"seed={seed}"
 
+    def logs() -> str:
+        return "".join(cluster.log(w, tail=100_000) for w in ("w1", "w2", "w3"))
+
+    # Copies still queued when the runs finished are consumed (and do nothing) afterwards.
+    def consumed() -> int:
+        return len(re.findall(r"Task runledger\.resume_run\[\S+\] succeeded", logs()))
+
+    assert wait_for(lambda: consumed() == len(sends), timeout=30), (seed, consumed(), len(sends))
     executions = probe_agents.executions(tmp_path / "probe.log")
-    logs = "".join(cluster.log(w, tail=100_000) for w in ("w1", "w2", "w3"))
     for run in runs:
         run.refresh_from_db()
         assert (run.status, run.executions, run.resume_count) == ("succeeded", 1, 0), seed
         assert len(executions[run.run_id]) == 1, (seed, executions[run.run_id])
         assert OutboxMessage.objects.filter(message_id__startswith=run.run_id).count() == 1
         # Every other copy found the lease held, or the run finished, and did nothing.
-        refused = logs.count(f"resume of run {run.run_id}: nothing recorded by this worker")
+        refused = logs().count(f"resume of run {run.run_id}: nothing recorded by this worker")
         assert refused == copies[run.run_id] - 1, (seed, copies)
 
 
