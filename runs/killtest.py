@@ -314,8 +314,9 @@ def _killed(trial: Trial, at: float) -> None:
 
 
 def run_batch(
-    cluster: Cluster, group: list[Trial], durations: dict[str, float], root: Path
+    cluster: Cluster, group: list[Trial], baselines: dict[str, Baseline], root: Path
 ) -> None:
+    durations = {name: b.duration for name, b in baselines.items()}
     first_note = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     for trial in group:
         _launch(cluster, trial, root)
@@ -333,16 +334,13 @@ def run_batch(
             trial.proc.wait()
     notes = list(Notification.objects.filter(pk__gt=first_note).values_list("text", flat=True))
     for trial in group:
-        _judge(trial, notes, cluster)
+        _judge(trial, baselines[trial.scenario.name], notes, cluster)
 
 
 # --- judging a trial -----------------------------------------------------------------------
 
-_baselines: dict[str, Baseline] = {}
 
-
-def _judge(trial: Trial, notes: list[str], cluster: Cluster) -> None:
-    base = _baselines[trial.scenario.name]
+def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> None:
     run = Run.objects.get(pk=trial.run_id)
     if trial.killed_at is None:
         trial.problems.append(f"the worker was never killed (run is {run.status})")
@@ -425,14 +423,12 @@ def run(
     chosen = plan(max(trials, (only or 0) + 1), seed)
     if only is not None:
         chosen = [chosen[only]]
-    for scenario in SCENARIOS:
-        _baselines[scenario.name] = baseline(scenario)
-    durations = {name: b.duration for name, b in _baselines.items()}
+    baselines = {scenario.name: baseline(scenario) for scenario in SCENARIOS}
     with Cluster(root, lease_seconds=lease_seconds, sweep_seconds=sweep_seconds) as cluster:
         cluster.beat("beat")
         cluster.worker("recovery", concurrency=2)
         for number, group in enumerate(batches(chosen, parallel)):
-            run_batch(cluster, group, durations, root)
+            run_batch(cluster, group, baselines, root)
             if progress is not None:
                 failed = sum(1 for t in group if t.problems)
                 progress(f"killtest: batch {number + 1}: {len(group)} trials, {failed} failed")
