@@ -33,6 +33,12 @@ bench: $(STAMP) $(PEERS)
 	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py bench_engine && $(PEERS) tests/bench/peers.py "$$DATABASE_URL" 2>/dev/null | grep -E "^peer"'
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine
 
+## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
+## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
+KILLTEST_TRIALS ?= 200
+killtest: $(STAMP)
+	@$(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -418,6 +418,98 @@ def _continue(
     )
 
 
+# --- recovery: the lease sweep ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A running run whose worker stopped renewing its lease, as the sweep saw it."""
+
+    run_id: str
+    token: str | None
+    owner: str
+    expires_at: datetime | None
+
+
+def runs_with_expired_leases(
+    *, clock: Clock = timezone.now, limit: int = 100
+) -> list[ExpiredLease]:
+    """Running runs whose lease ran out: the worker died, froze, or lost its machine."""
+    rows = (
+        Run.objects.filter(status=RunStatus.RUNNING)
+        .filter(Q(lease_expires_at__lt=clock()) | Q(lease_token__isnull=True))
+        .order_by("lease_expires_at")
+        .values_list("run_id", "lease_token", "lease_owner", "lease_expires_at")[:limit]
+    )
+    return [ExpiredLease(*row) for row in rows]
+
+
+def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> bool:
+    """Put a run whose lease expired back in the queue; True for the one caller that did.
+
+    A compare-and-set on the token the sweep saw: if the worker renewed in the meantime, another
+    worker claimed the run, or another sweeper re-queued it first, nothing changes. Clearing the
+    token fences the old worker for good: if it wakes up, every write it tries is refused.
+    """
+    now = clock()
+    runs = Run.objects.filter(pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token)
+    if lease.token is not None:
+        runs = runs.filter(lease_expires_at__lt=now)
+    updated = runs.update(
+        status=RunStatus.QUEUED,
+        lease_token=None,
+        lease_owner="",
+        lease_expires_at=None,
+        detail=f"worker {lease.owner or '?'} stopped renewing its lease; re-queued by the sweep",
+        updated_at=now,
+        status_changed_at=now,
+        version=F("version") + 1,
+    )
+    if updated == 1:
+        log.warning("run %s: lease of %s expired; re-queued", lease.run_id, lease.owner or "?")
+    return updated == 1
+
+
+def runs_lost_in_queue(
+    *, older_than: float, clock: Clock = timezone.now, limit: int = 100
+) -> list[tuple[str, datetime]]:
+    """Queued runs untouched for ``older_than`` seconds: their message was lost on the way."""
+    cutoff = clock() - timedelta(seconds=older_than)
+    rows = (
+        Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=cutoff)
+        .order_by("updated_at")
+        .values_list("run_id", "updated_at")[:limit]
+    )
+    return list(rows)
+
+
+def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.now) -> bool:
+    """Claim the right to enqueue a lost run once more (compare-and-set on updated_at)."""
+    now = clock()
+    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at).update(
+        updated_at=now
+    )
+    if updated == 1:
+        log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
+    return updated == 1
+
+
+def runs_sweep(
+    *, lost_after: float | None = None, clock: Clock = timezone.now, limit: int = 100
+) -> list[str]:
+    """One pass of the sweep; returns the runs that this caller must enqueue for a worker.
+
+    Two sweepers at once each get a disjoint list: every re-queue is a compare-and-set.
+    """
+    wait = settings.RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS if lost_after is None else lost_after
+    expired = runs_with_expired_leases(clock=clock, limit=limit)
+    ids = [lease.run_id for lease in expired if run_requeue_expired(lease=lease, clock=clock)]
+    for run_id, seen_at in runs_lost_in_queue(older_than=wait, clock=clock, limit=limit):
+        if run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
+            ids.append(run_id)
+    return ids
+
+
 # --- operator actions on whole runs ---------------------------------------------------------
 
 

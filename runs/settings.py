@@ -12,6 +12,9 @@ from pathlib import Path
 
 import dj_database_url
 
+from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
+from runs.brokers import filesystem_options
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RUNLEDGER_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -150,14 +153,67 @@ RUNLEDGER_STEPS_PER_PAGE = int(os.environ.get("RUNLEDGER_STEPS_PER_PAGE", "100")
 RUNLEDGER_PREVIEW_SECONDS = float(os.environ.get("RUNLEDGER_PREVIEW_SECONDS", "5"))
 
 # --- Celery (see runs/celery.py) ---------------------------------------------------------
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+# The ledger, not the broker, is what makes runs durable. A broker only carries "run X should
+# make progress" hints; every hint is safe to lose (the lease sweep below re-queues a run whose
+# worker died or whose message vanished) and safe to deliver twice (the run's lease admits one
+# executor). When a whole worker (parent and children) is SIGKILLed, the filesystem and the
+# SQLAlchemy transports lose the message it held ("unacked" lives only in the worker's memory),
+# and Redis gives it back only after visibility_timeout. So recovery comes from the sweep (the
+# kill test relies on nothing else); the broker only makes it faster.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = VAR_DIR / "broker"
+    # The no-server default: messages are files under RUNLEDGER_VAR_DIR/broker, shared by every
+    # process on this machine that uses the same directory. Still a real worker process. The
+    # transport is kombu's, fixed to publish each message whole (see runs/brokers.py).
+    CELERY_BROKER_TRANSPORT = FILESYSTEM_TRANSPORT
+    CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_options(
+        VAR_DIR / "broker",
+        polling_interval=float(os.environ.get("RUNLEDGER_BROKER_POLL_SECONDS", "0.2")),
+    )
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "out"),
-        "data_folder_out": str(_broker_dir / "out"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
+        # Redis re-delivers an unacknowledged message after visibility_timeout, and a message
+        # with an ETA or countdown is "unacknowledged" from the moment it is fetched: a timeout
+        # shorter than a countdown re-delivers it over and over. runledger sends no countdowns
+        # or ETAs, and the sweep recovers lost work within seconds, so a long timeout (1 h)
+        # costs nothing and keeps a long-running agent's message from being handed to a second
+        # worker mid-run (which the lease would refuse, but why wake it).
+        "visibility_timeout": int(os.environ.get("RUNLEDGER_BROKER_VISIBILITY_TIMEOUT", "3600")),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# One named queue, so that a shared broker can carry other projects' queues beside ours.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("RUNLEDGER_QUEUE", "runledger")
+# Acknowledge a task after it returns, not when it is fetched: a worker that dies mid-task
+# leaves the message to be re-delivered (where the transport can) instead of silently consumed.
+CELERY_TASK_ACKS_LATE = True
+# When a pool child is killed (OOM, SIGKILL), put its message back rather than ack it as failed.
+# The re-delivered task finds the dead child's lease still live and does nothing; the sweep
+# re-queues the run when that lease expires. A run is never executed twice at once either way.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A task that raised is acknowledged: retrying is the ledger's job (resume), not the broker's.
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+# Agent runs are long and uneven: a worker reserves one message per pool process, no more, so a
+# worker that dies takes no extra prefetched messages down with it, and a free worker is not
+# starved while a busy one sits on a backlog.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The dashboard reads state from the ledger, never from Celery results: store none.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# Celery beat runs the lease sweep (runs.tasks.sweep) every RUNLEDGER_SWEEP_SECONDS.
+RUNLEDGER_SWEEP_SECONDS = float(os.environ.get("RUNLEDGER_SWEEP_SECONDS", "10"))
+# A queued run with no worker after this long has lost its message: the sweep enqueues it again.
+RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS = float(
+    os.environ.get("RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS", "300")
+)
+CELERY_BEAT_SCHEDULE = {
+    "runledger-sweep": {
+        "task": "runledger.sweep",
+        "schedule": RUNLEDGER_SWEEP_SECONDS,
+        # A sweep nobody picked up in time is replaced by the next one; do not pile them up.
+        "options": {"expires": max(RUNLEDGER_SWEEP_SECONDS * 2, 1.0)},
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -75,6 +75,7 @@ def notify_team(channel: str, text: str, *, idempotency_key: str) -> dict[str, A
 
 @llm.script("refund-decision")
 def _decide(prompt: str, system: str) -> dict[str, Any]:
+    faults.point("decide")  # inside a model step
     cents = int(prompt.split(": ", 1)[1].split(" cents")[0])
     verdict = "approve" if cents <= AUTO_APPROVE_LIMIT_CENTS else "deny"
     return {"text": f"{verdict} {cents}", "decision": verdict, "amount_cents": cents}
@@ -143,6 +144,7 @@ def lookup_record(index: int, delay_ms: int = 0) -> dict[str, Any]:
 
 @llm.script("summarize")
 def _summarize(prompt: str, system: str) -> dict[str, Any]:
+    faults.point("summarize")  # inside a model step
     return {"text": f"summary of {len(prompt)} chars", "length": len(prompt)}
 
 

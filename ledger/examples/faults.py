@@ -4,6 +4,13 @@
 itself when it reaches that point, the first time in this process; ``charge.after_effect@2``
 the second time (fan-out siblings reach the same point). Tests in one process can instead
 install a hook with ``set_hook``.
+
+``RUNLEDGER_KILL_SCOPE=group`` kills the whole process group instead (a Celery worker's parent
+and its pool children, as when a machine or container is lost); by default only the process at
+the point dies (as when the OOM killer takes one pool child). ``RUNLEDGER_KILL_MARK=<path>``
+writes the point and the time of death to that file first, so a kill test can measure recovery,
+and makes the point fire once per mark file: a pool child that replaces a killed one (and gets
+the same task again) does not die at the same point again.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -34,7 +42,21 @@ def point(name: str) -> None:
         target, _, nth = spec.partition("@")
         if target == name and times == int(nth or 1) and spec not in _fired:
             _fired.add(spec)
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die(name)
+
+
+def _die(name: str) -> None:
+    mark = os.environ.get("RUNLEDGER_KILL_MARK")
+    if mark:
+        try:
+            fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # another process already died here
+        os.write(fd, f"{name} {time.time()!r}\n".encode())
+        os.close(fd)
+    if os.environ.get("RUNLEDGER_KILL_SCOPE") == "group":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def set_hook(name: str, hook: Callable[[], None]) -> None:

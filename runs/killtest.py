@@ -1,0 +1,435 @@
+"""The kill test: SIGKILL real Celery workers mid-run, recover, and check the seed's two facts.
+
+For every trial a fresh victim worker (its own process group, its own queue) starts a run of an
+example agent and is killed — at a named crash point (the pool child alone, or the whole worker
+with its parent), or from outside with ``os.killpg`` at a random moment. A separate recovery
+worker and Celery beat stay up: the beat's sweep finds the dead worker's expired lease and
+re-queues the run, and the recovery worker resumes it from the ledger. Then both assertions:
+
+* the final result equals the uninterrupted run's (after replacing run-id-derived values: the
+  run id, the provider's charge id for this run's key, the recorded clock readings), and no step
+  that had succeeded at the moment of the kill changed afterwards;
+* each effect happened exactly once in the simulators' tables (ProviderCharge, OutboxMessage,
+  Notification) — except where the effect has no read path and the crash left it ambiguous:
+  then the run must stop as needs_attention/reconciliation and the effect must not repeat.
+
+Every trial's kill point and kill moment come from ``random.Random(f"{seed}:{index}")``, printed
+with each failure, so ``manage.py killtest --seed S --only I`` replays the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger import registry, services
+from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
+from ledger.models import Run, Step
+from runs.cluster import Cluster
+from runs.tasks import start_run
+
+DONE = ("succeeded", "failed", "cancelled", "needs_attention")
+TRIAL_TIMEOUT = 40.0  # plus the lease: a kill is recovered within one lease and one sweep
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    agent: str
+    inputs: dict[str, Any]
+    points: tuple[str, ...]  # the crash points this run passes, in order
+
+
+SCENARIOS = (
+    Scenario(
+        "refund-approved",
+        "refund",
+        {"invoice_id": "inv_1001"},
+        (
+            "fetch_invoice",
+            "decide",
+            "charge.before_effect",
+            "charge.after_effect",
+            "email.before_effect",
+            "email.after_effect",
+            "notify.before_effect",
+            "notify.after_effect",
+            "task.after_execute",
+        ),
+    ),
+    Scenario(
+        "refund-denied",
+        "refund",
+        {"invoice_id": "inv_1002"},
+        (
+            "fetch_invoice",
+            "decide",
+            "notify.before_effect",
+            "notify.after_effect",
+            "task.after_execute",
+        ),
+    ),
+    Scenario(
+        "survey",
+        "survey",
+        {"records": 40},
+        (
+            "lookup_record",
+            "summarize",
+            "email.before_effect",
+            "email.after_effect",
+            "task.after_execute",
+        ),
+    ),
+)
+MODES = ("child", "group")  # how a crash point kills: the pool child alone, or the whole worker
+
+
+@dataclass
+class Baseline:
+    run_id: str
+    result: Any
+    duration: float
+    charges: int
+    emails: int
+    notifications: list[str]  # normalized texts
+
+
+@dataclass
+class Trial:
+    index: int
+    seed: str
+    scenario: Scenario
+    mode: str  # child | group | external
+    point: str  # a crash point, or "random" for an external kill
+    # External kills: when, as a fraction of 1.5 times the uninterrupted run's duration, after
+    # the run is first seen running (so most land inside the run, some just after it).
+    delay: float = 0.0
+    run_id: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    mark: Path | None = None
+    running_at: float | None = None
+    killed_at: float | None = None
+    done_at_kill: bool = False
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    recovery: float | None = None
+    problems: list[str] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)  # mismatch | duplicate | lost | blocked
+
+    def describe(self) -> str:
+        return (
+            f"trial {self.index} seed={self.seed} scenario={self.scenario.name} mode={self.mode} "
+            f"point={self.point} delay={self.delay:.3f} run={self.run_id}"
+        )
+
+
+@dataclass
+class Report:
+    trials: list[Trial]
+    seed: int
+    elapsed: float
+
+    def count(self, kind: str) -> int:
+        return sum(1 for t in self.trials if kind in t.kinds)
+
+    @property
+    def kills(self) -> int:
+        return sum(1 for t in self.trials if t.killed_at is not None)
+
+    @property
+    def failures(self) -> list[Trial]:
+        return [t for t in self.trials if t.problems]
+
+    @property
+    def recoveries(self) -> list[float]:
+        return [t.recovery for t in self.trials if t.recovery is not None]
+
+    def recovery_line(self) -> str:
+        times = sorted(self.recoveries)
+        if not times:
+            return "killtest: recovery: no interrupted runs"
+        return (
+            f"killtest: recovery from kill to resumed completion over {len(times)} interrupted "
+            f"runs: median {statistics.median(times):.2f}s, "
+            f"p90 {times[int(0.9 * (len(times) - 1))]:.2f}s, max {times[-1]:.2f}s"
+        )
+
+    def summary_line(self) -> str:
+        return (
+            f"killtest: trials={len(self.trials)} kills={self.kills} "
+            f"result_mismatches={self.count('mismatch')} "
+            f"duplicated_effects={self.count('duplicate')} lost_effects={self.count('lost')} "
+            f"blocked_for_settlement={self.count('blocked')}"
+        )
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+def plan(trials: int, seed: int) -> list[Trial]:
+    """Every crash point of every scenario first (alternating how it kills), then random picks.
+
+    One trial in three after those is an external kill at a random moment inside the run.
+    """
+    fixed = [(s, p) for s in SCENARIOS for p in s.points]
+    out: list[Trial] = []
+    for index in range(trials):
+        rng = random.Random(f"{seed}:{index}")
+        trial_seed = f"{seed}:{index}"
+        if index < len(fixed):
+            scenario, point = fixed[index]
+            mode = MODES[index % 2]
+        elif (index - len(fixed)) % 3 == 0:
+            scenario, point, mode = rng.choice(SCENARIOS), "random", "external"
+        else:
+            scenario = rng.choice(SCENARIOS)
+            point, mode = rng.choice(scenario.points), rng.choice(MODES)
+        out.append(Trial(index, trial_seed, scenario, mode, point, delay=rng.random()))
+    return out
+
+
+def batches(trials: list[Trial], size: int) -> Iterable[list[Trial]]:
+    """Groups run at once, each with at most one refund-denied (its notice names no run)."""
+    denied = [t for t in trials if t.scenario.name == "refund-denied"]
+    others = [t for t in trials if t.scenario.name != "refund-denied"]
+    while denied or others:
+        group = [denied.pop(0)] if denied else []
+        take = size - len(group)
+        group += others[:take]
+        del others[:take]
+        yield sorted(group, key=lambda t: t.index)
+
+
+# --- normalising run-dependent values ------------------------------------------------------
+
+
+def _tokens(run_id: str) -> dict[str, str]:
+    """Literal values that differ between two identical runs, and what they stand for."""
+    tokens = {run_id: "<run>"}
+    for key, charge_id in ProviderCharge.objects.filter(
+        idempotency_key__startswith=f"{run_id}:"
+    ).values_list("idempotency_key", "charge_id"):
+        tokens[charge_id] = f"<charge {key.removeprefix(run_id)}>"
+    for step_id, value in Step.objects.filter(run_id=run_id, kind="clock").values_list(
+        "step_id", "result"
+    ):
+        if isinstance(value, str):
+            tokens[value] = f"<clock {step_id}>"
+    return tokens
+
+
+def _normalize(value: Any, tokens: dict[str, str]) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    for literal in sorted(tokens, key=len, reverse=True):
+        text = text.replace(literal, tokens[literal])
+    return text
+
+
+def _effects(run_id: str, notes: list[str], baseline_notes: list[str]) -> tuple[int, int, int]:
+    tokens = _tokens(run_id)
+    charges = ProviderCharge.objects.filter(idempotency_key__startswith=f"{run_id}:").count()
+    emails = OutboxMessage.objects.filter(message_id__startswith=f"{run_id}:").count()
+    mine = [n for n in notes if _normalize(n, tokens) in baseline_notes]
+    return charges, emails, len(mine)
+
+
+def baseline(scenario: Scenario) -> Baseline:
+    """The uninterrupted run, executed in this process."""
+    before = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    run = services.run_start(agent=scenario.agent, inputs=scenario.inputs)
+    started = time.monotonic()
+    outcome = services.run_execute(run_id=run.run_id, worker="killtest-baseline")
+    duration = time.monotonic() - started
+    if outcome is None or outcome.status != "succeeded":
+        raise RuntimeError(f"the uninterrupted {scenario.name} run did not succeed: {outcome}")
+    tokens = _tokens(run.run_id)
+    notes = Notification.objects.filter(pk__gt=before).values_list("text", flat=True)
+    return Baseline(
+        run_id=run.run_id,
+        result=_normalize(outcome.result, tokens),
+        duration=duration,
+        charges=ProviderCharge.objects.filter(idempotency_key__startswith=f"{run.run_id}:").count(),
+        emails=OutboxMessage.objects.filter(message_id__startswith=f"{run.run_id}:").count(),
+        notifications=[_normalize(n, tokens) for n in notes],
+    )
+
+
+# --- running a batch -----------------------------------------------------------------------
+
+
+def _snapshot(run_id: str) -> dict[str, Any]:
+    rows = Step.objects.filter(run_id=run_id, status="succeeded").values_list("step_id", "result")
+    return {step_id: result for step_id, result in rows}
+
+
+def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
+    run = services.run_start(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
+    trial.run_id = run.run_id
+    queue = f"killtest-victim-{trial.index}"
+    env = {}
+    if trial.mode != "external":
+        trial.mark = root / f"killed-{trial.index}"
+        env = {
+            "RUNLEDGER_KILL_AT": trial.point,
+            "RUNLEDGER_KILL_SCOPE": "group" if trial.mode == "group" else "process",
+            "RUNLEDGER_KILL_MARK": str(trial.mark),
+        }
+    trial.proc = cluster.worker(f"victim-{trial.index}", queues=queue, env=env)
+    cluster.send(start_run, run.run_id, queue=queue)
+
+
+def _observe(trial: Trial, status: str, durations: dict[str, float]) -> bool:
+    """Advance one trial by one poll; True when it is over (killed, and the run has stopped)."""
+    now = time.time()
+    if trial.killed_at is None:
+        if trial.mode == "external":
+            if trial.running_at is None and status != "queued":
+                trial.running_at = now
+            window = durations[trial.scenario.name] * 1.5
+            if trial.running_at is not None and now >= trial.running_at + trial.delay * window:
+                assert trial.proc is not None
+                Cluster.kill(trial.proc)
+                trial.proc.wait()
+                _killed(trial, now)
+        elif trial.mark is not None and trial.mark.exists():
+            text = trial.mark.read_text().split()
+            if len(text) == 2:
+                _killed(trial, float(text[1]))
+        return False
+    return status in DONE
+
+
+def _killed(trial: Trial, at: float) -> None:
+    trial.killed_at = at
+    trial.snapshot = _snapshot(trial.run_id)
+    status = Run.objects.filter(pk=trial.run_id).values_list("status", flat=True).first()
+    trial.done_at_kill = status in DONE
+
+
+def run_batch(
+    cluster: Cluster, group: list[Trial], baselines: dict[str, Baseline], root: Path
+) -> None:
+    durations = {name: b.duration for name, b in baselines.items()}
+    first_note = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    for trial in group:
+        _launch(cluster, trial, root)
+    pending = list(group)
+    deadline = time.monotonic() + TRIAL_TIMEOUT + cluster.lease_seconds
+    while pending and time.monotonic() < deadline:
+        statuses = dict(
+            Run.objects.filter(pk__in=[t.run_id for t in pending]).values_list("run_id", "status")
+        )
+        pending = [t for t in pending if not _observe(t, statuses[t.run_id], durations)]
+        time.sleep(0.002)
+    for trial in group:
+        if trial.proc is not None:
+            Cluster.kill(trial.proc)
+            trial.proc.wait()
+    notes = list(Notification.objects.filter(pk__gt=first_note).values_list("text", flat=True))
+    for trial in group:
+        _judge(trial, baselines[trial.scenario.name], notes, cluster)
+
+
+# --- judging a trial -----------------------------------------------------------------------
+
+
+def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> None:
+    run = Run.objects.get(pk=trial.run_id)
+    if trial.killed_at is None:
+        trial.problems.append(f"the worker was never killed (run is {run.status})")
+        trial.kinds.add("mismatch")
+        return
+    if run.status not in DONE:
+        trial.problems.append(f"the run did not recover in time: it is {run.status}")
+        trial.kinds.add("mismatch")
+    elif not trial.done_at_kill:
+        trial.recovery = (run.status_changed_at.timestamp()) - trial.killed_at
+    final = _snapshot(trial.run_id)
+    changed = [s for s, r in trial.snapshot.items() if final.get(s, "<missing>") != r]
+    if changed:
+        trial.problems.append(f"steps that had succeeded before the kill changed: {changed}")
+        trial.kinds.add("mismatch")
+    charges, emails, notified = _effects(trial.run_id, notes, base.notifications)
+    expected = (base.charges, base.emails, len(base.notifications))
+    if run.status == "succeeded":
+        result = _normalize(run.result, _tokens(trial.run_id))
+        if result != base.result:
+            trial.problems.append(f"result {result} != uninterrupted {base.result}")
+            trial.kinds.add("mismatch")
+        _count(trial, (charges, emails, notified), expected)
+    elif _blocked_for_settlement(run):
+        trial.kinds.add("blocked")
+        # Effects before the ambiguous one happened once; the ambiguous one at most once.
+        _count(trial, (charges, emails, min(notified, 1)), (*expected[:2], min(notified, 1)))
+        if notified > 1:
+            trial.problems.append(f"the ambiguous notification was repeated: {notified}")
+            trial.kinds.add("duplicate")
+    elif run.status in DONE:
+        trial.problems.append(f"ended {run.status} {run.reason}: {run.detail or run.error}"[:500])
+        trial.kinds.add("mismatch")
+    if trial.problems:
+        lines = [
+            line for line in cluster.log("recovery", tail=5000).splitlines() if trial.run_id in line
+        ]
+        trial.problems.append("recovery worker on this run:\n      " + "\n      ".join(lines[-10:]))
+
+
+def _count(trial: Trial, actual: tuple[int, int, int], expected: tuple[int, int, int]) -> None:
+    for name, got, want in zip(
+        ("charges", "emails", "notifications"), actual, expected, strict=True
+    ):
+        if got > want:
+            trial.problems.append(f"{name}: {got} happened, {want} expected (duplicated)")
+            trial.kinds.add("duplicate")
+        elif got < want:
+            trial.problems.append(f"{name}: {got} happened, {want} expected (lost)")
+            trial.kinds.add("lost")
+
+
+def _blocked_for_settlement(run: Run) -> bool:
+    """Stopped at an effect that has no read path, which is the only honest answer there."""
+    if run.status != "needs_attention" or run.reason != "reconciliation":
+        return False
+    step = Step.objects.filter(run_id=run.run_id, step_id=run.blocked_step_id).first()
+    tool = registry.get_tool(step.tool) if step is not None else None
+    return (
+        step is not None and step.kind == "effect" and tool is not None and tool.reconcile is None
+    )
+
+
+# --- the whole test ------------------------------------------------------------------------
+
+
+def run(
+    *,
+    trials: int,
+    seed: int,
+    root: Path,
+    parallel: int = 4,
+    only: int | None = None,
+    lease_seconds: float = 2.0,
+    sweep_seconds: float = 0.5,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Run the kill test against the database this process is connected to."""
+    started = time.monotonic()
+    chosen = plan(max(trials, (only or 0) + 1), seed)
+    if only is not None:
+        chosen = [chosen[only]]
+    baselines = {scenario.name: baseline(scenario) for scenario in SCENARIOS}
+    with Cluster(root, lease_seconds=lease_seconds, sweep_seconds=sweep_seconds) as cluster:
+        cluster.beat("beat")
+        cluster.worker("recovery", concurrency=2)
+        for number, group in enumerate(batches(chosen, parallel)):
+            run_batch(cluster, group, baselines, root)
+            if progress is not None:
+                failed = sum(1 for t in group if t.problems)
+                progress(f"killtest: batch {number + 1}: {len(group)} trials, {failed} failed")
+    return Report(trials=chosen, seed=seed, elapsed=time.monotonic() - started)

@@ -1,0 +1,80 @@
+"""`make killtest`: SIGKILL real Celery workers mid-run and check results and effects.
+
+Runs in a database of its own (``<NAME>_killtest``, created and dropped here) on the PostgreSQL
+server of DATABASE_URL. The last line of output is the summary the issue asks for.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+
+from runs import killtest
+
+
+class Command(BaseCommand):
+    help = "Kill real Celery workers at crash points and at random; check recovery is exact."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--trials", type=int, default=int(os.environ.get("KILLTEST_TRIALS", "200"))
+        )
+        parser.add_argument("--seed", type=int, help="replay the plan of an earlier run")
+        parser.add_argument("--only", type=int, help="run just this trial of the plan")
+        parser.add_argument("--parallel", type=int, default=4, help="victim workers at once")
+        parser.add_argument(
+            "--lease-seconds", type=float, default=2.0, help="the workers' lease (short: fast)"
+        )
+        parser.add_argument("--sweep-seconds", type=float, default=0.5, help="beat's interval")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if connection.vendor != "postgresql":
+            raise CommandError(
+                "the kill test runs against PostgreSQL: set DATABASE_URL "
+                "(make killtest starts a throwaway server when it is unset)"
+            )
+        seed = options["seed"]
+        if seed is None:
+            seed = random.SystemRandom().randrange(1_000_000)
+        self.stdout.write(
+            f"killtest: seed={seed} trials={options['trials']} lease={options['lease_seconds']}s "
+            f"sweep={options['sweep_seconds']}s"
+        )
+        old_name = connection.settings_dict["NAME"]
+        connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{old_name}_killtest"
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="runledger-killtest-") as tmp:
+                report = killtest.run(
+                    trials=options["trials"],
+                    seed=seed,
+                    root=Path(tmp),
+                    parallel=options["parallel"],
+                    only=options["only"],
+                    lease_seconds=options["lease_seconds"],
+                    sweep_seconds=options["sweep_seconds"],
+                    progress=self.stderr.write,
+                )
+        finally:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+        for trial in report.failures:
+            self.stdout.write(f"killtest: FAILED {trial.describe()}")
+            for problem in trial.problems:
+                self.stdout.write(f"    {problem}")
+            self.stdout.write(
+                f"    reproduce: manage.py killtest --seed {seed} --only {trial.index}"
+            )
+        self.stdout.write(f"killtest: {report.elapsed:.0f}s")
+        self.stdout.write(report.recovery_line())
+        self.stdout.write(report.summary_line())
+        self.stdout.flush()
+        if report.failures:
+            sys.exit(1)

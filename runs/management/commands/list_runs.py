@@ -1,0 +1,45 @@
+"""List runs, newest first: `manage.py list_runs --status needs_attention`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ledger.models import Run, RunStatus
+
+
+class Command(BaseCommand):
+    help = "List runs by status (newest first), with reason, agent and resumes used."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--status", action="append", help="repeat for several statuses")
+        parser.add_argument("--agent")
+        parser.add_argument("--limit", type=int, default=50)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runs = Run.objects.order_by("-created_at", "-run_id")
+        statuses = options["status"] or []
+        unknown = set(statuses) - set(RunStatus.values)
+        if unknown:
+            raise CommandError(
+                f"unknown status {', '.join(sorted(unknown))}; one of {', '.join(RunStatus.values)}"
+            )
+        if statuses:
+            runs = runs.filter(status__in=statuses)
+        if options["agent"]:
+            runs = runs.filter(agent=options["agent"])
+        rows = list(
+            runs.values_list(
+                "run_id", "agent", "status", "reason", "resume_count", "max_resumes", "created_at"
+            )[: options["limit"]]
+        )
+        self.stdout.write(
+            f"{'run':<26} {'agent':<14} {'status':<16} {'reason':<15} resumes  created"
+        )
+        for run_id, agent, status, reason, used, budget, created in rows:
+            self.stdout.write(
+                f"{run_id:<26} {agent:<14} {status:<16} {reason or '-':<15} "
+                f"{used:>3}/{budget:<3}  {created:%Y-%m-%d %H:%M:%S}"
+            )
+        self.stdout.write(f"{len(rows)} run(s)")

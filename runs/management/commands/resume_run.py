@@ -1,0 +1,44 @@
+"""Resume a stopped run: `manage.py resume_run run_… [--max-resumes 8] [--inline]`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from ledger import services
+from ledger.models import Run
+from runs import tasks
+from runs.management.commands._common import execute_inline
+
+
+class Command(BaseCommand):
+    help = "Queue a stopped run (needs attention, failed) to resume from its ledger."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id")
+        parser.add_argument(
+            "--max-resumes", type=int, help="raise the run's resume budget to this many"
+        )
+        how = parser.add_mutually_exclusive_group()
+        how.add_argument(
+            "--enqueue", action="store_true", help="send it to a Celery worker (the default)"
+        )
+        how.add_argument("--inline", action="store_true", help="execute it in this process")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run_id = options["run_id"]
+        try:
+            with transaction.atomic():
+                services.run_resume(run_id=run_id, max_resumes=options["max_resumes"])
+                if not options["inline"]:
+                    tasks.enqueue_resume(run_id)
+        except Run.DoesNotExist as exc:
+            raise CommandError(f"no run {run_id}") from exc
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["inline"]:
+            execute_inline(run_id, self.stdout)
+        else:
+            self.stdout.write(f"run {run_id}: queued to resume")

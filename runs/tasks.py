@@ -1,0 +1,87 @@
+"""Celery tasks: thin wrappers that take run ids and call ledger functions.
+
+A task may be delivered twice, late, or never. Twice and late are harmless: the run's lease
+admits one executor and a finished run is not claimable. Never is repaired by the sweep, which
+re-queues runs whose lease expired and runs that sat queued with no worker. Tasks never retry:
+recovery is a resume from the ledger, not a broker redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import partial
+
+from celery import Task, shared_task
+from django.db import transaction
+
+from ledger import services
+from ledger.examples import faults
+from ledger.models import Run
+
+log = logging.getLogger(__name__)
+
+
+def _worker_name(task: Task) -> str:
+    return f"{task.request.hostname or 'celery'}/pid:{os.getpid()}"
+
+
+def _execute(task: Task, run_id: str, why: str) -> str | None:
+    """Execute the run if this worker can claim it; the outcome's status, or None."""
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status is None:
+        log.warning("%s of run %s: no such run; nothing to do", why, run_id)
+        return None
+    outcome = services.run_execute(run_id=run_id, worker=_worker_name(task))
+    # Crash point for the kill test: the run's outcome is committed, the task not acknowledged.
+    faults.point("task.after_execute")
+    if outcome is None:
+        log.info(
+            "%s of run %s: nothing recorded by this worker (the run was %s: finished, leased by "
+            "another worker, or this worker lost its lease)",
+            why,
+            run_id,
+            status,
+        )
+        return None
+    log.info("%s of run %s: %s %s", why, run_id, outcome.status, outcome.reason)
+    return outcome.status
+
+
+@shared_task(bind=True, name="runledger.start_run")
+def start_run(self: Task, run_id: str) -> str | None:
+    """Execute a newly started run."""
+    return _execute(self, run_id, "start")
+
+
+@shared_task(bind=True, name="runledger.resume_run")
+def resume_run(self: Task, run_id: str) -> str | None:
+    """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
+    return _execute(self, run_id, "resume")
+
+
+@shared_task(name="runledger.sweep")
+def sweep() -> list[str]:
+    """Re-queue runs whose worker lease expired, and runs whose message was lost."""
+    run_ids = services.runs_sweep()
+    for run_id in run_ids:
+        enqueue_resume(run_id)
+    return run_ids
+
+
+def enqueue_start(run_id: str) -> None:
+    """Send start_run once the transaction that created the run commits."""
+    transaction.on_commit(partial(_send, start_run, run_id))
+
+
+def enqueue_resume(run_id: str) -> None:
+    """Send resume_run once the transaction that made the resume necessary commits."""
+    transaction.on_commit(partial(_send, resume_run, run_id))
+
+
+def _send(task: Task, run_id: str) -> None:
+    try:
+        task.delay(run_id)
+    except Exception:
+        # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
+        log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)
