@@ -1,0 +1,145 @@
+"""`make demo`'s set-up end to end, as a newcomer meets it: no DATABASE_URL, no broker server.
+
+Runs the real demo command (SQLite file, filesystem broker, a real Celery worker and beat, the
+web server) in a temporary directory, signs in over HTTP and checks that the runs list shows
+every scenario with the status the engine gave it; then stops it with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPECTED = {
+    "charge-lookup-down": ("needs_attention", "reconciliation"),
+    "notify-no-read-path": ("needs_attention", "reconciliation"),
+    "gateway-charge-unknown": ("needs_attention", "reconciliation"),
+    "gateway-charge-never-sent": ("needs_attention", "reconciliation"),
+    "stale-after-prompt-change": ("needs_attention", "stale"),
+    "plan-divergence": ("needs_attention", "divergence"),
+    "budget-used": ("needs_attention", "budget"),
+    "recovered-before-charge": ("succeeded", ""),
+    "recovered-after-email": ("succeeded", ""),
+}
+ROW = re.compile(
+    r'<a class="mono" href="/runs/(?P<run>[^/]+)/">[^<]*</a></td>\s*<td>[^<]*</td>\s*<td>\s*'
+    r'<span class="badge st-[^"]*">(?P<status>[^<]*)</span>\s*'
+    r'(?:<span class="badge reason">(?P<reason>[^<]*)</span>)?'
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Browser:
+    """Just enough of a browser: cookies, CSRF, forms."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def get(self, path: str) -> str:
+        with self.opener.open(self.base + path, timeout=30) as response:
+            return str(response.read().decode())
+
+    def sign_in(self, username: str, password: str) -> str:
+        self.get("/accounts/login/")
+        token = next(c.value for c in self.jar if c.name == "csrftoken")
+        data = urllib.parse.urlencode(
+            {"username": username, "password": password, "csrfmiddlewaretoken": token}
+        ).encode()
+        request = urllib.request.Request(
+            self.base + "/accounts/login/", data=data, headers={"Referer": self.base + "/"}
+        )
+        with self.opener.open(request, timeout=30) as response:
+            return str(response.read().decode())
+
+
+def _wait_for(process: subprocess.Popen[str], needle: str, seconds: float) -> str:
+    """Read the demo's output until ``needle`` appears; return all of it."""
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            if process.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+    raise AssertionError(f"{needle!r} never appeared; the demo printed:\n{''.join(seen)}")
+
+
+def test_the_demo_sets_up_real_stuck_runs_and_serves_them(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update({"RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        printed = _wait_for(demo, "runledger demo: http://", 180)
+        users = dict(
+            re.findall(r"^\s+(\w+)\s+(\S+)\s+(?:viewer|operator|approver|admin)\s", printed, re.M)
+        )
+        assert set(users) == {"viewer", "olivia", "arthur", "admin"}
+        runs = dict(
+            (key, run_id)
+            for run_id, key in re.findall(r"^\s+(run_\w+)\s+([\w-]+)\s", printed, re.M)
+        )
+        assert set(EXPECTED) <= set(runs)
+        browser = Browser(f"http://127.0.0.1:{port}")
+        for _ in range(60):  # the web server starts beside the worker
+            try:
+                browser.get("/accounts/login/")
+                break
+            except OSError:
+                time.sleep(0.5)
+        page = browser.sign_in("viewer", users["viewer"])
+        assert "Sign out" in page or "sign out" in page.lower()
+        rows = {m["run"]: (m["status"], m["reason"] or "") for m in ROW.finditer(browser.get("/"))}
+        for key, expected in EXPECTED.items():
+            assert rows.get(runs[key]) == expected, (key, rows.get(runs[key]))
+        # The long run is picked up by the demo's real worker.
+        long_run = runs["long-run-in-progress"]
+        for _ in range(60):
+            if "running" in browser.get(f"/runs/{long_run}/"):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the demo's worker never started the long run")
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
+        try:
+            demo.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            raise
+    assert demo.returncode == 0
