@@ -60,7 +60,10 @@ class ScriptedClient:
 class AnthropicClient:
     """Calls Anthropic's Messages API when ``ANTHROPIC_API_KEY`` is set (stdlib HTTP only)."""
 
-    url = "https://api.anthropic.com/v1/messages"
+    @property
+    def url(self) -> str:
+        base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+        return base.rstrip("/") + "/v1/messages"
 
     def complete(
         self, *, model: str, prompt: str, system: str, tools: list[dict[str, Any]]
@@ -92,7 +95,4 @@ class AnthropicClient:
 def client_for(model: str) -> ModelClient:
     if model.startswith("scripted:"):
         return ScriptedClient()
-    client_class = import_string(settings.RUNLEDGER_MODEL_CLIENT)
-    if client_class is ScriptedClient:
-        client_class = AnthropicClient
-    return client_class()  # type: ignore[no-any-return]
+    return import_string(settings.RUNLEDGER_MODEL_CLIENT)()  # type: ignore[no-any-return]

@@ -125,7 +125,7 @@ LOGGING = {
 # Modules imported at start-up so that their @agent and @tool decorators register.
 RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
 # Dotted path of the model client (ledger.llm.ModelClient); the scripted client needs no key.
-RUNLEDGER_MODEL_CLIENT = os.environ.get("RUNLEDGER_MODEL_CLIENT", "ledger.llm.ScriptedClient")
+RUNLEDGER_MODEL_CLIENT = os.environ.get("RUNLEDGER_MODEL_CLIENT", "ledger.llm.AnthropicClient")
 # Canonical inputs larger than this are stored as a truncated preview (the hash covers all).
 RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPUT_BYTES", "65536"))
 # Default resume budget of an agent that does not set its own.

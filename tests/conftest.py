@@ -95,3 +95,10 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
             "--no-first-run",
         ],
     }
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example agents call a real model when a key is set; tests never do by accident."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("RUNLEDGER_EXAMPLE_MODEL", raising=False)

@@ -73,6 +73,24 @@ def notify_team(channel: str, text: str, *, idempotency_key: str) -> dict[str, A
     return simulators.notifier_send(channel=channel, text=text, idempotency_key=idempotency_key)
 
 
+def default_model() -> str:
+    """A real model when a key is configured (Anthropic's API), else the scripted one.
+
+    ``RUNLEDGER_EXAMPLE_MODEL`` picks another model id; a run's own ``inputs["model"]`` wins.
+    """
+    if os.environ.get("RUNLEDGER_EXAMPLE_MODEL"):
+        return os.environ["RUNLEDGER_EXAMPLE_MODEL"]
+    return "claude-haiku-4-5" if os.environ.get("ANTHROPIC_API_KEY") else "scripted:refund-decision"
+
+
+def refund_decision(output: dict[str, Any]) -> str:
+    """approve or deny, from the scripted answer's field or a real model's words."""
+    if output.get("decision") in ("approve", "deny"):
+        return str(output["decision"])
+    words = str(output.get("text", "")).lower()
+    return "approve" if "approve" in words and "deny" not in words else "deny"
+
+
 @llm.script("refund-decision")
 def _decide(prompt: str, system: str) -> dict[str, Any]:
     faults.point("decide")  # inside a model step
@@ -94,10 +112,10 @@ def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     decided_at = ctx.now(step="decided_at")
     decision = ctx.model(
         REFUND_PROMPT.format(**invoice),
-        model=inputs.get("model", "scripted:refund-decision"),
+        model=inputs.get("model") or default_model(),
         step="decide",
     )
-    if decision.get("decision") != "approve":
+    if refund_decision(decision) != "approve":
         ctx.call(
             notify_team,
             step="notify",
