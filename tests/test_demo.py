@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,9 +91,62 @@ def _wait_for(process: subprocess.Popen[str], needle: str, seconds: float) -> st
     raise AssertionError(f"{needle!r} never appeared; the demo printed:\n{''.join(seen)}")
 
 
+def _reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def production_database() -> Iterator[str]:
+    """A fresh database on the PostgreSQL server the suite runs on, dropped afterwards."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("no PostgreSQL server (DATABASE_URL) to run the demo against")
+    import psycopg
+
+    name = f"runledger_demo_{os.getpid()}"
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    yield url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 def test_the_demo_sets_up_real_stuck_runs_and_serves_them(tmp_path: Path) -> None:
-    port = _free_port()
+    """On the embedded defaults: no DATABASE_URL, no broker server."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    _run_demo(tmp_path, env)
+
+
+@pytest.mark.parametrize(
+    ("broker", "port"),
+    [("redis://127.0.0.1:6379/15", 6379), ("amqp://guest:guest@127.0.0.1:5672//", 5672)],
+    ids=["redis", "rabbitmq"],
+)
+def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
+    tmp_path: Path, production_database: str, broker: str, port: int
+) -> None:
+    """The production parts, chosen by environment variables only."""
+    if not _reachable(port):
+        pytest.skip(f"no broker listening on {port}")
+    env = {**os.environ, "DATABASE_URL": production_database, "CELERY_BROKER_URL": broker}
+    queue = env["RUNLEDGER_QUEUE"] = f"runledger-demo-test-{os.getpid()}"  # a queue of its own
+    try:
+        _run_demo(tmp_path, env)
+    finally:
+        from kombu import Connection
+
+        with Connection(broker) as connection:  # leave the broker as we found it
+            connection.default_channel.queue_delete(queue)
+
+
+def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
+    port = _free_port()
     env.update({"RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     demo = subprocess.Popen(
