@@ -131,7 +131,10 @@ class Command(BaseCommand):
                 str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
             ],
         }
-        children = {name: subprocess.Popen(cmd) for name, cmd in commands.items()}
+        # Each in a session of its own, so that stopping one stops its pool children too.
+        children = {
+            name: subprocess.Popen(cmd, start_new_session=True) for name, cmd in commands.items()
+        }
         self._enqueue_queued()
         url = f"http://{host}:{port}/"
         self.stdout.write(
@@ -164,13 +167,19 @@ class Command(BaseCommand):
             enqueue_start(run_id)
 
     def _stop(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+        """SIGTERM everything; what still runs after a few seconds is killed.
+
+        The worker's warm shutdown would wait for the long run to finish; it is killed instead,
+        and its run is recovered from the ledger by the next start's sweep, as after any crash.
+        """
         for child in children.values():
             if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
         for child in children.values():
             try:
                 child.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                child.kill()
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
         self.stdout.write("demo stopped; its data stays in " + str(settings.VAR_DIR))
