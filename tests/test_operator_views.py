@@ -133,7 +133,8 @@ def test_the_queue_lists_waiting_effects_oldest_first_with_read_path_and_proposa
     propose(olive, charge, outcome="abandon", reason="customer cancelled by phone")
     page = text(amy.get("/settlements/"))
     row = page[page.index(f'id="queue-{charge.pk}"') : page.index(f'id="queue-{pay.pk}"')]
-    assert "abandon" in row and "by olive" in row and "Approve" in row
+    assert "abandon" in row and "by olive" in row and "Approve" in row and "Reject" in row
+    assert "Approve</button>" not in text(olive.get("/settlements/"))  # not for an operator
 
 
 # --- settling: propose, approve --------------------------------------------------------------
