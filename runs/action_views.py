@@ -64,7 +64,7 @@ def _stale_context(step: Step, preview: Preview) -> dict[str, Any]:
 def _render_stale(
     request: HtmxHttpRequest, step: Step, *, status: int = 200, **extra: Any
 ) -> HttpResponse:
-    row = Step.objects.get(pk=step.pk)  # fresh: after a refusal the page shows the row now
+    row = step_or_404(step.run_id, step.pk)  # fresh: after a refusal, the row as it is now
     context = {**_stale_context(row, compute_preview(row.run)), **extra}
     return render(request, "runs/stale.html", context, status=status)
 
