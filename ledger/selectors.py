@@ -17,7 +17,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
 
-from ledger.models import Reason, Run, RunStatus, Step, StepStatus
+from ledger.models import AuditEvent, Reason, Run, RunStatus, Settlement, Step, StepStatus
 
 LEASE_EXPIRED = "lease_expired"  # a list filter: running, but the worker's lease ran out
 ORDERS = ("newest", "oldest")
@@ -246,3 +246,31 @@ def ledger_export(*, run_id: str, chunk: int = 500) -> Iterator[dict[str, Any]]:
         seq, pk = rows[-1]["seq"], rows[-1]["id"]
         after = qs.filter(seq__gte=seq).filter(Q(seq__gt=seq) | Q(pk__gt=pk))
         rows = [dict(r) for r in after.values()[:chunk]]
+
+
+# --- the operator pages ---------------------------------------------------------------------
+
+
+def settlement_detail(*, pk: int) -> Settlement:
+    """One settlement with its run and step; raises Settlement.DoesNotExist."""
+    return Settlement.objects.select_related("run", "step").get(pk=pk)
+
+
+def audit_page(
+    *, events: QuerySet[AuditEvent], before: tuple[datetime, int] | None, limit: int
+) -> tuple[list[AuditEvent], tuple[datetime, int] | None]:
+    """One keyset page of an audit queryset ordered newest first (``-at, -id``): the rows
+    strictly older than ``before`` and the cursor of the next page (None on the last)."""
+    if before is not None:
+        at, pk = before
+        events = events.filter(at__lte=at).filter(Q(at__lt=at) | Q(pk__lt=pk))
+    rows = list(events[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, ((rows[-1].at, rows[-1].pk) if more and rows else None)
+
+
+def steps_by_id(*, run_id: str, step_ids: list[str]) -> dict[str, Step]:
+    """Some steps of a run by step id (without their large columns)."""
+    rows = Step.objects.filter(run_id=run_id, step_id__in=step_ids).defer("result", "inputs")
+    return {s.step_id: s for s in rows}

@@ -8,13 +8,15 @@ database is shared) and a filesystem broker under ``root``, so concurrent suites
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -135,6 +137,44 @@ class Cluster:
         options: dict[str, Any] = {"connection": self._connection, "queue": queue or self.queue}
         task.apply_async((run_id,), **options)
 
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[None]:
+        """Send this process's own enqueues to this cluster's broker while the block runs.
+
+        ``runs.tasks.enqueue_*`` publish through the Celery app's configured broker; a test
+        whose views run in this process (Django's live server, the test client) uses this so
+        that what its views enqueue after a commit reaches the cluster's workers.
+        """
+        scheme = self.broker_url.split("://", 1)[0]
+        wanted = {
+            "broker_url": self.broker_url,
+            "broker_transport": FILESYSTEM_TRANSPORT if scheme == "filesystem" else None,
+            "broker_transport_options": self.transport_options,
+        }
+        saved = {key: app.conf.get(key) for key in wanted}
+        env = os.environ.pop("CELERY_BROKER_URL", None)  # it would win over the app's conf
+        app.conf.update(wanted)
+        _drop_producer_pools()
+        try:
+            yield
+        finally:
+            app.conf.update(saved)
+            if env is not None:
+                os.environ["CELERY_BROKER_URL"] = env
+            _drop_producer_pools()
+
+    def published(self) -> list[tuple[str, list[Any]]]:
+        """(task name, args) of the messages waiting in a filesystem broker, oldest first."""
+        folder = Path(str(self.transport_options.get("data_folder_out", "")))
+        if not folder.is_dir():
+            return []
+        out = []
+        for path in sorted(folder.glob("*.msg")):
+            message = json.loads(path.read_text())
+            body = json.loads(base64.b64decode(message["body"]))
+            out.append((message["headers"]["task"], list(body[0])))
+        return out
+
     def log(self, name: str, tail: int = 40) -> str:
         path = self.root / f"{name}.log"
         if not path.exists():
@@ -167,6 +207,14 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _drop_producer_pools() -> None:
+    # The app caches its broker connection pool on first use; the next send builds a new one
+    # from the conf as it is now (what Celery itself does after a fork).
+    app._pool = None  # type: ignore[attr-defined]
+    with contextlib.suppress(AttributeError, KeyError):
+        app.__dict__["amqp"]._producer_pool = None
 
 
 def wait_for(predicate: Any, *, timeout: float, interval: float = 0.02) -> bool:

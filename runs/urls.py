@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from runs import views
+from runs import action_views, audit_views, bulk_views, settle_views, views
 
 dashboard = [
     path("", views.run_list, name="list"),
@@ -14,6 +14,42 @@ dashboard = [
     path("runs/<str:run_id>/steps/<int:pk>/result/", views.step_result, name="step_result"),
     path("runs/<str:run_id>/preview/", views.run_preview, name="preview"),
     path("runs/<str:run_id>/ledger.json", views.ledger_json, name="ledger_json"),
+    # The acting side: settlements, stale steps, run actions, bulk, audit.
+    path("settlements/", settle_views.settlement_queue, name="settlements"),
+    path("runs/<str:run_id>/steps/<int:pk>/settle/", settle_views.settle_page, name="settle"),
+    path(
+        "runs/<str:run_id>/steps/<int:pk>/settle/propose/",
+        settle_views.settle_propose,
+        name="settle_propose",
+    ),
+    path(
+        "runs/<str:run_id>/steps/<int:pk>/settle/lookup/",
+        settle_views.settle_lookup,
+        name="settle_lookup",
+    ),
+    path(
+        "settlements/<int:pk>/approve/", settle_views.settlement_approve, name="settlement_approve"
+    ),
+    path("settlements/<int:pk>/reject/", settle_views.settlement_reject, name="settlement_reject"),
+    path("runs/<str:run_id>/steps/<int:pk>/stale/", action_views.stale_page, name="stale"),
+    path(
+        "runs/<str:run_id>/steps/<int:pk>/stale/accept/",
+        action_views.stale_accept,
+        name="stale_accept",
+    ),
+    path(
+        "runs/<str:run_id>/steps/<int:pk>/stale/reexecute/",
+        action_views.stale_reexecute,
+        name="stale_reexecute",
+    ),
+    path("runs/<str:run_id>/fork/", action_views.run_fork, name="fork"),
+    *[
+        path(f"runs/<str:run_id>/{a}/", action_views.run_action, {"action": a}, name=a)
+        for a in action_views.RUN_ACTIONS
+    ],
+    path("bulk/", bulk_views.bulk_preview, name="bulk"),
+    path("bulk/apply/", bulk_views.bulk_apply, name="bulk_apply"),
+    path("audit/", audit_views.audit, name="audit"),
 ]
 
 urlpatterns = [

@@ -1,5 +1,8 @@
 """The dashboard's read side: the runs list, the run page and their htmx fragments.
 
+(The acting side — settlements, stale steps, run actions, bulk, audit — is in
+``settle_views``, ``action_views``, ``bulk_views`` and ``audit_views``.)
+
 Every view is behind the login and declares its permission with a decorator, checked before
 any lookup (so a refused user cannot tell a missing run from a present one); ``_run_for``
 checks it again where the run is loaded. Views only read: they call selectors and the dry
@@ -27,12 +30,16 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
+from ledger import operations as ops
 from ledger import registry, selectors
-from ledger.models import ACTIVE_STATUSES, Run, Step
+from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, Step
 from ledger.preview import Preview, preview_resume
 from runs import presenting
 from runs.forms import RunFilterForm, encode_query, filter_query
 from runs.models import EXPORT_LEDGER, VIEW_DASHBOARD
+
+#: Audit events shown on a run page (the audit page has them all).
+RUN_AUDIT_SHOWN = 20
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -170,7 +177,7 @@ def _page_number(request: HttpRequest, chain: selectors.Chain, per_page: int) ->
     return min(max(number, 1), pages)
 
 
-def _compute_preview(run: Run) -> Preview:
+def compute_preview(run: Run) -> Preview:
     return preview_resume(run_id=run.run_id, seconds=settings.RUNLEDGER_PREVIEW_SECONDS)
 
 
@@ -182,7 +189,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
     start = (number - 1) * per_page
     pks = chain.pks[start : start + per_page]
     steps = selectors.steps_for_page(run_id=run.run_id, pks=pks)
-    preview = _compute_preview(run) if compare else None
+    preview = compute_preview(run) if compare else None
     views = presenting.step_views(
         steps,
         first_position=start,
@@ -207,6 +214,9 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         "preview_seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
         "blocked_page": blocked_page,
         "focus": request.GET.get("step", ""),
+        # While a worker has the run, the table follows it (the header does too).
+        "active": run.status in ACTIVE_STATUSES,
+        "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
     }
 
 
@@ -225,8 +235,16 @@ def _page_links(number: int, pages: int) -> list[int | None]:
 
 def _header_context(run: Run) -> dict[str, Any]:
     now = timezone.now()
+    blocked = None
+    if run.blocked_step_id:
+        blocked = selectors.steps_by_id(run_id=run.run_id, step_ids=[run.blocked_step_id]).get(
+            run.blocked_step_id
+        )
     return {
         "run": run,
+        "final": run.status in FINAL_STATUSES,
+        "blocked_step": blocked,
+        "waiting_proposal": ops.settlements_waiting().filter(run_id=run.run_id).first(),
         "now": now,
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),
@@ -248,6 +266,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         **_header_context(run),
         **_step_table_context(request, run, compare=compare),
         "can_export": request.user.has_perm(EXPORT_LEDGER),
+        "audit_events": list(ops.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
+        "audit_shown": RUN_AUDIT_SHOWN,
     }
     return render(request, "runs/run_detail.html", context)
 
@@ -297,23 +317,27 @@ def step_result(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
 def run_preview(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The dry replay, summarised. Computed on demand; nothing is executed or written."""
     run = _run_for(request, run_id)
-    preview = _compute_preview(run)
     return render(
         request,
         "runs/partials/preview.html" if request.htmx else "runs/run_preview.html",
-        {
-            "run": run,
-            "preview": preview,
-            "replays": preview.by_action("replay"),
-            "rereads": preview.by_action("reread"),
-            "stale": preview.by_action("stale"),
-            "settle": preview.by_action("settle"),
-            "execute": preview.by_action("execute"),
-            "diverge": preview.by_action("diverge"),
-            "downstream": [s for s in preview.steps if s.after_stale],
-            "seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
-        },
+        preview_context(run, compute_preview(run)),
     )
+
+
+def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
+    """What ``runs/partials/preview.html`` shows (the action pages show it before confirming)."""
+    return {
+        "run": run,
+        "preview": preview,
+        "replays": preview.by_action("replay"),
+        "rereads": preview.by_action("reread"),
+        "stale": preview.by_action("stale"),
+        "settle": preview.by_action("settle"),
+        "execute": preview.by_action("execute"),
+        "diverge": preview.by_action("diverge"),
+        "downstream": [s for s in preview.steps if s.after_stale],
+        "seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
+    }
 
 
 # --- the raw ledger ------------------------------------------------------------------------

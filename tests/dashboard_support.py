@@ -166,3 +166,46 @@ def html_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
     outcome = execute(run.run_id)
     assert (outcome.status, outcome.step_id) == ("needs_attention", hostile)
     return Run.objects.get(pk=run.run_id)
+
+
+def renewal_run(
+    execute: Callable[..., Any],
+    crash_at: Callable[..., None],
+    point: str = "gateway.after_effect",
+    customer: str = "cus_hopper",
+) -> Run:
+    """A renewal whose card charge (a legacy gateway: no lookup) crashed at ``point``.
+
+    ``gateway.after_effect``: the gateway charged, the answer was lost. ``gateway.before_effect``:
+    the intent was committed, the gateway never called. Either way nobody can look it up: the
+    resume stops with reason ``reconciliation`` for a person to settle.
+    """
+    run = start("renewal", {"customer": customer}, execute.clock)
+    crash_at(point)
+    execute(run.run_id, crash_expected=True)
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason, outcome.step_id) == (
+        "needs_attention",
+        "reconciliation",
+        "charge",
+    )
+    return Run.objects.get(pk=run.run_id)
+
+
+def lookup_down_run(
+    execute: Callable[..., Any], crash_at: Callable[..., None], monkeypatch: Any
+) -> Run:
+    """A refund whose charge crashed after the provider took it, resumed while the provider's
+    lookup was down: blocked on reconciliation, though its tool has a read path. The lookup
+    is down until the test's ``monkeypatch.delenv("RUNLEDGER_PROVIDER_LOOKUP")``."""
+    run = start("refund", {"invoice_id": "inv_1001"}, execute.clock)
+    crash_at("charge.after_effect")
+    execute(run.run_id, crash_expected=True)
+    monkeypatch.setenv("RUNLEDGER_PROVIDER_LOOKUP", "down")
+    outcome = execute(run.run_id)
+    assert (outcome.status, outcome.reason, outcome.step_id) == (
+        "needs_attention",
+        "reconciliation",
+        "refund",
+    )
+    return Run.objects.get(pk=run.run_id)

@@ -65,3 +65,11 @@ def duration(seconds: float | None) -> str:
 @register.filter
 def short(value: str | None, length: int = 12) -> str:
     return (value or "")[:length]
+
+
+@register.filter
+def pretty(value: object) -> str:
+    """JSON as indented text (capped; the template escapes it)."""
+    from runs.presenting import pretty_capped
+
+    return pretty_capped(value, limit=8000)

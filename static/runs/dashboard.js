@@ -17,6 +17,8 @@
     if (evt.detail.triggeringEvent && evt.detail.triggeringEvent.type === "refresh") return;
     var s = state(elt);
     if (document.hidden) { evt.preventDefault(); return; }
+    // A table with rows ticked for a bulk action holds still until they are unticked.
+    if (elt.querySelector("input[data-pick]:checked")) { evt.preventDefault(); return; }
     if (s.skip > 0) { s.skip -= 1; evt.preventDefault(); }
   });
 

@@ -65,6 +65,12 @@ class Command(BaseCommand):
             ("steps + hash compare (dry replay), p.100", compare, {}),
             ("resume preview (dry replay), long run", preview, {"HX-Request": "true"}),
             ("ledger.json download, long run", f"/runs/{big}/ledger.json?download=1", {}),
+            ("settlement queue, page 1", "/settlements/", {}),
+            ("settle page (evidence, forms)", self._settle_url(), {}),
+            ("audit, newest", "/audit/", {}),
+            ("audit, one actor + action", "/audit/?actor=amy&action=run_resume", {}),
+            ("audit, one run", f"/audit/?run={other}", {}),
+            ("audit, 21st page (keyset)", f"/audit/?{self._deep_audit(client, 20)}", {}),
         ]  # fmt: skip
         self.stdout.write(
             f"{'page':<44} {'median ms':>10} {'max ms':>8} {'sql ms':>7} {'queries':>8} "
@@ -76,6 +82,21 @@ class Command(BaseCommand):
     def _longest_run(self) -> str:
         row = Step.objects.values("run_id").annotate(n=Count("*")).order_by("-n").first()
         return str(row["run_id"]) if row else ""
+
+    def _settle_url(self) -> str:
+        step = Step.objects.filter(status="started", kind="effect").order_by("updated_at").first()
+        return f"/runs/{step.run_id}/steps/{step.pk}/settle/" if step else "/settlements/"
+
+    def _deep_audit(self, client: Client, pages: int) -> str:
+        """Follow the audit's 'Older' links ``pages`` times; the last query string."""
+        query = ""
+        for _ in range(pages):
+            html = client.get(f"/audit/?{query}").content.decode()
+            if 'rel="next"' not in html:
+                break
+            before = html[: html.index('rel="next"')]
+            query = before[before.rindex('href="?') + 7 :].split('"', 1)[0].replace("&amp;", "&")
+        return query
 
     def _deep_cursor(self, client: Client, pages: int) -> str:
         """Follow 'Next page' links ``pages`` times; return the last query string."""

@@ -64,6 +64,9 @@ class Command(BaseCommand):
         parser.add_argument("--big-steps", type=int, default=10_000)
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument(
+            "--audit", type=int, default=100_000, help="synthetic audit events (the audit page)"
+        )
+        parser.add_argument(
             "--append", action="store_true", help="add to a database that already has runs"
         )
 
@@ -85,10 +88,14 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{runs - 1} runs and {written} steps written in {time.monotonic() - t1:.1f} s"
         )
+        t2 = time.monotonic()
+        events = self._audit(rng, now, options["audit"])
+        self.stdout.write(f"{events} audit events written in {time.monotonic() - t2:.1f} s")
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")
                 cur.execute("VACUUM ANALYZE ledger_step")
+                cur.execute("VACUUM ANALYZE ledger_auditevent")
         self.stdout.write(f"long run: {big_run}")
 
     def _big_run(self, steps: int) -> str:
@@ -101,6 +108,14 @@ class Command(BaseCommand):
         if outcome is None or outcome.status != "succeeded":
             raise CommandError(f"the long run did not succeed: {outcome}")
         return run.run_id
+
+    def _audit(self, rng: random.Random, now: datetime, n: int) -> int:
+        run_ids = list(Run.objects.values_list("run_id", flat=True)[:20_000])
+        rows = list(_audit_rows(rng, now, n, run_ids))
+        for start in range(0, len(rows), 20_000):
+            with transaction.atomic():
+                _copy("ledger_auditevent", AUDIT_COLUMNS, rows[start : start + 20_000])
+        return len(rows)
 
     def _bulk(self, rng: random.Random, now: datetime, runs: int, steps: int) -> int:
         per_run, extra = divmod(steps, runs)
@@ -192,6 +207,24 @@ def _steps(
         rows.append(row)
         at = done
     return rows, names[-1] if names else ""
+
+
+AUDIT_COLUMNS = ("actor", "at", "action", "run_id", "step_id", "before", "after", "reason")
+AUDIT_ACTIONS = ["run_resume", "run_cancel", "settlement_propose", "settlement_approve",
+                 "reconcile_lookup", "stale_accept", "run_retry"]  # fmt: skip
+ACTORS = ["olive", "oscar", "amy", "abe", "root"]
+
+
+def _audit_rows(rng: random.Random, now: datetime, n: int, run_ids: list[str]) -> Iterator[Any]:
+    """Audit events spread over the last 90 days, actors, actions and runs (synthetic)."""
+    for i in range(n):
+        action = AUDIT_ACTIONS[i % len(AUDIT_ACTIONS)]
+        before = json.dumps({"status": "needs_attention", "version": 3})
+        after = json.dumps({"status": "queued", "version": 4})
+        yield (
+            ACTORS[rng.randrange(len(ACTORS))], now - timedelta(seconds=rng.uniform(0, 90 * 86400)),
+            action, run_ids[rng.randrange(len(run_ids))], "", before, after, f"bench event {i}",
+        )  # fmt: skip
 
 
 def _copy(table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:

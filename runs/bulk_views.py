@@ -1,0 +1,133 @@
+"""Bulk actions from the runs list: a selection (checkboxes) or the current filter, first a
+preview of what will happen to each run (``ops.bulk_preview``, writes nothing), then the act on
+exactly the runs and versions the preview showed, with one outcome per run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger import operations as ops
+from ledger import selectors
+from ledger.operations.bulk import BULK_LIMIT
+from runs.forms import RunFilterForm, encode_query, filter_query
+from runs.models import OPERATE_RUNS
+from runs.operator_forms import BulkApplyForm
+from runs.tasks import enqueue_resume
+from runs.views import HtmxHttpRequest
+
+
+def _max_resumes(text: str) -> tuple[int | None, str]:
+    text = (text or "").strip()
+    if not text:
+        return None, ""
+    if not text.isdigit() or int(text) > 100_000:
+        return None, f"ignored the resume budget {text[:20]!r}: write a whole number"
+    return int(text), ""
+
+
+def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dict[str, Any]:
+    """The preview of ``action`` on the selection, or on the list's current filter."""
+    if request.GET.get("scope") == "filter":
+        form = RunFilterForm(request.GET)
+        form.is_valid()
+        flt = form.run_filter()
+        query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
+        plan = _plan_filter(action, flt, max_resumes, timezone.now())
+        return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
+                "filter_words": _filter_words(query), "problems": form.problems()}  # fmt: skip
+    run_ids = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
+    if not run_ids:
+        return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}
+    plan = ops.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
+    missing = sorted(set(run_ids) - {i.run_id for i in plan.items})
+    problems = [f"No run {r!r}." for r in missing[:20]]
+    return {"plan": plan, "scope": "selection", "problems": problems}
+
+
+def _plan_filter(
+    action: str, flt: selectors.RunFilter, max_resumes: int | None, now: datetime
+) -> ops.BulkPlan:
+    # The domain's filter takes status, reason, agent and age; a run-id prefix or the
+    # "lease expired" pseudo-status are resolved to run ids with the list's own query.
+    if flt.search or flt.status == selectors.LEASE_EXPIRED:
+        ids = selectors.runs_filtered(flt=flt, now=now).order_by("status_changed_at", "run_id")
+        run_ids = list(ids.values_list("run_id", flat=True)[: BULK_LIMIT + 1])
+        return ops.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
+    cutoff = now - flt.older_than if flt.older_than is not None else None
+    domain = ops.RunFilter(
+        status=flt.status or None,
+        reason=flt.reason or None,
+        agent=flt.agent or None,
+        changed_before=cutoff,
+    )
+    return ops.bulk_preview(action=action, filter=domain, max_resumes=max_resumes)
+
+
+def _filter_words(query: dict[str, str]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in query.items() if k != "order") or "every run"
+
+
+@require_GET
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def bulk_preview(request: HtmxHttpRequest) -> HttpResponse:
+    """What the action will do to each run. Reads only."""
+    action = request.GET.get("action", "")
+    if action not in ops.BULK_ACTIONS:
+        problem = f"Choose an action: {', '.join(ops.BULK_ACTIONS)}."
+        return render(request, "runs/bulk_preview.html", {"problems": [problem]}, status=400)
+    max_resumes, budget_problem = _max_resumes(request.GET.get("max_resumes", ""))
+    if action == "cancel":
+        max_resumes = None  # a cancel has no budget
+    context = _plan(request, action, max_resumes)
+    plan: ops.BulkPlan | None = context["plan"]
+    context.update(
+        action=action,
+        max_resumes=max_resumes,
+        form=BulkApplyForm(initial={"action": action}),
+        targets=plan.targets if plan else {},
+        problems=[*context["problems"], *([budget_problem] if budget_problem else [])],
+    )
+    return render(request, "runs/bulk_preview.html", context, status=200 if plan else 400)
+
+
+@require_POST
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
+    """Act on exactly the runs the preview listed (each refuses if it moved since)."""
+    form = BulkApplyForm(request.POST)
+    targets = form.targets()
+    if not form.is_valid() or not targets:
+        problems = [*form.target_errors]
+        if not targets:
+            problems.append("No runs to act on: go back to the list and preview again.")
+        refused = {"apply_errors": form.errors, "problems": problems}
+        return render(request, "runs/bulk_done.html", refused, status=400)
+    data = form.cleaned_data
+    try:
+        outcomes = ops.bulk_apply(
+            action=data["action"],
+            targets=targets,
+            by=request.user,
+            reason=data["reason"],
+            max_resumes=data["max_resumes"] if data["action"] != "cancel" else None,
+            on_commit=enqueue_resume,
+        )
+    except ops.OperationError as exc:
+        return render(request, "runs/bulk_done.html", {"problems": [str(exc)]}, status=400)
+    context: dict[str, Any] = {
+        "action": data["action"],
+        "outcomes": outcomes,
+        "done": sum(o.ok for o in outcomes),
+        "refused": sum(not o.ok for o in outcomes),
+        "problems": form.target_errors,
+    }
+    return render(request, "runs/bulk_done.html", context)

@@ -1,0 +1,246 @@
+"""Settling ambiguous effects by hand: the queue, the evidence, propose, approve, reject.
+
+A ``started`` effect whose tool cannot say whether it happened stops its run. An operator
+looks at the evidence and proposes how it ended; with approval on, a different person with the
+approver role approves it, and the ledger change and the queueing of the run are one
+transaction after which the resume task is enqueued (``runs.tasks.enqueue_resume``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger import operations as ops
+from ledger.models import SettlementStatus, Step
+from runs import presenting
+from runs.acting import (
+    permission_any,
+    refusal,
+    settlement_or_404,
+    step_or_404,
+)
+from runs.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
+from runs.operator_forms import DecideForm, RejectForm, SettleForm
+from runs.tasks import enqueue_resume
+from runs.views import HtmxHttpRequest
+
+QUEUE_PAGE = 100
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
+def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
+    """Every started effect waiting for a person, oldest first, 100 a page."""
+    try:
+        page = max(int(request.GET.get("page", "1")), 1)
+    except ValueError:
+        page = 1
+    page = min(page, 10_000)  # bounded: an OFFSET deeper than this is never useful
+    items = ops.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
+    context = {
+        "items": items[:QUEUE_PAGE],
+        "page": page,
+        "more": len(items) > QUEUE_PAGE,
+        "first": (page - 1) * QUEUE_PAGE,
+        "can_operate": request.user.has_perm(OPERATE_RUNS),
+        "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS),
+        "username": request.user.get_username(),
+        "approval_required": ops.approval_required(),
+    }
+    return render(request, "runs/settlement_queue.html", context)
+
+
+def _settle_context(
+    request: HtmxHttpRequest,
+    step: Step,
+    *,
+    form: SettleForm | None = None,
+    typed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The settle page: the evidence (read fresh), the forms, and who may do what.
+
+    ``typed`` (what a refused form held) refills a new form that carries the step's version
+    now, so that sending it again is a decision on the current state.
+    """
+    evidence = ops.settlement_evidence(step=step)
+    row, user = evidence.step, request.user
+    proposal = evidence.proposal
+    if form is None:
+        form = SettleForm(initial={**(typed or {}), "seen_version": row.version})
+    return {
+        "run": evidence.run,
+        "step": row,
+        "evidence": evidence,
+        "lookup": evidence.lookup_answer,
+        "lookup_text": presenting.pretty(evidence.lookup_answer.get("result")),
+        "inputs_text": presenting.pretty_capped(row.inputs),
+        "errors": row.errors or ([{"error": row.error}] if row.error else []),
+        "waiting": (timezone.now() - row.updated_at).total_seconds(),
+        "form": form,
+        "decide_form": DecideForm(),
+        "reject_form": RejectForm(),
+        "can_operate": user.has_perm(OPERATE_RUNS),
+        "can_approve": user.has_perm(APPROVE_SETTLEMENTS),
+        "is_proposer": proposal is not None and proposal.proposed_by_name == user.get_username(),
+        "proposal_result_text": presenting.pretty(proposal.result) if proposal else "",
+        "proposal_outdated": proposal is not None and ops.settlement_is_outdated(proposal),
+        "max_result_bytes": settings.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES,
+    }
+
+
+def _render_settle(
+    request: HtmxHttpRequest, step: Step, *, status: int = 200, **extra: Any
+) -> HttpResponse:
+    form, typed = extra.pop("form", None), extra.pop("typed", None)
+    context = {**_settle_context(request, step, form=form, typed=typed), **extra}
+    return render(request, "runs/settle.html", context, status=status)
+
+
+@require_GET
+@login_required
+@permission_any(OPERATE_RUNS, APPROVE_SETTLEMENTS)
+def settle_page(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
+    """The evidence and the three outcomes (operators), the waiting proposal (approvers).
+
+    Opening it writes nothing; the form carries the step's version as the person sees it.
+    """
+    return _render_settle(request, step_or_404(run_id, pk))
+
+
+@require_POST
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
+    step = step_or_404(run_id, pk)
+    form = SettleForm(request.POST)
+    if not form.is_valid():
+        return _render_settle(request, step, form=form, status=400)
+    data = form.cleaned_data
+    try:
+        settlement = ops.settlement_propose(
+            step=step,
+            outcome=data["outcome"],
+            result=data["parsed_result"],
+            reason=data["reason"],
+            by=request.user,
+            seen_version=data["seen_version"],
+            on_commit=enqueue_resume,
+        )
+    except ops.OperationError as exc:
+        return _refused(request, step, exc, form)
+    if settlement.status == SettlementStatus.APPLIED:
+        messages.success(
+            request,
+            f"Settled {step.step_id} as “{settlement.get_outcome_display()}”: "
+            f"{_after(settlement.run.status)}",
+        )
+        return redirect("runs:detail", run_id=run_id)
+    messages.success(
+        request,
+        f"Proposed “{settlement.get_outcome_display()}” for {step.step_id}. "
+        "It waits for a different person with the approver role.",
+    )
+    return redirect("runs:settle", run_id=run_id, pk=pk)
+
+
+def _refused(
+    request: HtmxHttpRequest, step: Step, exc: ops.OperationError, form: SettleForm
+) -> HttpResponse:
+    """The page again with the refusal, the current state, and what was typed."""
+    info = refusal(exc)
+    typed = {k: form.data.get(k) for k in ("outcome", "result", "reason")}
+    return _render_settle(request, step, typed=typed, status=info.pop("status"), **info)
+
+
+def _after(run_status: str) -> str:
+    if run_status == "queued":
+        return "the run is queued; a worker resumes it now."
+    return f"the run is {run_status}."
+
+
+@require_POST
+@login_required
+@permission_any(OPERATE_RUNS, APPROVE_SETTLEMENTS)
+def settle_lookup(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
+    """Ask the tool's reconcile again now; the answer is recorded (audit), the step unchanged."""
+    step = step_or_404(run_id, pk)
+    try:
+        answer = ops.step_reconcile_again(step=step, by=request.user)
+    except ops.OperationError as exc:
+        info = refusal(exc)
+        return _render_settle(request, step, status=info.pop("status"), **info)
+    context: dict[str, Any] = {
+        "answer": answer,
+        "answer_text": presenting.pretty(answer.result),
+        "lookup_at": answer.event.at,
+    }
+    if request.htmx:
+        return render(request, "runs/partials/lookup_answer.html", {"step": step, **context})
+    return _render_settle(request, step, **context)
+
+
+@require_POST
+@login_required
+@permission_required(APPROVE_SETTLEMENTS, raise_exception=True)
+def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    settlement = settlement_or_404(pk)
+    form = DecideForm(request.POST)
+    if not form.is_valid():
+        return _render_settle(request, settlement.step, status=400, decide_errors=form.errors)
+    try:
+        applied = ops.settlement_approve(
+            settlement=settlement,
+            by=request.user,
+            reason=form.cleaned_data["reason"],
+            on_commit=enqueue_resume,
+        )
+    except ops.OperationError as exc:
+        info = refusal(exc)
+        return _render_settle(request, settlement.step, status=info.pop("status"), **info)
+    messages.success(
+        request,
+        f"Approved {applied.proposed_by_name}'s “{applied.get_outcome_display()}” for "
+        f"{applied.step_id_text}: {_after(applied.run.status)}",
+    )
+    return redirect(reverse("runs:detail", args=[settlement.run_id]))
+
+
+@require_POST
+@login_required
+@permission_any(APPROVE_SETTLEMENTS, OPERATE_RUNS)
+def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """An approver refuses a proposal, or its proposer (an operator) withdraws it."""
+    settlement = settlement_or_404(pk)
+    own = settlement.proposed_by_name == request.user.get_username()
+    if not (request.user.has_perm(APPROVE_SETTLEMENTS) or own):
+        return _render_settle(
+            request,
+            settlement.step,
+            status=403,
+            refused="only an approver, or the person who proposed it, can reject a proposal",
+        )
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        return _render_settle(request, settlement.step, status=400, reject_errors=form.errors)
+    try:
+        ops.settlement_reject(
+            settlement=settlement, by=request.user, reason=form.cleaned_data["reason"]
+        )
+    except ops.OperationError as exc:
+        info = refusal(exc)
+        return _render_settle(request, settlement.step, status=info.pop("status"), **info)
+    verb = "Withdrew" if own else "Rejected"
+    messages.success(
+        request, f"{verb} the proposal for {settlement.step_id_text}; the step is unchanged."
+    )
+    return redirect("runs:settle", run_id=settlement.run_id, pk=settlement.step.pk)
