@@ -553,16 +553,7 @@ class RunContext:
             data, text = canonical.canonical(answer, step_id=call.step_id)
         except NotJSON:
             return False
-        store.update_step(
-            run_id=self.run_id,
-            token=self._token,
-            pk=row.pk,
-            status="succeeded",
-            now=self._clock(),
-            result_json=text,
-            errors_json=canonical.dumps(row.errors),
-        )
-        row.status, row.result = "succeeded", data
+        self._settle(row, data, text)
         return True
 
     def _reconcile(self, call: _Call, row: StepRow) -> Any:
@@ -592,6 +583,11 @@ class RunContext:
             data, text = canonical.canonical(answer, step_id=call.step_id)
         except NotJSON as exc:
             raise NeedsReconciliation(call.step_id, f"reconcile answered non-JSON: {exc}") from exc
+        self._settle(row, data, text)
+        return data
+
+    def _settle(self, row: StepRow, data: Any, text: str) -> None:
+        """Commit the downstream system's answer as the effect's result (one fenced write)."""
         store.update_step(
             run_id=self.run_id,
             token=self._token,
@@ -602,7 +598,6 @@ class RunContext:
             errors_json=canonical.dumps(row.errors),
         )
         row.status, row.result = "succeeded", data
-        return data
 
     def _execute(
         self, call: _Call, row: StepRow | None, *, prev: str | None, abandon: list[str]
