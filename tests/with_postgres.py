@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     if os.environ.get("DATABASE_URL"):
         return subprocess.call(argv)
     root = Path(tempfile.mkdtemp(prefix="runledger-pg-"))
-    bindir = _local_bindir()
+    bindir = None if os.environ.get("RUNLEDGER_TEST_PG") == "embedded" else _local_bindir()
     url, stop = _start_local(bindir, root) if bindir else _start_pgserver(root)
     print(f"with_postgres: throwaway PostgreSQL at {url}", flush=True)
     try:
