@@ -42,11 +42,13 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
         plan = _plan_filter(action, flt, max_resumes, timezone.now())
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
                 "filter_words": _filter_words(query), "problems": form.problems()}  # fmt: skip
-    run_ids = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
+    # A NUL byte names no run (and PostgreSQL refuses it in a query): reported as missing.
+    given = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
+    run_ids = [r for r in given if "\x00" not in r]
     if not run_ids:
         return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}
     plan = ops.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
-    missing = sorted(set(run_ids) - {i.run_id for i in plan.items})
+    missing = sorted(set(given) - {i.run_id for i in plan.items})
     problems = [f"No run {r!r}." for r in missing[:20]]
     return {"plan": plan, "scope": "selection", "problems": problems}
 

@@ -107,7 +107,7 @@ class BulkApplyForm(forms.Form):
         out: dict[str, int] = {}
         for raw in self.data.getlist("target") if hasattr(self.data, "getlist") else []:
             run_id, _, version = str(raw).rpartition(":")
-            if not run_id or not version.isdigit() or len(run_id) > 64:
+            if not run_id or not version.isdigit() or len(run_id) > 64 or "\x00" in run_id:
                 self.target_errors.append(f"ignored a damaged target {str(raw)[:80]!r}")
                 continue
             out[run_id] = int(version)
