@@ -11,7 +11,7 @@ when its time is up; calls after a stale step are marked as depending on a stale
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils import timezone
@@ -72,6 +72,9 @@ class DryRunContext(RunContext):
 
     def __init__(self, *, preview: Preview, deadline: float, **kwargs: Any) -> None:
         super().__init__(token="", **kwargs)
+        # A replanning agent's divergence is reported too: the walk checks paths under a copy
+        # whose policy is "refuse" (the registered agent is shared by every thread).
+        self.agent = replace(self.agent, divergence="refuse")
         self.preview = preview
         self.deadline = deadline
         self.stale_seen = False
@@ -127,12 +130,7 @@ class DryRunContext(RunContext):
         """Like the engine's check, but a replanning agent's divergence is reported too."""
         if self._in_fanout:
             return []  # the fan-out's path was checked as a whole
-        policy = self.agent.divergence
-        object.__setattr__(self.agent, "divergence", "refuse")
-        try:
-            return super()._check_path(step_id, accept)
-        finally:
-            object.__setattr__(self.agent, "divergence", policy)
+        return super()._check_path(step_id, accept)
 
     def _fanout(self, calls: list[_Call], max_workers: int) -> dict[str, Any]:
         """Each sibling is reported (replay, stale, settle, execute); the walk stops after the

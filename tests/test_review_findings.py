@@ -67,3 +67,68 @@ def test_a_nul_byte_in_a_bulk_selection_is_a_message_not_500(operator) -> None:
     assert "damaged target" in response.content.decode()
     assert Run.objects.get(pk=run.run_id).status == "cancelled"
     assert AuditEvent.objects.filter(run_id=run.run_id, action="run_cancel").count() == 1
+
+
+def test_two_previews_at_once_leave_the_agents_divergence_policy_as_registered(
+    execute, monkeypatch
+) -> None:
+    """The dry replay switched the registered (process-wide) agent to "refuse" while it checked
+    a path and switched it back after: two previews interleaving (two dashboard threads) left a
+    replanning agent registered as "refuse" for good, and any execution in the process meanwhile
+    blocked on a divergence its agent would have replanned."""
+    import threading
+
+    from django.db import connections
+
+    from ledger import registry
+    from ledger.agents import agent, tool
+    from ledger.engine import RunContext
+    from ledger.preview import preview_resume
+
+    @tool(kind="read", name="race-read")
+    def read(n: int) -> int:
+        return n
+
+    @agent("race-agent", divergence="replan", tools=[read])
+    def body(ctx, inputs):
+        return ctx.call(read, step="one", n=1)
+
+    try:
+        run = services.run_start(agent="race-agent", inputs={})
+        assert execute(run.run_id).status == "succeeded"
+        original = RunContext._check_path
+        b_inside, a_done = threading.Event(), threading.Event()
+        seen: dict[str, str] = {}
+
+        def check_path(self, step_id, accept=frozenset()):
+            name = threading.current_thread().name
+            seen.setdefault(name, registry.get_agent("race-agent").divergence)
+            if name == "A" and not b_inside.is_set():
+                b_inside.wait(10)  # B starts its check while A's is under way
+            elif name == "B" and not b_inside.is_set():
+                b_inside.set()
+                a_done.wait(10)  # ... and ends it after A has finished
+            return original(self, step_id, accept)
+
+        monkeypatch.setattr(RunContext, "_check_path", check_path)
+
+        def preview(done: threading.Event | None) -> None:
+            try:
+                preview_resume(run_id=run.run_id)
+            finally:
+                connections.close_all()
+                if done is not None:
+                    done.set()
+
+        a = threading.Thread(target=preview, args=(a_done,), name="A")
+        b = threading.Thread(target=preview, args=(None,), name="B")
+        a.start()
+        while "A" not in seen:
+            a.join(0.01)
+        b.start()
+        a.join(20)
+        b.join(20)
+        assert registry.get_agent("race-agent").divergence == "replan"
+        assert seen == {"A": "replan", "B": "replan"}
+    finally:
+        registry.unregister_agent("race-agent")
