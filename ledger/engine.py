@@ -542,9 +542,17 @@ class RunContext:
     def _failed_effect_happened(self, call: _Call, row: StepRow | None) -> bool:
         """A failed effect is asked about before it is sent again: its last attempt may have
         reached the downstream system before the error (a timeout after the charge)."""
-        if row is None or row.status != "failed" or call.kind != "effect" or not call.reconcile:
+        if row is None or row.status != "failed" or call.kind != "effect" or not row.effect_key:
             return False
-        if row.input_hash != call.input_hash or not row.effect_key:
+        if row.input_hash != call.input_hash:
+            # Its last attempt may have reached the downstream system with the old inputs;
+            # sending new ones under the same key would record the old answer as theirs.
+            raise StaleCheckpoint(
+                call.step_id,
+                f"this effect was attempted under key {row.effect_key} with other inputs; "
+                "settle it before it is sent with today's",
+            )
+        if not call.reconcile:
             return False
         answer = call.reconcile(row.effect_key)
         if answer is None or answer is NOT_HAPPENED:

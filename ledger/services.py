@@ -532,6 +532,7 @@ def run_resume(*, run_id: str, max_resumes: int | None = None, clock: Clock = ti
         run.status, run.reason, run.detail = RunStatus.QUEUED, "", ""
         run.blocked_step_id = ""
         run.error = ""
+        run.finished_at = None
         run.updated_at = run.status_changed_at = now
         run.version += 1
         run.save()

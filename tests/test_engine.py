@@ -609,3 +609,30 @@ def test_a_failed_effect_is_looked_up_before_it_is_sent_again(execute) -> None:
     assert outcome.result["amount_cents"] == 9
     assert len(sent) == 1
     assert ProviderCharge.objects.count() == 1
+
+
+def test_a_failed_effect_retried_with_other_inputs_is_stale_not_sent(execute) -> None:
+    """Its last attempt may have reached the provider with the old inputs: settle it first."""
+    amount = [5]
+    calls: list[int] = []
+
+    @tool(kind="effect", name="moving-pay", reconcile=examples.simulators.provider_lookup)
+    def pay(amount: int, *, idempotency_key: str) -> dict[str, Any]:
+        calls.append(amount)
+        raise TimeoutError("no answer from the provider")
+
+    @agent("moving-test", tools=[pay])
+    def body(ctx, inputs):
+        return ctx.call(pay, step="pay", amount=amount[0])
+
+    try:
+        run = services.run_start(agent="moving-test", inputs={})
+        assert execute(run.run_id).status == "failed"
+        services.run_resume(run_id=run.run_id)
+        amount[0] = 7
+        outcome = execute(run.run_id)
+    finally:
+        registry.unregister_agent("moving-test")
+    assert (outcome.status, outcome.reason, outcome.step_id) == ("needs_attention", "stale", "pay")
+    assert calls == [5]
+    assert steps(run.run_id)["pay"].status == "failed"

@@ -45,7 +45,9 @@ from ledger.operations._common import (
 )
 from ledger.operations.errors import InvalidInput
 
-STEP_EDITABLE = ("status", "result", "next_step_id", "effect_key", "error", "attempt", "expires_at")
+# The effect key is not editable: it is what makes the downstream system deduplicate, and a
+# new key would let a resume send the effect again.
+STEP_EDITABLE = ("status", "result", "next_step_id", "error", "attempt", "expires_at")
 RUN_EDITABLE = (
     "status",
     "reason",
