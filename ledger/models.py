@@ -287,3 +287,15 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         raise AppendOnly("audit events are append-only: they are never deleted")
+
+
+class Beacon(models.Model):
+    """The last time a periodic duty ran (e.g. the lease sweep), so operators can see that
+    recovery is alive: a dead beat means crashed runs wait forever."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    at = models.DateTimeField()
+    detail = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"

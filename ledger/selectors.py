@@ -13,11 +13,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
 
-from ledger.models import AuditEvent, Reason, Run, RunStatus, Settlement, Step, StepStatus
+from ledger.models import (
+    AuditEvent,
+    Beacon,
+    Reason,
+    Run,
+    RunStatus,
+    Settlement,
+    Step,
+    StepStatus,
+)
 
 LEASE_EXPIRED = "lease_expired"  # a list filter: running, but the worker's lease ran out
 ORDERS = ("newest", "oldest")
@@ -35,6 +45,7 @@ class StatusCounts:
     by_status: dict[str, int] = field(default_factory=dict)
     by_reason: dict[str, int] = field(default_factory=dict)
     lease_expired: int = 0
+    sweep: SweepHealth | None = None
 
     @property
     def total(self) -> int:
@@ -56,7 +67,30 @@ def run_status_counts(*, now: datetime) -> StatusCounts:
     counts.lease_expired = Run.objects.filter(
         status=RunStatus.RUNNING, lease_expires_at__lt=now
     ).count()
+    counts.sweep = sweep_health(now=now)
     return counts
+
+
+@dataclass(frozen=True)
+class SweepHealth:
+    """Whether the recovery sweep (Celery beat) is alive: without it crashed runs wait."""
+
+    last: datetime | None
+    minutes_ago: int | None
+    ok: bool
+    every_seconds: float
+
+
+def sweep_health(*, now: datetime) -> SweepHealth:
+    every = float(settings.RUNLEDGER_SWEEP_SECONDS)
+    beacon = Beacon.objects.filter(name="sweep").first()
+    if beacon is None:
+        return SweepHealth(last=None, minutes_ago=None, ok=False, every_seconds=every)
+    age = max((now - beacon.at).total_seconds(), 0.0)
+    # Late by three intervals and a minute: the dashboard's own clock moves by whole minutes.
+    return SweepHealth(
+        last=beacon.at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
+    )
 
 
 # --- the runs list -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ledger.errors import (
     RunBlocked,
     StepFailed,
 )
-from ledger.models import ACTIVE_STATUSES, Run, RunStatus
+from ledger.models import ACTIVE_STATUSES, Beacon, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -507,6 +507,9 @@ def runs_sweep(
     for run_id, seen_at in runs_lost_in_queue(older_than=wait, clock=clock, limit=limit):
         if run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
             ids.append(run_id)
+    Beacon.objects.update_or_create(
+        name="sweep", defaults={"at": clock(), "detail": {"requeued": len(ids)}}
+    )
     return ids
 
 
