@@ -23,6 +23,7 @@ its carried state to a new run (the worker commits both at once, see ``ledger.se
 
 from __future__ import annotations
 
+import json
 import logging
 import random as random_module
 import threading
@@ -44,7 +45,6 @@ from ledger.errors import (
     Divergence,
     DuplicateStepId,
     LeaseLost,
-    LedgerError,
     NeedsReconciliation,
     NotJSON,
     StaleCheckpoint,
@@ -747,7 +747,7 @@ class RunContext:
                 kind=call.kind,
                 tool=call.tool,
                 seq=write.seq,
-                errors=_loads(write.errors_json),
+                errors=json.loads(write.errors_json),
             )
 
     def _take_seq(self) -> int:
@@ -846,10 +846,4 @@ def _stored_inputs(text: str) -> tuple[str | None, bool]:
     ), True
 
 
-def _loads(text: str) -> Any:
-    import json
-
-    return json.loads(text)
-
-
-__all__ = ["Clock", "LedgerError", "RunContext"]
+__all__ = ["Clock", "RunContext"]

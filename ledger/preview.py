@@ -180,9 +180,6 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     if run.tool_schema_hash != definition.tool_schema_hash:
         preview.plan_changes.append("tool schema changed")
     ledger = store.load_steps(run_id)
-    stored_inputs = dict(
-        run.steps.values_list("step_id", "inputs")  # for the stale diff
-    )
     ctx = DryRunContext(
         preview=preview,
         deadline=time.monotonic() + seconds,
@@ -204,8 +201,7 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         preview.error = str(exc)
     except Exception as exc:  # agent code failing on recorded data is worth showing
         preview.error = f"the agent raised {type(exc).__name__}: {exc}"
-    for entry in preview.steps:
-        entry.stored_inputs = stored_inputs.get(entry.step_id)
+    _attach_stored_inputs(run, preview)
     walked = {s.step_id for s in preview.steps}
     preview.not_reached = [
         row.step_id
@@ -213,3 +209,18 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         if row.step_id not in walked and row.status != "abandoned"
     ]
     return preview
+
+
+def _attach_stored_inputs(run: Run, preview: Preview) -> None:
+    """Stored inputs, for the diff, of the steps whose hash differs from today's only: the
+    inputs column is the ledger's bulkiest, and a long run's would otherwise load whole."""
+    differing = [s for s in preview.steps if s.stored_hash and s.stored_hash != s.current_hash]
+    if not differing:
+        return
+    stored = dict(
+        run.steps.filter(step_id__in=[s.step_id for s in differing]).values_list(
+            "step_id", "inputs"
+        )
+    )
+    for entry in differing:
+        entry.stored_inputs = stored.get(entry.step_id)
