@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from ledger_support import read_write
 
 from ledger import registry, services, store
 from ledger.agents import agent, tool
@@ -324,21 +325,8 @@ def test_a_worker_whose_lease_was_taken_commits_nothing(execute, clock, crash_at
     clock.advance(31)  # the old worker stalls past its lease; another takes over
     new_token = services.lease_claim(run_id=run.run_id, owner="new", seconds=30, clock=clock)
     assert new_token and new_token != old_token
-    write = store.StepWrite(
-        run_id=run.run_id,
-        token=old_token,
-        step_id="late",
-        status="succeeded",
-        kind="read",
-        tool="x",
-        seq=1,
-        input_hash="0" * 64,
-        inputs_json="{}",
-        inputs_truncated=False,
-        attempt=1,
-        now=clock(),
-        result_json='"late"',
-        finished=True,
+    write = read_write(
+        run_id=run.run_id, token=old_token, step_id="late", now=clock(), result_json='"late"'
     )
     with pytest.raises(LeaseLost):
         store.write_step(write)

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from django.db import connection, connections
+from ledger_support import read_write
 
 from ledger import services, store
 from ledger.errors import LeaseLost
@@ -19,22 +20,7 @@ def test_a_takeover_waits_for_an_in_flight_write_and_then_wins(clock) -> None:
     run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     token = services.lease_claim(run_id=run.run_id, owner="a", clock=clock)
     assert token
-    write = store.StepWrite(
-        run_id=run.run_id,
-        token=token,
-        step_id="s1",
-        status="succeeded",
-        kind="read",
-        tool="t",
-        seq=1,
-        input_hash="0" * 64,
-        inputs_json="{}",
-        inputs_truncated=False,
-        attempt=1,
-        now=clock(),
-        result_json="1",
-        finished=True,
-    )
+    write = read_write(run_id=run.run_id, token=token, step_id="s1", now=clock(), result_json="1")
     results: dict[str, object] = {}
     with connection.cursor() as cur:
         cur.execute("BEGIN")

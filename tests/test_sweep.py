@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
+from ledger_support import read_write
 
 from ledger import services, store
 from ledger.errors import LeaseLost
@@ -66,22 +67,7 @@ def test_a_worker_whose_run_was_requeued_can_write_nothing(clock) -> None:
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
     services.runs_sweep(clock=clock)
     assert not services.lease_renew(run_id=run.run_id, token=token, clock=clock)
-    write = store.StepWrite(
-        run_id=run.run_id,
-        token=token,
-        step_id="late",
-        status="succeeded",
-        kind="read",
-        tool="t",
-        seq=1,
-        input_hash="0" * 64,
-        inputs_json="{}",
-        inputs_truncated=False,
-        attempt=1,
-        now=clock(),
-        result_json="1",
-        finished=True,
-    )
+    write = read_write(run_id=run.run_id, token=token, step_id="late", now=clock(), result_json="1")
     with pytest.raises(LeaseLost):
         store.write_step(write)
     assert not run.steps.exists()
