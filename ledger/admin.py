@@ -2,7 +2,7 @@
 
 Everything is searchable and filterable, JSON is shown indented, the worker lease is visible.
 Superusers may edit a few fields of runs and steps; every edit needs a reason and goes through
-``ledger.operations`` (version check, audit row with before/after), never ``obj.save()``.
+``ledger.transitions`` (version check, audit row with before/after), never ``obj.save()``.
 Nothing can be added or deleted here; settlements and audit events are read-only.
 """
 
@@ -19,9 +19,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger import operations
+from ledger import transitions
+from ledger.errors import OperationError
 from ledger.models import AuditEvent, Run, Settlement, Step
-from ledger.operations import OperationError
 
 
 def pretty(value: Any) -> SafeString:
@@ -66,13 +66,13 @@ class LedgerEditForm(forms.ModelForm):
 class StepForm(LedgerEditForm):
     class Meta:
         model = Step
-        fields = list(operations.STEP_EDITABLE)
+        fields = list(transitions.STEP_EDITABLE)
 
 
 class RunForm(LedgerEditForm):
     class Meta:
         model = Run
-        fields = list(operations.RUN_EDITABLE)
+        fields = list(transitions.RUN_EDITABLE)
 
 
 Sections = tuple[tuple[str | None, tuple[str, ...]], ...]
@@ -80,7 +80,7 @@ EDIT_FIELDS = ("change_reason", "seen_version")
 
 
 class LedgerAdmin(admin.ModelAdmin):
-    """Shared rules: no add, no delete, edits by superusers only, through ledger.operations.
+    """Shared rules: no add, no delete, edits by superusers only, through ledger.transitions.
 
     ``sections`` name model fields; a JSON field is shown indented (``<name>_pretty``) unless
     the user may edit it. A superuser also gets the reason and version fields of the edit form.
@@ -149,7 +149,7 @@ class LedgerAdmin(admin.ModelAdmin):
 @admin.register(Run)
 class RunAdmin(LedgerAdmin):
     form = RunForm
-    editable = operations.RUN_EDITABLE
+    editable = transitions.RUN_EDITABLE
     json_fields = ("inputs", "result")
     list_display = (
         "run_id",
@@ -213,7 +213,7 @@ class RunAdmin(LedgerAdmin):
         return pretty(run.result)
 
     def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
-        operations.run_admin_edit(
+        transitions.run_admin_edit(
             run=obj,
             by=request.user,
             reason=data["change_reason"],
@@ -225,7 +225,7 @@ class RunAdmin(LedgerAdmin):
 @admin.register(Step)
 class StepAdmin(LedgerAdmin):
     form = StepForm
-    editable = operations.STEP_EDITABLE
+    editable = transitions.STEP_EDITABLE
     json_fields = ("result", "inputs", "errors")
     list_display = (
         "step_id",
@@ -275,7 +275,7 @@ class StepAdmin(LedgerAdmin):
         return f"held by {run.lease_owner} until {expires}"
 
     def edit(self, request: HttpRequest, obj: Any, changes: dict[str, Any], data: Any) -> None:
-        operations.step_admin_edit(
+        transitions.step_admin_edit(
             step=obj,
             by=request.user,
             reason=data["change_reason"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LedgerError(Exception):
     """Base of the engine's errors."""
@@ -82,3 +84,30 @@ class ContinueAsNew(BaseException):
     def __init__(self, inputs: object) -> None:
         self.inputs = inputs
         super().__init__("continue as a new run")
+
+
+# --- a person's action, refused (nothing was written) ---------------------------------
+
+
+class OperationError(LedgerError):
+    """An operator action was refused; nothing was written."""
+
+
+class Conflict(OperationError):
+    """The row changed since the operator opened it. ``current`` is its state now."""
+
+    def __init__(self, message: str, *, current: dict[str, Any] | None = None) -> None:
+        self.current = current or {}
+        super().__init__(message)
+
+
+class NotAllowed(OperationError):
+    """The action does not apply to the run or step in its present state."""
+
+
+class SelfApproval(NotAllowed):
+    """The proposer of a settlement tried to approve it."""
+
+
+class InvalidInput(OperationError, ValueError):
+    """A reason is missing, or a result is not JSON or too large."""

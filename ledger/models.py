@@ -1,6 +1,7 @@
 """The ledger's tables. ``Step`` is the seed's ``run_step`` row; ``Run`` is its parent.
 
-Engine writes to these tables go through ``ledger.store`` (hand-written SQL on the hot path);
+Every write to these tables goes through ``ledger.transitions`` (hand-written SQL on the engine's
+hot path);
 the ORM serves migrations, the admin and the pages.
 """
 
@@ -52,6 +53,8 @@ class StepKind(models.TextChoices):
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: Stopped runs: a person may resume them (after which a worker picks them up).
+STOPPED_STATUSES = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
 
 
 class Run(models.Model):
@@ -136,8 +139,8 @@ class Step(models.Model):
     settled_by = models.CharField(
         max_length=150, blank=True, default="", help_text="Set when a person settled this step."
     )
-    # Bumped by every write to the row (the engine's SQL in ledger.store and the operator
-    # functions in ledger.operations); the database default covers the engine's raw INSERT.
+    # Bumped by every write to the row (all in ledger.transitions); the database default
+    # covers the engine's raw INSERT.
     version = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
@@ -176,7 +179,7 @@ class SettlementStatus(models.TextChoices):
 class Settlement(models.Model):
     """A person's answer to "did this interrupted effect happen?", and its approval.
 
-    Written only by ``ledger.operations``. ``step_version`` is the step's version when the
+    Written only by ``ledger.transitions``. ``step_version`` is the step's version when the
     proposal was made: an approval of a step that has changed since is refused.
     """
 
@@ -228,6 +231,7 @@ class AuditAction(models.TextChoices):
     SETTLEMENT_REJECT = "settlement_reject"
     SETTLEMENT_APPLY = "settlement_apply"  # proposed and applied at once (approval off)
     RECONCILE_LOOKUP = "reconcile_lookup"
+    RUN_START = "run_start"  # a run started by a person (a command)
     STALE_ACCEPT = "stale_accept"
     REEXECUTE_FROM = "reexecute_from"
     RUN_RESUME = "run_resume"

@@ -1,25 +1,32 @@
 """The dry replay: what a resume would do, computed without executing or writing anything.
 
-The agent function runs against the recorded results. Each call is compared with its ledger
-row: it would replay, it is stale (stored hash differs from today's, with both inputs for a
-diff), it is a started effect that must be settled, it would execute for the first time, or the
-path diverges. No tool, model or effect runs; nothing is written. The walk stops at the first
-call that has no recorded result (it cannot know what the result would be), at a divergence, or
-when its time is up; calls after a stale step are marked as depending on a stale observation.
+The agent function runs against the recorded results with ``DrySteps`` in place of the live
+steps. Each call is judged by the engine's own decision (``ledger.engine.decide``): it would
+replay, it is stale (stored hash differs from today's, with both inputs for a diff), it is a
+started effect that must be settled, it would execute, or the path diverges. No tool, model or
+effect runs; nothing is written. The walk stops at the first call that has no recorded result
+(it cannot know what the result would be), at a divergence, or when its time is up; calls after
+a stale step are marked as depending on a stale observation.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
-from ledger import registry, store
-from ledger.engine import RunContext, _Call
-from ledger.errors import ContinueAsNew, Divergence, LedgerError, NotJSON
-from ledger.models import Run
+from ledger import registry, selectors
+from ledger.engine import RunContext
+from ledger.engine.calls import Call
+from ledger.engine.decide import Action, decide
+from ledger.engine.walk import Walk
+from ledger.errors import ContinueAsNew, Divergence, LedgerError, NotAllowed, NotJSON
+from ledger.models import Run, Step, StepStatus
+from ledger.transitions import TodaysInputs
 
 
 class _Stop(Exception):
@@ -67,26 +74,27 @@ class Preview:
         return any(s.action == "diverge" for s in self.steps) or bool(self.plan_changes)
 
 
-class DryRunContext(RunContext):
-    """A run context that only compares: it never executes a tool and never writes."""
+class DrySteps:
+    """The steps of a dry replay: each call is compared with its row, never executed.
 
-    def __init__(self, *, preview: Preview, deadline: float, **kwargs: Any) -> None:
-        super().__init__(token="", **kwargs)
-        # A replanning agent's divergence is reported too: the walk checks paths under a copy
-        # whose policy is "refuse" (the registered agent is shared by every thread).
-        self.agent = replace(self.agent, divergence="refuse")
+    Paths are checked under ``refuse`` whatever the agent's policy, so that a replanning
+    agent's divergence is reported too.
+    """
+
+    def __init__(
+        self, *, walk: Walk, preview: Preview, deadline: float, clock: Callable[[], datetime]
+    ) -> None:
+        self.walk = walk
         self.preview = preview
         self.deadline = deadline
+        self.clock = clock
         self.stale_seen = False
-        self._in_fanout = False
 
-    def _step(self, call: _Call) -> Any:
+    def step(self, call: Call, *, path_checked: bool = False) -> Any:
         if time.monotonic() > self.deadline:
             self.preview.timed_out = True
             raise _Stop("the preview ran out of time")
-        row = self._ledger.get(call.step_id)
-        if row is not None and row.status == "abandoned":
-            row = None
+        row = self.walk.live_row(call.step_id)
         entry = PreviewStep(
             step_id=call.step_id,
             action="execute",
@@ -96,28 +104,29 @@ class DryRunContext(RunContext):
             current_inputs=call.inputs,
             after_stale=self.stale_seen,
             reconcile_available=call.reconcile is not None,
+            stored_hash=row.input_hash if row is not None else "",
         )
         self.preview.steps.append(entry)
-        try:
-            self._check_path(call.step_id)
-        except Divergence as exc:
-            entry.action, entry.detail = "diverge", exc.detail
-            raise _Stop(exc.detail) from None
-        if row is not None:
-            entry.stored_hash = row.input_hash
-        if row is not None and row.status == "succeeded":
-            if row.input_hash != call.input_hash:
-                entry.action = "stale"
-                self.stale_seen = True
-            elif self._expired(row):
-                entry.action = "reread"
-                raise _Stop(f"{call.step_id} is a read whose result expired: it would read again")
-            else:
-                entry.action = "replay"
-            self._prev = call.step_id
-            self._walked.append(call.step_id)
-            return row.result
-        if row is not None and row.status == "started" and call.kind == "effect":
+        if not path_checked:
+            try:
+                self.walk.check_path(call.step_id, policy="refuse")
+            except Divergence as exc:
+                entry.action, entry.detail = "diverge", exc.detail
+                raise _Stop(exc.detail) from None
+        action = decide(kind=call.kind, input_hash=call.input_hash, row=row, now=self.clock())
+        if row is not None and action in (Action.REPLAY, Action.STALE):
+            if row.status == StepStatus.SUCCEEDED:
+                entry.action = str(action)
+                self.stale_seen = self.stale_seen or action == Action.STALE
+                self.walk.advance(call.step_id)
+                return row.result
+            entry.action = "stale"
+            entry.detail = f"{row.status} under key {row.effect_key} with other inputs"
+            raise _Stop(f"{call.step_id} must be settled before anything after it can run")
+        if action == Action.REREAD:
+            entry.action = "reread"
+            raise _Stop(f"{call.step_id} is a read whose result expired: it would read again")
+        if row is not None and action == Action.RECONCILE:
             entry.action = "settle"
             entry.detail = f"started under key {row.effect_key}; " + (
                 "its tool's reconcile will be asked" if call.reconcile else "no read path"
@@ -126,17 +135,11 @@ class DryRunContext(RunContext):
         entry.detail = "first execution" if row is None else f"attempt {row.attempt + 1}"
         raise _Stop(f"{call.step_id} would execute; the walk cannot see past it")
 
-    def _check_path(self, step_id: str, accept: frozenset[str] = frozenset()) -> list[str]:
-        """Like the engine's check, but a replanning agent's divergence is reported too."""
-        if self._in_fanout:
-            return []  # the fan-out's path was checked as a whole
-        return super()._check_path(step_id, accept)
-
-    def _fanout(self, calls: list[_Call], max_workers: int) -> dict[str, Any]:
+    def fanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
         """Each sibling is reported (replay, stale, settle, execute); the walk stops after the
         fan-out when any sibling would need work, as the engine would run them all at once."""
         try:
-            self._check_fanout_path(calls)
+            self.walk.check_fanout_path([c.step_id for c in calls], policy="refuse")
         except Divergence as exc:
             self.preview.steps.append(
                 PreviewStep(
@@ -146,16 +149,12 @@ class DryRunContext(RunContext):
             raise _Stop(exc.detail) from None
         results: dict[str, Any] = {}
         stop: _Stop | None = None
-        self._in_fanout = True
-        try:
-            for call in calls:
-                try:
-                    results[call.step_id] = self._step(call)
-                except _Stop as exc:
-                    stop = stop or exc
-                self._prev = call.step_id
-        finally:
-            self._in_fanout = False
+        for call in calls:
+            try:
+                results[call.step_id] = self.step(call, path_checked=True)
+            except _Stop as exc:
+                stop = stop or exc
+            self.walk.prev = call.step_id
         if stop is not None:
             raise stop
         return results
@@ -167,10 +166,8 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     preview = Preview(run_id=run_id)
     definition = registry.get_agent(run.agent)
     if definition is None:
-        errors = registry.import_errors()
-        why = "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
         preview.available = False
-        preview.unavailable_reason = f"agent {run.agent!r} is not available here: {why}"
+        preview.unavailable_reason = registry.missing_agent_message(run.agent)
         return preview
     preview.divergence_policy = definition.divergence
     if run.plan_version != definition.plan_version:
@@ -179,16 +176,12 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         )
     if run.tool_schema_hash != definition.tool_schema_hash:
         preview.plan_changes.append("tool schema changed")
-    ledger = store.load_steps(run_id)
-    ctx = DryRunContext(
-        preview=preview,
-        deadline=time.monotonic() + seconds,
-        run_id=run_id,
-        agent=definition,
-        inputs=run.inputs,
-        ledger=ledger,
-        clock=timezone.now,
+    ledger = selectors.load_steps(run_id)
+    walk = Walk(run_id=run_id, agent=definition, ledger=ledger)
+    steps = DrySteps(
+        walk=walk, preview=preview, deadline=time.monotonic() + seconds, clock=timezone.now
     )
+    ctx = RunContext(walk=walk, steps=steps, inputs=run.inputs, clock=timezone.now)
     try:
         definition.fn(ctx, run.inputs)
         preview.finished = True
@@ -206,9 +199,30 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     preview.not_reached = [
         row.step_id
         for row in sorted(ledger.values(), key=lambda r: r.seq)
-        if row.step_id not in walked and row.status != "abandoned"
+        if row.step_id not in walked and row.status != StepStatus.ABANDONED
     ]
     return preview
+
+
+def stale_entry(step: Step) -> TodaysInputs:
+    """Today's inputs of a stale step, from a dry replay (for ``step_accept_stale``);
+    ``NotAllowed`` when the replay does not find the step stale."""
+    preview = preview_resume(run_id=step.run_id)
+    if not preview.available:
+        raise NotAllowed(preview.unavailable_reason)
+    for entry in preview.steps:
+        if entry.step_id == step.step_id:
+            if entry.action != "stale":
+                raise NotAllowed(
+                    f"step {step.step_id!r} is not stale: a resume would {entry.action} it"
+                )
+            return TodaysInputs(
+                stored_hash=entry.stored_hash,
+                current_hash=entry.current_hash,
+                current_inputs=entry.current_inputs,
+            )
+    why = preview.stopped or preview.error or "the agent no longer calls it"
+    raise NotAllowed(f"the dry replay does not reach step {step.step_id!r} ({why})")
 
 
 def _attach_stored_inputs(run: Run, preview: Preview) -> None:

@@ -183,3 +183,15 @@ def record_import_error(module: str, exc: BaseException) -> None:
 
 def import_errors() -> dict[str, str]:
     return dict(_import_errors)
+
+
+def why_missing() -> str:
+    """Why an agent is not registered in this process: the agent modules that failed to
+    import, with their errors, or "it is not registered"."""
+    errors = import_errors()
+    return "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
+
+
+def missing_agent_message(name: str) -> str:
+    """The one sentence that says an agent cannot run here, and why."""
+    return f"agent {name!r} is not available here: {why_missing()}"

@@ -3,7 +3,7 @@
 
 ``run_queued``: the ledger itself queued a run that no caller knows about, so nobody else will
 enqueue it. Today that is the continuation of ``ctx.continue_as_new`` (``cause="continue"``).
-Runs queued by a caller — ``services.run_start``, ``services.run_resume``, the operator
+Runs queued by a caller — ``transitions.run_start``, ``transitions.run_resume``, the operator
 functions (which take ``on_commit=``) — do not send it: their callers enqueue them.
 
 Sent after the commit that queued the run (``transaction.on_commit``), with ``run_id`` and

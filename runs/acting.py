@@ -15,8 +15,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 
-from ledger import operations as ops
-from ledger import selectors
+from ledger import selectors, transitions
 from ledger.models import Run, Settlement, Step
 from runs import presenting
 
@@ -59,15 +58,15 @@ def settlement_or_404(pk: int) -> Settlement:
         raise Http404(f"no settlement #{pk}") from None
 
 
-def refusal(exc: ops.OperationError) -> dict[str, Any]:
+def refusal(exc: transitions.OperationError) -> dict[str, Any]:
     """Template context for a refused action: what was refused and, on a conflict, the row now.
 
     Status 409 for a conflict or a state that does not allow the action, 400 for bad input.
     """
-    current = exc.current if isinstance(exc, ops.Conflict) else {}
+    current = exc.current if isinstance(exc, transitions.Conflict) else {}
     return {
         "refused": str(exc),
-        "conflict": isinstance(exc, ops.Conflict),
+        "conflict": isinstance(exc, transitions.Conflict),
         "current_text": presenting.pretty(current) if current else "",
-        "status": 400 if isinstance(exc, ops.InvalidInput) else 409,
+        "status": 400 if isinstance(exc, transitions.InvalidInput) else 409,
     }

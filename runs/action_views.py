@@ -13,10 +13,9 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ledger import operations as ops
-from ledger import selectors
+from ledger import selectors, transitions
 from ledger.models import FINAL_STATUSES, Run, Step, StepKind, StepStatus
-from ledger.preview import Preview
+from ledger.preview import Preview, stale_entry
 from runs import presenting
 from runs.acting import refusal, run_or_404, step_or_404
 from runs.models import OPERATE_RUNS
@@ -86,14 +85,15 @@ def stale_accept(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse
     if not form.is_valid():
         return _render_stale(request, step, status=400, accept_errors=form.errors)
     try:
-        ops.step_accept_stale(
+        transitions.step_accept_stale(
             step=step,
+            today=stale_entry(step),
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
             on_commit=enqueue_resume,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         return _render_stale(request, step, status=info.pop("status"), **info)
     run = selectors.run_detail(run_id=run_id)
@@ -114,15 +114,15 @@ def stale_reexecute(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespo
     if not form.is_valid():
         return _render_stale(request, step, status=400, reexecute_errors=form.errors)
     try:
-        reset = ops.run_reexecute_from(
-            run=step.run,
+        reset = transitions.run_reexecute_from(
+            run_id=step.run.run_id,
             step_id=step.step_id,
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
             on_commit=enqueue_resume,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         return _render_stale(request, step, status=info.pop("status"), **info)
     run = selectors.run_detail(run_id=run_id)
@@ -171,7 +171,7 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
     data = form.cleaned_data
     try:
         done = _apply_run_action(request, run, action, data)
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         fresh = run_or_404(run_id)
         typed = RunActionForm(
@@ -188,10 +188,10 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
 
 
 def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dict[str, Any]) -> Run:
-    common = {"run": run, "by": request.user, "reason": data["reason"]}
+    common = {"run_id": run.run_id, "by": request.user, "reason": data["reason"]}
     if action == "cancel":
-        return ops.run_cancel(**common, seen_version=data["seen_version"])
-    act = ops.run_resume if action == "resume" else ops.run_retry
+        return transitions.run_cancel(**common, seen_version=data["seen_version"])
+    act = transitions.run_resume if action == "resume" else transitions.run_retry
     return act(
         **common,
         seen_version=data["seen_version"],
@@ -213,14 +213,14 @@ def run_fork(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if not form.is_valid():
         return render(request, "runs/run_fork.html", _fork_context(run, form), status=400)
     try:
-        fork = ops.run_fork(
-            run=run,
+        fork = transitions.run_fork(
+            run_id=run.run_id,
             step_id=form.cleaned_data["step_id"],
             by=request.user,
             reason=form.cleaned_data["reason"],
             on_commit=enqueue_start,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         context = {**_fork_context(run, form), **info}
         return render(request, "runs/run_fork.html", context, status=context.pop("status"))

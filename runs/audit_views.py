@@ -8,7 +8,6 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger import operations as ops
 from ledger import selectors
 from runs.forms import encode_query
 from runs.models import VIEW_DASHBOARD
@@ -26,7 +25,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     form.is_valid()  # a bad value is dropped with a message; the rest still filters
     data = form.cleaned_data
     since, until = form.bounds()
-    events = ops.audit_events(
+    events = selectors.audit_events(
         run_id=data.get("run") or None,
         actor=data.get("actor") or None,
         action=data.get("action") or None,

@@ -1,6 +1,6 @@
 """Bulk actions from the runs list: a selection (checkboxes) or the current filter, first a
-preview of what will happen to each run (``ops.bulk_preview``, writes nothing), then the act on
-exactly the runs and versions the preview showed, with one outcome per run."""
+preview of what will happen to each run (``selectors.bulk_preview``, writes nothing), then the
+act on exactly the runs and versions the preview showed, with one outcome per run."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger import operations as ops
-from ledger import selectors
-from ledger.operations.bulk import BULK_LIMIT
+from ledger import selectors, transitions
 from runs.forms import RunFilterForm, encode_query, filter_query
 from runs.models import OPERATE_RUNS
 from runs.operator_forms import BulkApplyForm
@@ -43,11 +41,11 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
                 "filter_words": _filter_words(query), "problems": form.problems()}  # fmt: skip
     # A NUL byte names no run (and PostgreSQL refuses it in a query): reported as missing.
-    given = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
+    given = [r for r in request.GET.getlist("run") if r][: selectors.BULK_LIMIT + 1]
     run_ids = [r for r in given if "\x00" not in r]
     if not run_ids:
         return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}
-    plan = ops.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
+    plan = selectors.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
     missing = sorted(set(given) - {i.run_id for i in plan.items})
     problems = [f"No run {r!r}." for r in missing[:20]]
     return {"plan": plan, "scope": "selection", "problems": problems}
@@ -55,21 +53,8 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
 
 def _plan_filter(
     action: str, flt: selectors.RunFilter, max_resumes: int | None, now: datetime
-) -> ops.BulkPlan:
-    # The domain's filter takes status, reason, agent and age; a run-id prefix or the
-    # "lease expired" pseudo-status are resolved to run ids with the list's own query.
-    if flt.search or flt.status == selectors.LEASE_EXPIRED:
-        ids = selectors.runs_filtered(flt=flt, now=now).order_by("status_changed_at", "run_id")
-        run_ids = list(ids.values_list("run_id", flat=True)[: BULK_LIMIT + 1])
-        return ops.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
-    cutoff = now - flt.older_than if flt.older_than is not None else None
-    domain = ops.RunFilter(
-        status=flt.status or None,
-        reason=flt.reason or None,
-        agent=flt.agent or None,
-        changed_before=cutoff,
-    )
-    return ops.bulk_preview(action=action, filter=domain, max_resumes=max_resumes)
+) -> selectors.BulkPlan:
+    return selectors.bulk_preview(action=action, flt=flt, now=now, max_resumes=max_resumes)
 
 
 def _filter_words(query: dict[str, str]) -> str:
@@ -82,14 +67,14 @@ def _filter_words(query: dict[str, str]) -> str:
 def bulk_preview(request: HtmxHttpRequest) -> HttpResponse:
     """What the action will do to each run. Reads only."""
     action = request.GET.get("action", "")
-    if action not in ops.BULK_ACTIONS:
-        problem = f"Choose an action: {', '.join(ops.BULK_ACTIONS)}."
+    if action not in selectors.BULK_ACTIONS:
+        problem = f"Choose an action: {', '.join(selectors.BULK_ACTIONS)}."
         return render(request, "runs/bulk_preview.html", {"problems": [problem]}, status=400)
     max_resumes, budget_problem = _max_resumes(request.GET.get("max_resumes", ""))
     if action == "cancel":
         max_resumes = None  # a cancel has no budget
     context = _plan(request, action, max_resumes)
-    plan: ops.BulkPlan | None = context["plan"]
+    plan: selectors.BulkPlan | None = context["plan"]
     context.update(
         action=action,
         max_resumes=max_resumes,
@@ -115,7 +100,7 @@ def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "runs/bulk_done.html", refused, status=400)
     data = form.cleaned_data
     try:
-        outcomes = ops.bulk_apply(
+        outcomes = transitions.bulk_apply(
             action=data["action"],
             targets=targets,
             by=request.user,
@@ -123,7 +108,7 @@ def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
             max_resumes=data["max_resumes"] if data["action"] != "cancel" else None,
             on_commit=enqueue_resume,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         return render(request, "runs/bulk_done.html", {"problems": [str(exc)]}, status=400)
     context: dict[str, Any] = {
         "action": data["action"],

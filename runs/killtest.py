@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger import registry, services
+from ledger import registry, transitions, worker
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
 from runs.cluster import Cluster
@@ -243,9 +243,9 @@ def _effects(run_id: str, notes: list[str], baseline_notes: list[str]) -> tuple[
 def baseline(scenario: Scenario) -> Baseline:
     """The uninterrupted run, executed in this process."""
     before = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-    run = services.run_start(agent=scenario.agent, inputs=scenario.inputs)
+    run = transitions.run_start(agent=scenario.agent, inputs=scenario.inputs)
     started = time.monotonic()
-    outcome = services.run_execute(run_id=run.run_id, worker="killtest-baseline")
+    outcome = worker.run_execute(run_id=run.run_id, worker="killtest-baseline")
     duration = time.monotonic() - started
     if outcome is None or outcome.status != "succeeded":
         raise RuntimeError(f"the uninterrupted {scenario.name} run did not succeed: {outcome}")
@@ -270,7 +270,7 @@ def _snapshot(run_id: str) -> dict[str, Any]:
 
 
 def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
-    run = services.run_start(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
+    run = transitions.run_start(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
     trial.run_id = run.run_id
     queue = f"killtest-victim-{trial.index}"
     env = {}

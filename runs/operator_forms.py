@@ -11,7 +11,7 @@ from django import forms
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ledger import operations as ops
+from ledger import selectors, transitions
 from ledger.models import AuditAction, SettlementOutcome
 
 #: ledger.operations refuses longer reasons; the form says so first.
@@ -50,8 +50,8 @@ class SettleForm(VersionedForm):
         data = super().clean() or {}
         if data.get("outcome") == SettlementOutcome.HAPPENED:
             try:
-                data["parsed_result"] = ops.parse_result_text(data.get("result", ""))
-            except ops.InvalidInput as exc:
+                data["parsed_result"] = transitions.parse_result_text(data.get("result", ""))
+            except transitions.InvalidInput as exc:
                 self.add_error("result", str(exc))
         else:
             if (data.get("result") or "").strip():
@@ -94,7 +94,7 @@ class ForkForm(forms.Form):
 class BulkApplyForm(forms.Form):
     """The runs and versions the preview showed, the action and the reason."""
 
-    action = forms.ChoiceField(choices=[(a, a) for a in ops.BULK_ACTIONS])
+    action = forms.ChoiceField(choices=[(a, a) for a in selectors.BULK_ACTIONS])
     reason = _reason()
     max_resumes = forms.IntegerField(required=False, min_value=0, max_value=100_000)
 

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger import operations as ops
+from ledger import selectors, transitions
 from ledger.models import SettlementStatus, Step
 from runs import presenting
 from runs.acting import (
@@ -46,7 +46,7 @@ def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
     except ValueError:
         page = 1
     page = min(page, 10_000)  # bounded: an OFFSET deeper than this is never useful
-    items = ops.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
+    items = selectors.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
     context = {
         "items": items[:QUEUE_PAGE],
         "page": page,
@@ -55,7 +55,7 @@ def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
         "can_operate": request.user.has_perm(OPERATE_RUNS),
         "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS),
         "username": request.user.get_username(),
-        "approval_required": ops.approval_required(),
+        "approval_required": selectors.approval_required(),
     }
     return render(request, "runs/settlement_queue.html", context)
 
@@ -72,7 +72,7 @@ def _settle_context(
     ``typed`` (what a refused form held) refills a new form that carries the step's version
     now, so that sending it again is a decision on the current state.
     """
-    evidence = ops.settlement_evidence(step=step)
+    evidence = selectors.settlement_evidence(step=step)
     row, user = evidence.step, request.user
     proposal = evidence.proposal
     if form is None:
@@ -93,7 +93,7 @@ def _settle_context(
         "can_approve": user.has_perm(APPROVE_SETTLEMENTS),
         "is_proposer": proposal is not None and proposal.proposed_by_name == user.get_username(),
         "proposal_result_text": presenting.pretty(proposal.result) if proposal else "",
-        "proposal_outdated": proposal is not None and ops.settlement_is_outdated(proposal),
+        "proposal_outdated": proposal is not None and selectors.settlement_is_outdated(proposal),
         "max_result_bytes": settings.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES,
     }
 
@@ -127,7 +127,7 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
         return _render_settle(request, step, form=form, status=400)
     data = form.cleaned_data
     try:
-        settlement = ops.settlement_propose(
+        settlement = transitions.settlement_propose(
             step=step,
             outcome=data["outcome"],
             result=data["parsed_result"],
@@ -136,7 +136,7 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
             seen_version=data["seen_version"],
             on_commit=enqueue_resume,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         return _refused(request, step, exc, form)
     if settlement.status == SettlementStatus.APPLIED:
         messages.success(
@@ -154,7 +154,7 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
 
 
 def _refused(
-    request: HtmxHttpRequest, step: Step, exc: ops.OperationError, form: SettleForm
+    request: HtmxHttpRequest, step: Step, exc: transitions.OperationError, form: SettleForm
 ) -> HttpResponse:
     """The page again with the refusal, the current state, and what was typed."""
     info = refusal(exc)
@@ -175,8 +175,8 @@ def settle_lookup(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespons
     """Ask the tool's reconcile again now; the answer is recorded (audit), the step unchanged."""
     step = step_or_404(run_id, pk)
     try:
-        answer = ops.step_reconcile_again(step=step, by=request.user)
-    except ops.OperationError as exc:
+        answer = transitions.step_reconcile_again(step=step, by=request.user)
+    except transitions.OperationError as exc:
         info = refusal(exc)
         return _render_settle(request, step, status=info.pop("status"), **info)
     context: dict[str, Any] = {
@@ -198,13 +198,13 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _render_settle(request, settlement.step, status=400, decide_errors=form.errors)
     try:
-        applied = ops.settlement_approve(
+        applied = transitions.settlement_approve(
             settlement=settlement,
             by=request.user,
             reason=form.cleaned_data["reason"],
             on_commit=enqueue_resume,
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         return _render_settle(request, settlement.step, status=info.pop("status"), **info)
     messages.success(
@@ -233,10 +233,10 @@ def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _render_settle(request, settlement.step, status=400, reject_errors=form.errors)
     try:
-        ops.settlement_reject(
+        transitions.settlement_reject(
             settlement=settlement, by=request.user, reason=form.cleaned_data["reason"]
         )
-    except ops.OperationError as exc:
+    except transitions.OperationError as exc:
         info = refusal(exc)
         return _render_settle(request, settlement.step, status=info.pop("status"), **info)
     verb = "Withdrew" if own else "Rejected"

@@ -15,7 +15,7 @@ from functools import partial
 from celery import Task, shared_task
 from django.db import transaction
 
-from ledger import services
+from ledger import worker
 from ledger.examples import faults
 from ledger.models import Run
 
@@ -32,7 +32,7 @@ def _execute(task: Task, run_id: str, why: str) -> str | None:
     if status is None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
         return None
-    outcome = services.run_execute(run_id=run_id, worker=_worker_name(task))
+    outcome = worker.run_execute(run_id=run_id, worker=_worker_name(task))
     # Crash point for the kill test: the run's outcome is committed, the task not acknowledged.
     faults.point("task.after_execute")
     if outcome is None:
@@ -63,7 +63,7 @@ def resume_run(self: Task, run_id: str) -> str | None:
 @shared_task(name="runledger.sweep")
 def sweep() -> list[str]:
     """Re-queue runs whose worker lease expired, and runs whose message was lost."""
-    run_ids = services.runs_sweep()
+    run_ids = worker.runs_sweep()
     for run_id in run_ids:
         enqueue_resume(run_id)
     return run_ids

@@ -30,7 +30,6 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
-from ledger import operations as ops
 from ledger import registry, selectors
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, Step
 from ledger.preview import Preview, preview_resume
@@ -244,7 +243,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         "run": run,
         "final": run.status in FINAL_STATUSES,
         "blocked_step": blocked,
-        "waiting_proposal": ops.settlements_waiting().filter(run_id=run.run_id).first(),
+        "waiting_proposal": selectors.settlements_waiting().filter(run_id=run.run_id).first(),
         "now": now,
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),
@@ -266,7 +265,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         **_header_context(run),
         **_step_table_context(request, run, compare=compare),
         "can_export": request.user.has_perm(EXPORT_LEDGER),
-        "audit_events": list(ops.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
+        "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
         "audit_shown": RUN_AUDIT_SHOWN,
     }
     return render(request, "runs/run_detail.html", context)

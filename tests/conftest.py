@@ -54,18 +54,19 @@ def crash_at() -> Iterator[Callable[[str], None]]:
 @pytest.fixture
 def execute(clock: FakeClock) -> Callable[..., Any]:
     """Run one execution of a run as a worker would (no heartbeat thread; the clock is fake)."""
-    from ledger import services
 
     def run(run_id: str, *, worker: str = "worker-1", crash_expected: bool = False) -> Any:
+        from ledger.worker import run_execute
+
         if crash_expected:
             with pytest.raises(Crash):
-                services.run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+                run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
             # The dead worker's lease must expire before anyone may take the run over.
             from django.conf import settings
 
             clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
             return None
-        return services.run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+        return run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
 
     return run
 
@@ -95,6 +96,14 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
             "--no-first-run",
         ],
     }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ledger_owner_guard() -> None:
+    """Every SQL write to a run or a step row in this process must come from the owner."""
+    import ownership
+
+    ownership.install_runtime_guard()
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ from typing import Any
 
 def read_write(*, run_id: str, token: str, step_id: str, now: datetime, result_json: str) -> Any:
     """A finished read step's write as the engine sends it, for fencing tests."""
-    from ledger import store
+    from ledger import transitions
 
-    return store.StepWrite(
+    return transitions.StepWrite(
         run_id=run_id,
         token=token,
         step_id=step_id,

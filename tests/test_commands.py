@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger import services
+from ledger import transitions, worker
 from ledger.examples.models import OutboxMessage, ProviderCharge
-from ledger.models import Run
+from ledger.models import AuditEvent, Run
 from runs import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,7 +68,7 @@ def test_resume_run_refuses_missing_and_unstopped_runs() -> None:
         command("resume_run", "run_missing", "--inline")
     command("start_run", "refund", "--inputs", '{"invoice_id": "inv_1001"}', "--inline")
     run = Run.objects.get()
-    with pytest.raises(CommandError, match="only a stopped run can be resumed"):
+    with pytest.raises(CommandError, match="resume applies to a run that is needs attention or"):
         command("resume_run", run.run_id, "--inline")
     assert Run.objects.get().resume_count == 0
 
@@ -96,11 +97,22 @@ def test_a_task_for_a_missing_run_logs_and_does_nothing(caplog) -> None:
 
 
 def test_a_task_for_a_finished_run_logs_and_does_nothing(caplog) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    services.run_execute(run_id=run.run_id, worker="w1")
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    worker.run_execute(run_id=run.run_id, worker="w1")
     before = Run.objects.values().get(pk=run.run_id)
     with caplog.at_level(logging.INFO, logger="runs"):
         assert tasks.resume_run.apply(args=(run.run_id,)).get() is None
     assert "nothing recorded by this worker (the run was succeeded" in caplog.text
     assert Run.objects.values().get(pk=run.run_id) == before
     assert ProviderCharge.objects.count() == 1
+
+
+def test_commands_that_change_runs_are_audited_under_the_person_running_them() -> None:
+    command("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
+    run = Run.objects.get()
+    command("resume_run", run.run_id, "--reason", "the provider is back", "--inline")
+    actor = f"cli:{getpass.getuser()}"
+    events = list(AuditEvent.objects.filter(run_id=run.run_id).order_by("at", "id"))
+    assert [(e.action, e.actor) for e in events] == [("run_start", actor), ("run_resume", actor)]
+    assert events[1].reason == "the provider is back"
+    assert (events[1].before["status"], events[1].after["status"]) == ("failed", "queued")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ledger import registry, services
+from ledger import registry, transitions
 from ledger.agents import agent, tool
 from ledger.examples import faults
 from ledger.examples.models import OutboxMessage, ProviderCharge
@@ -55,7 +55,7 @@ def test_a_run_that_continues_ends_succeeded_and_queues_its_continuation_at_once
     execute, queued
 ) -> None:
     inputs = {"records": 10, "page": 4}
-    first = services.run_start(agent="paged_survey", inputs=inputs, max_resumes=7)
+    first = transitions.run_start(agent="paged_survey", inputs=inputs, max_resumes=7)
     outcome = execute(first.run_id)
     child_id = outcome.continued_as
     assert (outcome.status, outcome.result) == ("succeeded", {"continued_as": child_id})
@@ -86,7 +86,7 @@ def test_a_run_that_continues_ends_succeeded_and_queues_its_continuation_at_once
 def test_a_chain_of_continuations_gives_the_long_runs_result_with_bounded_ledgers(
     execute, queued
 ) -> None:
-    first = services.run_start(agent="paged_survey", inputs={"records": 10, "page": 4})
+    first = transitions.run_start(agent="paged_survey", inputs={"records": 10, "page": 4})
     outcomes = follow(execute, first.run_id)
     assert [o.status for o in outcomes] == ["succeeded"] * 3
     assert outcomes[-1].result == {"total": expected_total(10), "records": 10, "emails": 3}
@@ -105,7 +105,7 @@ def test_the_continuation_exists_once_when_the_worker_dies_right_after_the_commi
     run_queued.connect(_die_after_commit, dispatch_uid="test-die")
     crash_at("continue.after_commit")
     try:
-        first = services.run_start(agent="paged_survey", inputs={"records": 6, "page": 3})
+        first = transitions.run_start(agent="paged_survey", inputs={"records": 6, "page": 3})
         execute(first.run_id, crash_expected=True)
     finally:
         run_queued.disconnect(dispatch_uid="test-die")
@@ -126,7 +126,7 @@ def test_a_crash_before_the_continuation_replays_and_continues_once(
     execute, queued, crash_at
 ) -> None:
     crash_at("email.after_effect")  # the page's progress email went out; its success did not
-    first = services.run_start(agent="paged_survey", inputs={"records": 6, "page": 3})
+    first = transitions.run_start(agent="paged_survey", inputs={"records": 6, "page": 3})
     execute(first.run_id, crash_expected=True)
     assert not Run.objects.filter(parent=first).exists()
     outcome = execute(first.run_id, worker="worker-2")
@@ -150,7 +150,7 @@ def test_a_worker_that_lost_its_lease_commits_no_continuation(execute, queued) -
         ctx.continue_as_new({"more": True})
 
     try:
-        run = services.run_start(agent="can-thief-test", inputs={})
+        run = transitions.run_start(agent="can-thief-test", inputs={})
         assert execute(run.run_id) is None
     finally:
         registry.unregister_agent("can-thief-test")
@@ -168,7 +168,7 @@ def test_continue_as_new_inputs_that_are_not_json_fail_the_run_and_queue_nothing
         ctx.continue_as_new({"cursor": {1, 2}})
 
     try:
-        run = services.run_start(agent="can-bad-test", inputs={})
+        run = transitions.run_start(agent="can-bad-test", inputs={})
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("can-bad-test")
@@ -188,7 +188,7 @@ def test_an_agent_that_catches_exception_cannot_swallow_the_continuation(execute
             return {"swallowed": True}
 
     try:
-        run = services.run_start(agent="can-catch-test", inputs={})
+        run = transitions.run_start(agent="can-catch-test", inputs={})
         outcomes = follow(execute, run.run_id)
     finally:
         registry.unregister_agent("can-catch-test")
@@ -228,7 +228,7 @@ def test_a_continuation_decided_by_history_length_is_decided_the_same_on_replay(
 
     crash_at("can.mark.2")  # item.2 is committed, then the process dies
     try:
-        run = services.run_start(agent="can-length-test", inputs={"n": 7})
+        run = transitions.run_start(agent="can-length-test", inputs={"n": 7})
         execute(run.run_id, crash_expected=True)
         assert Step.objects.filter(run_id=run.run_id).count() == 5
         outcomes = follow(execute, run.run_id)
@@ -244,7 +244,7 @@ def test_a_continuation_decided_by_history_length_is_decided_the_same_on_replay(
 
 
 def test_the_dry_replay_of_a_run_that_continued_says_so(execute) -> None:
-    run = services.run_start(agent="paged_survey", inputs={"records": 4, "page": 2})
+    run = transitions.run_start(agent="paged_survey", inputs={"records": 4, "page": 2})
     execute(run.run_id)
     preview = preview_resume(run_id=run.run_id)
     assert preview.finished and "continues as a new run" in preview.stopped
@@ -258,7 +258,7 @@ def test_a_run_whose_ledger_reaches_the_limit_stops_as_budget_until_it_is_raised
     execute, settings
 ) -> None:
     settings.RUNLEDGER_MAX_STEPS_PER_RUN = 5
-    run = services.run_start(agent="survey", inputs={"records": 8})
+    run = transitions.run_start(agent="survey", inputs={"records": 8})
     outcome = execute(run.run_id)
     assert (outcome.status, outcome.reason, outcome.step_id) == (
         "needs_attention",
@@ -271,7 +271,7 @@ def test_a_run_whose_ledger_reaches_the_limit_stops_as_budget_until_it_is_raised
     run.refresh_from_db()
     assert (run.status, run.reason) == ("needs_attention", "budget")
     settings.RUNLEDGER_MAX_STEPS_PER_RUN = 100
-    services.run_resume(run_id=run.run_id)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded" and outcome.replayed == 5
     assert outcome.result["total"] == expected_total(8)
@@ -279,7 +279,7 @@ def test_a_run_whose_ledger_reaches_the_limit_stops_as_budget_until_it_is_raised
 
 def test_a_fanout_that_would_pass_the_limit_runs_none_of_its_siblings(execute, settings) -> None:
     settings.RUNLEDGER_MAX_STEPS_PER_RUN = 4
-    run = services.run_start(
+    run = transitions.run_start(
         agent="batch_refund", inputs={"invoice_ids": ["inv_1001", "inv_1003", "inv_1004"]}
     )
     outcome = execute(run.run_id)

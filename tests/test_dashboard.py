@@ -29,7 +29,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import registry, selectors, services
+from ledger import registry, selectors, transitions
 from ledger.agents import agent, tool
 from ledger.examples import agents as examples
 from ledger.models import Run, Step
@@ -241,7 +241,7 @@ def test_counts_show_each_status_each_reason_and_expired_leases(
     stale_run(execute, crash_at, monkeypatch)
     succeeded_run(execute)
     expired_lease_run(execute, crash_at)
-    services.run_start(agent="survey", inputs={"records": 2})  # queued
+    transitions.run_start(agent="survey", inputs={"records": 2})  # queued
     counts = selectors.run_status_counts(now=timezone.now())
     assert counts.by_status["needs_attention"] == 3
     assert counts.by_reason == {
@@ -296,7 +296,7 @@ def test_the_list_shows_resumes_used_of_the_budget(execute, crash_at, viewer) ->
 
 def test_keyset_pages_list_every_run_once_without_offset(execute, viewer, settings) -> None:
     settings.RUNLEDGER_RUNS_PER_PAGE = 3
-    made = {services.run_start(agent="survey", inputs={"records": i}).run_id for i in range(8)}
+    made = {transitions.run_start(agent="survey", inputs={"records": i}).run_id for i in range(8)}
     seen: list[str] = []
     query = ""
     with CaptureQueriesContext(connection) as queries:
@@ -321,7 +321,7 @@ def test_list_and_run_pages_issue_a_constant_number_of_queries(execute, viewer) 
     few = (queries("/"), queries(f"/runs/{small.run_id}/"))
     big = survey_run(execute, records=300)
     for i in range(25):
-        services.run_start(agent="survey", inputs={"records": i})
+        transitions.run_start(agent="survey", inputs={"records": i})
     many = (queries("/"), queries(f"/runs/{big.run_id}/"))
     assert few == many
     assert queries(f"/runs/{big.run_id}/?page=3") == many[1]
@@ -340,7 +340,7 @@ def test_a_refresh_with_nothing_new_answers_204_and_a_change_swaps_in(
     digest = re.search(r'data-digest="([0-9a-f]+)"', text(first)).group(1)
     assert 'id="run-table"' in text(first) and "status-counts" not in text(first)
     assert viewer.get(f"/?digest={digest}", **headers).status_code == 204
-    services.run_start(agent="survey", inputs={"records": 1})
+    transitions.run_start(agent="survey", inputs={"records": 1})
     changed = viewer.get(f"/?digest={digest}", **headers)
     assert changed.status_code == 200 and "survey" in text(changed)
 

@@ -26,7 +26,7 @@ from dashboard_support import (
 )
 from playwright.sync_api import Page, expect
 
-from ledger import registry, services
+from ledger import registry, transitions
 from ledger.models import Step
 
 pytestmark = [
@@ -74,7 +74,7 @@ def test_an_operator_triages_a_stale_run_in_the_browser(
     survey_run(execute, records=12)
     agent_gone_run(execute, crash_at)
     stale = stale_run(execute, crash_at, monkeypatch)
-    services.run_start(agent="survey", inputs={"records": 30})  # queued
+    transitions.run_start(agent="survey", inputs={"records": 30})  # queued
     user_in("operator", name="olive")
 
     sign_in(page, live_server.url, "olive")
@@ -139,7 +139,7 @@ def test_the_list_refreshes_itself_and_pauses_while_the_tab_is_hidden(
     sign_in(page, live_server.url, "vic")
     expect(page.locator("#run-table")).to_contain_text(first.run_id)
 
-    moved = services.run_start(agent="survey", inputs={"records": 3})
+    moved = transitions.run_start(agent="survey", inputs={"records": 3})
     expect(page.locator("#run-table")).to_contain_text(moved.run_id, timeout=15_000)
 
     polls: list[str] = []
@@ -148,7 +148,7 @@ def test_the_list_refreshes_itself_and_pauses_while_the_tab_is_hidden(
         "Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
         "document.dispatchEvent(new Event('visibilitychange'));"
     )
-    hidden_run = services.run_start(agent="survey", inputs={"records": 4})
+    hidden_run = transitions.run_start(agent="survey", inputs={"records": 4})
     page.wait_for_timeout(3_000)  # three poll intervals while hidden
     assert polls == []
     expect(page.locator("#run-table")).not_to_contain_text(hidden_run.run_id)

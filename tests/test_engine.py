@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from ledger_support import read_write
 
-from ledger import registry, services, store
+from ledger import registry, transitions, worker
 from ledger.agents import agent, tool
 from ledger.errors import LeaseLost, NotJSON
 from ledger.examples import agents as examples
@@ -39,7 +39,7 @@ def steps(run_id: str) -> dict[str, Step]:
 @pytest.fixture
 def baseline(execute) -> dict[str, Any]:
     """The uninterrupted run's result, then a clean slate for the crash under test."""
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, run_id=RUN_ID)
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, run_id=RUN_ID)
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
     Step.objects.all().delete()
@@ -50,7 +50,7 @@ def baseline(execute) -> dict[str, Any]:
 
 
 def start_refund(invoice: str = "inv_1001") -> Run:
-    return services.run_start(agent="refund", inputs={"invoice_id": invoice}, run_id=RUN_ID)
+    return transitions.run_start(agent="refund", inputs={"invoice_id": invoice}, run_id=RUN_ID)
 
 
 def test_an_uninterrupted_run_writes_one_row_per_call_in_order(execute) -> None:
@@ -81,7 +81,7 @@ def test_a_resume_replays_succeeded_steps_without_executing_them(execute, crash_
     run = start_refund()
     execute(run.run_id)
     Run.objects.filter(pk=run.run_id).update(status="needs_attention")
-    services.run_resume(run_id=run.run_id)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
     faults.set_hook("fetch_invoice", lambda: calls.append(1))
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
@@ -200,10 +200,10 @@ def test_clock_random_uuid_and_model_are_recorded_and_replayed_identically(execu
         return {"values": list(values)}
 
     try:
-        run = services.run_start(agent="recorder-test", inputs={})
+        run = transitions.run_start(agent="recorder-test", inputs={})
         first = execute(run.run_id)
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         clock.advance(3600)
         second = execute(run.run_id)
     finally:
@@ -241,10 +241,10 @@ def test_a_changed_path_is_a_divergence_handled_by_the_agents_policy(
     branch = ["b", "c"]
     _register_switchable("switch-test", policy, branch)
     try:
-        run = services.run_start(agent="switch-test", inputs={})
+        run = transitions.run_start(agent="switch-test", inputs={})
         assert execute(run.run_id).status == "succeeded"
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         branch[:] = ["x", "c"]  # today's code goes a→pay→x instead of a→pay→b
         outcome = execute(run.run_id)
     finally:
@@ -268,7 +268,9 @@ def test_a_changed_path_is_a_divergence_handled_by_the_agents_policy(
 
 
 @pytest.mark.parametrize("policy", ["refuse", "replan"])
-def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(execute, policy) -> None:
+def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(
+    execute, clock, policy
+) -> None:
     @tool(kind="read", name="pv-read")
     def read(n: int) -> int:
         return n
@@ -278,8 +280,9 @@ def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(execu
 
     agent("pv-test", plan_version="1", divergence=policy, tools=[read])(body)
     try:
-        run = services.run_start(agent="pv-test", inputs={})
-        services.lease_claim(run_id=run.run_id, owner="dead-worker", seconds=-1)  # died at once
+        run = transitions.run_start(agent="pv-test", inputs={})
+        # The dead worker's lease ran out at once, on the same clock the next worker reads.
+        transitions.lease_claim(run_id=run.run_id, owner="dead-worker", seconds=-1, clock=clock)
         agent("pv-test", plan_version="2", divergence=policy, tools=[read])(body)
         outcome = execute(run.run_id)
     finally:
@@ -308,7 +311,7 @@ def test_a_tool_schema_change_is_detected(execute) -> None:
 
     agent("ts-test", tools=[read])(body)
     try:
-        run = services.run_start(agent="ts-test", inputs={})
+        run = transitions.run_start(agent="ts-test", inputs={})
         agent("ts-test", tools=[read2])(body)
         outcome = execute(run.run_id)
     finally:
@@ -320,28 +323,30 @@ def test_a_tool_schema_change_is_detected(execute) -> None:
 def test_a_worker_whose_lease_was_taken_commits_nothing(execute, clock, crash_at) -> None:
     run = start_refund()
     crash_at("charge.before_effect")
-    old_token = services.lease_claim(run_id=run.run_id, owner="old", seconds=30, clock=clock)
+    old_token = transitions.lease_claim(run_id=run.run_id, owner="old", seconds=30, clock=clock)
     assert old_token
     clock.advance(31)  # the old worker stalls past its lease; another takes over
-    new_token = services.lease_claim(run_id=run.run_id, owner="new", seconds=30, clock=clock)
+    new_token = transitions.lease_claim(run_id=run.run_id, owner="new", seconds=30, clock=clock)
     assert new_token and new_token != old_token
     write = read_write(
         run_id=run.run_id, token=old_token, step_id="late", now=clock(), result_json='"late"'
     )
     with pytest.raises(LeaseLost):
-        store.write_step(write)
+        transitions.step_write(write)
     assert not Step.objects.filter(run_id=run.run_id).exists()
     write.token = new_token
-    assert store.write_step(write) > 0
+    assert transitions.step_write(write) > 0
     with pytest.raises(LeaseLost):
-        store.update_step(run_id=run.run_id, token=old_token, pk=1, status="failed", now=clock())
+        transitions.step_update(
+            run_id=run.run_id, token=old_token, pk=1, status="failed", now=clock()
+        )
 
 
 def test_a_cancelled_run_stays_cancelled_when_its_worker_carries_on(execute, clock) -> None:
     run = start_refund()
 
     def cancel_midway() -> None:
-        services.run_cancel(run_id=run.run_id)
+        transitions.run_cancel(by="test", reason="cancel", seen_version=None, run_id=run.run_id)
 
     from ledger.examples import faults
 
@@ -359,13 +364,13 @@ def test_a_cancelled_run_stays_cancelled_when_its_worker_carries_on(execute, clo
 
 def test_a_second_claim_on_a_live_lease_is_refused(clock) -> None:
     run = start_refund()
-    assert services.lease_claim(run_id=run.run_id, owner="a", clock=clock)
-    assert services.lease_claim(run_id=run.run_id, owner="b", clock=clock) is None
-    assert services.run_execute(run_id=run.run_id, worker="b", clock=clock, heartbeat=False) is None
+    assert transitions.lease_claim(run_id=run.run_id, owner="a", clock=clock)
+    assert transitions.lease_claim(run_id=run.run_id, owner="b", clock=clock) is None
+    assert worker.run_execute(run_id=run.run_id, worker="b", clock=clock, heartbeat=False) is None
 
 
 def test_the_resume_budget_stops_the_run_loudly_until_raised(execute, crash_at) -> None:
-    run = services.run_start(
+    run = transitions.run_start(
         agent="refund", inputs={"invoice_id": "inv_1001"}, run_id=RUN_ID, max_resumes=1
     )
     crash_at("fetch_invoice", times=2)
@@ -375,9 +380,11 @@ def test_the_resume_budget_stops_the_run_loudly_until_raised(execute, crash_at) 
     assert (outcome.status, outcome.reason) == ("needs_attention", "budget")
     run.refresh_from_db()
     assert (run.resume_count, run.max_resumes) == (1, 1)
-    with pytest.raises(ValueError, match="budget"):
-        services.run_resume(run_id=run.run_id)
-    services.run_resume(run_id=run.run_id, max_resumes=3)
+    with pytest.raises(transitions.NotAllowed, match="budget"):
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
+    transitions.run_resume(
+        by="test", reason="resume", seen_version=None, run_id=run.run_id, max_resumes=3
+    )
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
     run.refresh_from_db()
@@ -403,7 +410,7 @@ def test_retries_count_attempts_and_keep_the_effect_key(execute) -> None:
         return ctx.call(flaky, step="pay", amount=7)
 
     try:
-        run = services.run_start(agent="retry-test", inputs={})
+        run = transitions.run_start(agent="retry-test", inputs={})
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("retry-test")
@@ -417,7 +424,7 @@ def test_retries_count_attempts_and_keep_the_effect_key(execute) -> None:
 
 
 def test_a_read_that_keeps_failing_fails_the_run_with_every_attempts_error(execute) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
     outcome = execute(run.run_id)
     assert outcome.status == "failed"
     assert "no invoice inv_missing" in outcome.detail
@@ -438,7 +445,7 @@ def test_inputs_that_are_not_json_are_refused_before_anything_runs(execute) -> N
         return ctx.call(pay, step="plan.3.pay", payload={"when": object()})
 
     try:
-        run = services.run_start(agent="bad-input-test", inputs={})
+        run = transitions.run_start(agent="bad-input-test", inputs={})
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("bad-input-test")
@@ -447,7 +454,7 @@ def test_inputs_that_are_not_json_are_refused_before_anything_runs(execute) -> N
     assert sent == []
     assert not Step.objects.filter(run_id=run.run_id).exists()
     with pytest.raises(NotJSON, match=r"\$\.x"):
-        services.run_start(agent="refund", inputs={"x": float("nan")})
+        transitions.run_start(agent="refund", inputs={"x": float("nan")})
 
 
 def test_a_step_id_used_twice_is_an_error_not_an_overwrite(execute) -> None:
@@ -461,7 +468,7 @@ def test_a_step_id_used_twice_is_an_error_not_an_overwrite(execute) -> None:
         return ctx.call(read, step="same", n=2)
 
     try:
-        run = services.run_start(agent="dup-test", inputs={})
+        run = transitions.run_start(agent="dup-test", inputs={})
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("dup-test")
@@ -480,7 +487,7 @@ def test_an_effect_returning_non_json_blocks_for_settlement_instead_of_repeating
         return ctx.call(pay, step="pay")
 
     try:
-        run = services.run_start(agent="weird-test", inputs={})
+        run = transitions.run_start(agent="weird-test", inputs={})
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("weird-test")
@@ -508,7 +515,7 @@ def test_large_inputs_are_stored_truncated_but_hashed_whole(execute, settings) -
         return ctx.call(read, step="big", text="x" * 5000)
 
     try:
-        run = services.run_start(agent="big-test", inputs={})
+        run = transitions.run_start(agent="big-test", inputs={})
         execute(run.run_id)
     finally:
         registry.unregister_agent("big-test")
@@ -520,10 +527,10 @@ def test_large_inputs_are_stored_truncated_but_hashed_whole(execute, settings) -
 def test_a_resume_loads_the_ledger_in_a_constant_number_of_queries(execute) -> None:
     counts = []
     for records in (20, 200):
-        run = services.run_start(agent="survey", inputs={"records": records})
+        run = transitions.run_start(agent="survey", inputs={"records": records})
         assert execute(run.run_id).status == "succeeded"
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         from django.test.utils import CaptureQueriesContext
 
         with CaptureQueriesContext(connection) as queries:
@@ -552,14 +559,14 @@ def test_a_read_whose_freshness_expired_is_read_again_on_resume(execute, clock) 
         return {"price": price}
 
     try:
-        run = services.run_start(agent="fresh-test", inputs={})
+        run = transitions.run_start(agent="fresh-test", inputs={})
         assert execute(run.run_id).result == {"price": 101}
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         clock.advance(30)
         assert execute(run.run_id).result == {"price": 101}  # still fresh: replayed
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         clock.advance(60)
         assert execute(run.run_id).result == {"price": 102}  # expired: read again
     finally:
@@ -587,9 +594,9 @@ def test_a_failed_effect_is_looked_up_before_it_is_sent_again(execute) -> None:
         return ctx.call(pay, step="pay", amount=9)
 
     try:
-        run = services.run_start(agent="timeout-test", inputs={})
+        run = transitions.run_start(agent="timeout-test", inputs={})
         assert execute(run.run_id).status == "failed"
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         outcome = execute(run.run_id)
     finally:
         registry.unregister_agent("timeout-test")
@@ -614,9 +621,9 @@ def test_a_failed_effect_retried_with_other_inputs_is_stale_not_sent(execute) ->
         return ctx.call(pay, step="pay", amount=amount[0])
 
     try:
-        run = services.run_start(agent="moving-test", inputs={})
+        run = transitions.run_start(agent="moving-test", inputs={})
         assert execute(run.run_id).status == "failed"
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
         amount[0] = 7
         outcome = execute(run.run_id)
     finally:

@@ -27,7 +27,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger import registry, services
+from ledger import registry, transitions, worker
 from ledger.agents import agent, tool
 from ledger.examples import faults, simulators
 from ledger.examples.models import OutboxMessage, ProviderCharge
@@ -55,7 +55,7 @@ def threaded() -> bool:
 
 def fail_and_resume(run_id: str) -> None:
     Run.objects.filter(pk=run_id).update(status="failed")
-    services.run_resume(run_id=run_id)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run_id)
 
 
 class Fanout:
@@ -142,7 +142,7 @@ def fanout() -> Iterator[Callable[..., Fanout]]:
 
 
 def start(run_id: str = RUN_ID) -> Run:
-    return services.run_start(agent=AGENT, inputs={}, run_id=run_id)
+    return transitions.run_start(agent=AGENT, inputs={}, run_id=run_id)
 
 
 def wipe() -> None:
@@ -292,7 +292,7 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
     inputs = {"invoice_ids": invoices, "max_workers": max_workers}
     run_id = f"run_fanout_kill_{max_workers}"
     baseline = _uninterrupted(inputs, run_id)  # same run id: same effect keys and charge ids
-    services.run_start(agent="batch_refund", inputs=inputs, run_id=run_id)
+    transitions.run_start(agent="batch_refund", inputs=inputs, run_id=run_id)
     done = subprocess.run(
         [sys.executable, str(MANAGE), "example_execute", run_id],
         env={
@@ -315,7 +315,7 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
         assert "refund.inv_1003" not in killed
     assert ProviderCharge.objects.count() in (1, 2, 3)
     time.sleep(0.3)  # the dead worker's 0.2 s lease lapses, as the sweep would find it
-    outcome = services.run_execute(run_id=run_id, worker="worker-2", clock=timezone.now)
+    outcome = worker.run_execute(run_id=run_id, worker="worker-2", clock=timezone.now)
     assert outcome is not None and outcome.status == "succeeded", outcome
     assert outcome.result == baseline
     resumed = steps(run_id)
@@ -334,8 +334,8 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
 
 def _uninterrupted(inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The same batch without a kill, then every row and effect cleared away."""
-    services.run_start(agent="batch_refund", inputs=inputs, run_id=run_id)
-    outcome = services.run_execute(run_id=run_id, worker="w", clock=timezone.now, heartbeat=False)
+    transitions.run_start(agent="batch_refund", inputs=inputs, run_id=run_id)
+    outcome = worker.run_execute(run_id=run_id, worker="w", clock=timezone.now, heartbeat=False)
     assert outcome is not None and outcome.status == "succeeded"
     wipe()
     return dict(outcome.result)
@@ -397,7 +397,7 @@ def test_siblings_failing_with_huge_or_odd_errors_leave_the_finished_ones_alone(
     assert ProviderCharge.objects.count() == 1
 
     fan.fail.clear()  # the downstream systems recover; an operator retries the run
-    services.run_resume(run_id=RUN_ID)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=RUN_ID)
     outcome = execute(RUN_ID)
     assert outcome.status == "succeeded", outcome.detail
     assert fan.calls == Counter(
@@ -429,7 +429,7 @@ def test_a_failing_effect_sibling_is_looked_up_before_it_is_sent_again(fanout, e
     fan.fail["pay_b"] = charge_then_time_out
     assert execute(start().run_id).status == "failed"
     fan.fail.clear()
-    services.run_resume(run_id=RUN_ID)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=RUN_ID)
     assert execute(RUN_ID).status == "succeeded"
     assert fan.calls == Counter({"pay_a": 1, "pay_b": 1})
     assert ProviderCharge.objects.count() == 2
@@ -511,7 +511,7 @@ def test_a_cancelled_run_sends_no_effect_from_its_fanout(fanout, execute) -> Non
     fan = fanout(["pay_a", "pay_b"], max_workers=1)
 
     def cancel_then_answer() -> Any:
-        services.run_cancel(run_id=RUN_ID)
+        transitions.run_cancel(by="test", reason="cancel", seen_version=None, run_id=RUN_ID)
         return {"late": True}
 
     fan.fail["pay_a"] = cancel_then_answer

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 from ledger_support import read_write
 
-from ledger import services, store
+from ledger import transitions
 from ledger.errors import LeaseLost
 from ledger.models import Run, Step
 
@@ -17,14 +17,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 def test_a_takeover_waits_for_an_in_flight_write_and_then_wins(clock) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    token = services.lease_claim(run_id=run.run_id, owner="a", clock=clock)
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    token = transitions.lease_claim(run_id=run.run_id, owner="a", clock=clock)
     assert token
     write = read_write(run_id=run.run_id, token=token, step_id="s1", now=clock(), result_json="1")
     results: dict[str, object] = {}
     with connection.cursor() as cur:
         cur.execute("BEGIN")
-        store.write_step(write)  # holds the run row FOR SHARE until COMMIT
+        transitions.step_write(write)  # holds the run row FOR SHARE until COMMIT
 
         def take_over() -> None:
             clock.advance(60)
@@ -42,4 +42,4 @@ def test_a_takeover_waits_for_an_in_flight_write_and_then_wins(clock) -> None:
     assert Step.objects.filter(run_id=run.run_id, step_id="s1").exists()
     write.step_id = "s2"
     with pytest.raises(LeaseLost):
-        store.write_step(write)
+        transitions.step_write(write)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger import services
+from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.models import Step
 
@@ -54,7 +54,7 @@ def test_with_a_key_the_example_agent_asks_a_real_model_once_and_replays_it(
     messages_api, execute
 ) -> None:
     assert examples.default_model() == "claude-haiku-4-5"
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded" and outcome.result["refunded"] is True
     assert len(messages_api) == 1
@@ -66,7 +66,7 @@ def test_with_a_key_the_example_agent_asks_a_real_model_once_and_replays_it(
     from ledger.models import Run
 
     Run.objects.filter(pk=run.run_id).update(status="failed")
-    services.run_resume(run_id=run.run_id)
+    transitions.run_resume(by="test", reason="resume", seen_version=None, run_id=run.run_id)
     assert execute(run.run_id).status == "succeeded"
     assert len(messages_api) == 1  # the recorded answer replays; the model is not asked again
 

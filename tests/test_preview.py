@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import services
+from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
@@ -18,7 +18,7 @@ def snapshot(run_id: str) -> list[tuple]:
 def test_preview_of_a_crashed_effect_lists_replays_and_the_step_to_settle(
     execute, crash_at
 ) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     crash_at("notify.after_effect")
     execute(run.run_id, crash_expected=True)
     before = (snapshot(run.run_id), Notification.objects.count(), ProviderCharge.objects.count())
@@ -44,7 +44,7 @@ def test_preview_of_a_crashed_effect_lists_replays_and_the_step_to_settle(
 def test_preview_marks_a_stale_step_with_both_inputs_and_its_downstream(
     execute, crash_at, monkeypatch
 ) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     crash_at("email.before_effect")
     execute(run.run_id, crash_expected=True)
     monkeypatch.setattr(
@@ -61,13 +61,13 @@ def test_preview_marks_a_stale_step_with_both_inputs_and_its_downstream(
 
 
 def test_preview_reports_a_missing_agent_instead_of_failing(execute) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     Run.objects.filter(pk=run.run_id).update(agent="deleted-agent")
     preview = preview_resume(run_id=run.run_id)
     assert not preview.available and "deleted-agent" in preview.unavailable_reason
 
 
 def test_preview_of_a_fresh_run_says_the_first_step_would_execute() -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     preview = preview_resume(run_id=run.run_id)
     assert [(s.step_id, s.action) for s in preview.steps] == [("fetch_invoice", "execute")]

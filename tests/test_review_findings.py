@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from ledger import services
+from ledger import transitions
 from ledger.models import AuditEvent, Run
 from runs.cluster import Cluster
 from tests.dashboard_support import restore_roles, user_in
@@ -55,7 +55,7 @@ def test_a_run_id_with_a_nul_byte_is_404_not_500(operator, url) -> None:
 
 
 def test_a_nul_byte_in_a_bulk_selection_is_a_message_not_500(operator) -> None:
-    run = services.run_start(agent="survey", inputs={"records": 1})
+    run = transitions.run_start(agent="survey", inputs={"records": 1})
     response = operator.get(f"/bulk/?action=cancel&run=a%00b&run={run.run_id}")
     assert response.status_code == 200
     assert run.run_id in response.content.decode()
@@ -82,7 +82,7 @@ def test_two_previews_at_once_leave_the_agents_divergence_policy_as_registered(
 
     from ledger import registry
     from ledger.agents import agent, tool
-    from ledger.engine import RunContext
+    from ledger.engine.walk import Walk
     from ledger.preview import preview_resume
 
     @tool(kind="read", name="race-read")
@@ -94,13 +94,13 @@ def test_two_previews_at_once_leave_the_agents_divergence_policy_as_registered(
         return ctx.call(read, step="one", n=1)
 
     try:
-        run = services.run_start(agent="race-agent", inputs={})
+        run = transitions.run_start(agent="race-agent", inputs={})
         assert execute(run.run_id).status == "succeeded"
-        original = RunContext._check_path
+        original = Walk.check_path
         b_inside, a_done = threading.Event(), threading.Event()
         seen: dict[str, str] = {}
 
-        def check_path(self, step_id, accept=frozenset()):
+        def check_path(self, step_id, *, accept=frozenset(), policy=None):
             name = threading.current_thread().name
             seen.setdefault(name, registry.get_agent("race-agent").divergence)
             if name == "A" and not b_inside.is_set():
@@ -108,9 +108,9 @@ def test_two_previews_at_once_leave_the_agents_divergence_policy_as_registered(
             elif name == "B" and not b_inside.is_set():
                 b_inside.set()
                 a_done.wait(10)  # ... and ends it after A has finished
-            return original(self, step_id, accept)
+            return original(self, step_id, accept=accept, policy=policy)
 
-        monkeypatch.setattr(RunContext, "_check_path", check_path)
+        monkeypatch.setattr(Walk, "check_path", check_path)
 
         def preview(done: threading.Event | None) -> None:
             try:

@@ -9,7 +9,7 @@ from dashboard_support import restore_roles, user_in
 from django.test import Client
 from django.utils import timezone
 
-from ledger import services
+from ledger import worker
 from ledger.models import Beacon
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
@@ -30,7 +30,7 @@ def test_the_list_warns_when_the_sweep_has_never_run(viewer) -> None:
 
 
 def test_a_sweep_pass_records_its_beacon_and_the_list_shows_it_alive(viewer) -> None:
-    assert services.runs_sweep() == []
+    assert worker.runs_sweep() == []
     beacon = Beacon.objects.get(name="sweep")
     assert beacon.detail == {"requeued": 0}
     page = viewer.get("/").content.decode()
@@ -39,7 +39,7 @@ def test_a_sweep_pass_records_its_beacon_and_the_list_shows_it_alive(viewer) -> 
 
 def test_a_sweep_that_stopped_running_is_a_warning(viewer, settings) -> None:
     settings.RUNLEDGER_SWEEP_SECONDS = 10
-    services.runs_sweep(clock=lambda: timezone.now() - timedelta(minutes=7))
+    worker.runs_sweep(clock=lambda: timezone.now() - timedelta(minutes=7))
     page = viewer.get("/").content.decode()
     assert "has not run for 7 min" in page or "has not run for 6 min" in page
     assert 'class="sweep warn"' in page

@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ledger import registry, services
+from ledger import registry, transitions
 from ledger.agents import agent
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
@@ -66,7 +66,7 @@ def probe_run(tmp_path: Path, hold: float, name: str = "probe") -> Run:
     gate = tmp_path / f"gate-{uuid.uuid4().hex[:8]}"
     gate.mkdir()
     inputs = {"log": str(tmp_path / f"{name}.log"), "gate": str(gate), "hold": hold}
-    return services.run_start(agent="probe", inputs=inputs)
+    return transitions.run_start(agent="probe", inputs=inputs)
 
 
 def test_a_run_started_from_the_command_runs_on_a_worker_after_the_commit(cluster) -> None:
@@ -98,7 +98,7 @@ def test_a_run_started_from_the_command_runs_on_a_worker_after_the_commit(cluste
 def test_a_lost_start_message_is_sent_again_by_the_sweep(cluster) -> None:
     cluster.worker("w1")
     cluster.beat()
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     cluster.send(start_run, run.run_id, queue="a-queue-nobody-reads")
     assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("w1")
     run.refresh_from_db()
@@ -193,7 +193,7 @@ def test_a_frozen_worker_that_wakes_after_another_finished_writes_nothing(
 
 def test_a_cancelled_run_stays_cancelled_when_its_frozen_worker_wakes(cluster, tmp_path) -> None:
     run, victim, _ = freeze_in_hold(cluster, tmp_path)
-    services.run_cancel(run_id=run.run_id)
+    transitions.run_cancel(by="test", reason="cancel", seen_version=None, run_id=run.run_id)
     before = ledger_state(run.run_id)
     Cluster.kill(victim, signal.SIGCONT)
     assert wait_for(lambda: "lost its lease" in cluster.log("a"), timeout=20), cluster.log("a")
@@ -216,8 +216,8 @@ def test_an_agent_module_that_fails_to_import_blocks_its_runs_not_the_worker(
     def retired(ctx: Any, inputs: Any) -> None: ...
 
     try:
-        broken = services.run_start(agent="fragile", inputs={})
-        gone = services.run_start(agent="retired", inputs={})
+        broken = transitions.run_start(agent="fragile", inputs={})
+        gone = transitions.run_start(agent="retired", inputs={})
     finally:
         registry.unregister_agent("fragile")
         registry.unregister_agent("retired")
@@ -230,7 +230,7 @@ def test_an_agent_module_that_fails_to_import_blocks_its_runs_not_the_worker(
         for run in (broken, gone):
             cluster.send(start_run, run.run_id)
         assert wait_for(lambda: finished(broken.run_id) and finished(gone.run_id), timeout=20)
-        ok = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+        ok = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
         cluster.send(start_run, ok.run_id)
         assert wait_for(lambda: finished(ok.run_id), timeout=20), cluster.log("w1")
         assert worker.poll() is None
@@ -259,7 +259,7 @@ def test_on_redis_a_whole_worker_killed_mid_effect_is_recovered_by_the_sweep(tmp
     with Cluster(
         tmp_path, lease_seconds=2, sweep_seconds=0.5, broker_url="redis://127.0.0.1:6379/0", env=env
     ) as cluster:
-        run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+        run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
         victim = cluster.worker(
             "victim",
             env={"RUNLEDGER_KILL_AT": "charge.after_effect", "RUNLEDGER_KILL_SCOPE": "group"},

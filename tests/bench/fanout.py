@@ -11,7 +11,7 @@ import time
 
 from django.utils import timezone
 
-from ledger import services
+from ledger import transitions, worker
 from ledger.agents import agent
 from ledger.examples.agents import lookup_record
 
@@ -29,9 +29,9 @@ for workers in (1, 4, 8):
     times = []
     for _ in range(3):
         inputs = {"n": 8, "delay_ms": 50, "workers": workers}
-        run = services.run_start(agent="fanout-bench", inputs=inputs)
+        run = transitions.run_start(agent="fanout-bench", inputs=inputs)
         t = time.perf_counter()
-        out = services.run_execute(
+        out = worker.run_execute(
             run_id=run.run_id, worker="bench", clock=timezone.now, heartbeat=False
         )
         times.append(time.perf_counter() - t)

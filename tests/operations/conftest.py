@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ledger import services
+from ledger import transitions
 from ledger.models import Run
 from tests.operations.support import CHAIN, LOOKUP
 
@@ -65,7 +65,7 @@ def blocked(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Calla
     """Start ``agent``, crash at ``point``, resume once: the run stops for a person."""
 
     def make(agent_name: str, inputs: dict[str, Any], point: str, reason: str) -> Run:
-        run = services.run_start(agent=agent_name, inputs=inputs)
+        run = transitions.run_start(agent=agent_name, inputs=inputs)
         crash_at(point)
         execute(run.run_id, crash_expected=True)
         outcome = execute(run.run_id, worker="worker-2")

@@ -10,8 +10,7 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from ledger import operations as ops
-from ledger import services
+from ledger import selectors, transitions
 from ledger.models import AuditEvent, Run, Settlement, Step
 from tests.operations.support import step_of
 
@@ -35,7 +34,7 @@ def admin_client_for(client, django_user_model):
 
 @pytest.fixture
 def stopped_refund(execute) -> Run:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(run.run_id)
     Run.objects.filter(pk=run.pk).update(status="failed", lease_owner="worker-9")
     run.refresh_from_db()
@@ -126,13 +125,13 @@ def test_an_admin_edit_needs_a_reason_and_is_audited_with_before_and_after(
     )
     assert event.before == {"result": step.result}
     assert event.after["result"] == edited
-    assert "decide" in ops.edited_upstream(run_id=stopped_refund.run_id)
+    assert "decide" in selectors.edited_upstream(run_id=stopped_refund.run_id)
 
 
 def test_an_admin_edit_of_a_row_that_moved_is_refused(admin_client_for, stopped_refund) -> None:
     client = admin_client_for()
     step = step_of(stopped_refund, "decide")
-    ops.step_admin_edit(
+    transitions.step_admin_edit(
         step=step,
         by="someone",
         reason="first",
@@ -183,7 +182,7 @@ def test_deleting_and_adding_ledger_rows_is_not_offered(admin_client_for, stoppe
     client = admin_client_for()
     run = stopped_refund
     step = step_of(run, "fetch_invoice")
-    ops.run_fork(run=run, step_id="decide", by="root", reason="for the audit row")
+    transitions.run_fork(run_id=run.run_id, step_id="decide", by="root", reason="for the audit row")
     for model in ("run", "step", "settlement", "auditevent"):
         listing = client.get(reverse(f"admin:ledger_{model}_changelist")).content.decode()
         assert "delete_selected" not in listing, model
@@ -209,7 +208,7 @@ def test_settlements_and_audit_events_are_read_only_even_for_a_superuser(
 ) -> None:
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    settlement = ops.settlement_propose(
+    settlement = transitions.settlement_propose(
         step=step,
         outcome="happened",
         result={"charge_id": "ch_1"},
@@ -245,7 +244,9 @@ def test_staff_who_are_not_superusers_only_view(admin_client_for, stopped_refund
 
 
 def test_a_run_id_that_looks_like_an_admin_escape_still_opens(admin_client_for) -> None:
-    from ledger import services
+    from ledger import transitions
 
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, run_id="run_402b5F")
+    run = transitions.run_start(
+        agent="refund", inputs={"invoice_id": "inv_1001"}, run_id="run_402b5F"
+    )
     assert admin_client_for().get(change_url(run)).status_code == 200

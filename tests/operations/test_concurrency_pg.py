@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from ledger import operations as ops
+from ledger import transitions
 from ledger.examples.models import ProviderCharge
 from ledger.models import AuditEvent, Run, Settlement
 from tests.operations.support import step_of
@@ -71,14 +71,14 @@ def test_many_approvers_at_once_exactly_one_applies(
 ) -> None:
     run = blocked("ops-blind", {"n": 9}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step, outcome="not_happened", reason="r", by=people.alice, seen_version=step.version
     )
     approvers = [django_user_model.objects.create_user(username=f"approver{i}") for i in range(6)]
 
     results = race(
         6,
-        lambda i: ops.settlement_approve(
+        lambda i: transitions.settlement_approve(
             settlement=proposal, by=approvers[i], reason=f"approver {i}", on_commit=enqueued
         ),
     )
@@ -86,7 +86,7 @@ def test_many_approvers_at_once_exactly_one_applies(
     wins = [value for kind, value in results if kind == "ok"]
     losses = [value for kind, value in results if kind == "error"]
     assert len(wins) == 1
-    assert all(isinstance(e, ops.Conflict) for e in losses), losses
+    assert all(isinstance(e, transitions.Conflict) for e in losses), losses
     assert all("already applied" in str(e) for e in losses)
     winner = wins[0].decided_by_name
     assert Settlement.objects.get().status == "applied"
@@ -114,7 +114,7 @@ def test_operators_settling_one_step_at_once_with_approval_off_one_wins(
 
     results = race(
         4,
-        lambda i: ops.settlement_propose(
+        lambda i: transitions.settlement_propose(
             step=step,
             reason=f"operator {i}",
             by=f"operator{i}",
@@ -127,7 +127,7 @@ def test_operators_settling_one_step_at_once_with_approval_off_one_wins(
     wins = [(i, value) for i, (kind, value) in enumerate(results) if kind == "ok"]
     losses = [value for kind, value in results if kind == "error"]
     assert len(wins) == 1 and len(losses) == 3
-    assert all(isinstance(e, ops.Conflict) for e in losses), losses
+    assert all(isinstance(e, transitions.Conflict) for e in losses), losses
     assert all("changed since you opened it" in str(e) for e in losses)
     assert all(e.current["version"] == step.version + 1 for e in losses)
     index, settlement = wins[0]
@@ -150,7 +150,7 @@ def test_two_proposals_queued_behind_the_same_lock_one_wins(blocked, settings) -
         Run.objects.select_for_update().get(pk=run.pk)  # hold the lock the actions need
         join = start_race(
             2,
-            lambda i: ops.settlement_propose(
+            lambda i: transitions.settlement_propose(
                 step=step,
                 outcome="not_happened",
                 reason="r",
@@ -162,5 +162,5 @@ def test_two_proposals_queued_behind_the_same_lock_one_wins(blocked, settings) -
     results = join()
     assert sorted(kind for kind, _ in results) == ["error", "ok"]
     error = next(v for k, v in results if k == "error")
-    assert isinstance(error, ops.Conflict)
+    assert isinstance(error, transitions.Conflict)
     assert Settlement.objects.count() == 1 and AuditEvent.objects.count() == 1

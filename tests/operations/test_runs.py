@@ -6,8 +6,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.db import connection, transaction
 
-from ledger import operations as ops
-from ledger import services
+from ledger import selectors, transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import AppendOnly, AuditEvent, Run, Step
@@ -23,7 +22,7 @@ def run_row(run: Run) -> tuple:
 
 @pytest.fixture
 def budget_stopped(execute, crash_at) -> Run:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, max_resumes=1)
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, max_resumes=1)
     crash_at("fetch_invoice", times=2)
     execute(run.run_id, crash_expected=True)
     execute(run.run_id, crash_expected=True)
@@ -34,15 +33,17 @@ def budget_stopped(execute, crash_at) -> Run:
 
 def test_resume_raises_the_budget_audits_and_enqueues(execute, budget_stopped, people, enqueued):
     run = budget_stopped
-    with pytest.raises(ops.NotAllowed, match="budget is used up"):
-        ops.run_resume(run=run, by=people.alice, reason="r", seen_version=run.version)
-    with pytest.raises(ops.NotAllowed, match="raised, not lowered"):
-        ops.run_resume(
-            run=run, by=people.alice, reason="r", seen_version=run.version, max_resumes=0
+    with pytest.raises(transitions.NotAllowed, match="budget is used up"):
+        transitions.run_resume(
+            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
+        )
+    with pytest.raises(transitions.NotAllowed, match="raised, not lowered"):
+        transitions.run_resume(
+            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version, max_resumes=0
         )
     assert not AuditEvent.objects.exists() and enqueued.ids == []
-    ops.run_resume(
-        run=run,
+    transitions.run_resume(
+        run_id=run.run_id,
         by=people.alice,
         reason="the invoice service is back",
         seen_version=run.version,
@@ -61,41 +62,59 @@ def test_an_action_on_a_run_that_moved_is_a_conflict_and_changes_nothing(
     budget_stopped, people
 ) -> None:
     run = budget_stopped
-    ops.run_resume(run=run, by=people.bob, reason="r", seen_version=run.version, max_resumes=3)
-    with pytest.raises(ops.Conflict, match=r"changed since you opened it.*now queued") as info:
-        ops.run_cancel(run=run, by=people.alice, reason="stop it", seen_version=run.version)
+    transitions.run_resume(
+        run_id=run.run_id, by=people.bob, reason="r", seen_version=run.version, max_resumes=3
+    )
+    with pytest.raises(
+        transitions.Conflict, match=r"changed since you opened it.*now queued"
+    ) as info:
+        transitions.run_cancel(
+            run_id=run.run_id, by=people.alice, reason="stop it", seen_version=run.version
+        )
     assert info.value.current["status"] == "queued"
     assert run_row(run)[0] == "queued"
     assert AuditEvent.objects.count() == 1
 
 
 def test_cancel_is_final_and_recorded(execute, people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    with pytest.raises(ops.InvalidInput, match="reason is required"):
-        ops.run_cancel(run=run, by=people.alice, reason="", seen_version=run.version)
-    with pytest.raises(ops.InvalidInput, match="signed-in"):
-        ops.run_cancel(run=run, by=AnonymousUser(), reason="r", seen_version=run.version)
-    ops.run_cancel(run=run, by=people.alice, reason="duplicate request", seen_version=run.version)
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    with pytest.raises(transitions.InvalidInput, match="reason is required"):
+        transitions.run_cancel(
+            run_id=run.run_id, by=people.alice, reason="", seen_version=run.version
+        )
+    with pytest.raises(transitions.InvalidInput, match="signed-in"):
+        transitions.run_cancel(
+            run_id=run.run_id, by=AnonymousUser(), reason="r", seen_version=run.version
+        )
+    transitions.run_cancel(
+        run_id=run.run_id, by=people.alice, reason="duplicate request", seen_version=run.version
+    )
     run.refresh_from_db()
     assert run.status == "cancelled" and run.detail == "cancelled by alice: duplicate request"
     assert execute(run.run_id) is None
-    with pytest.raises(ops.NotAllowed, match="already cancelled"):
-        ops.run_cancel(run=run, by=people.alice, reason="again", seen_version=run.version)
-    with pytest.raises(ops.NotAllowed, match="resume applies to a run that is needs attention"):
-        ops.run_resume(run=run, by=people.alice, reason="r", seen_version=run.version)
+    with pytest.raises(transitions.NotAllowed, match="already cancelled"):
+        transitions.run_cancel(
+            run_id=run.run_id, by=people.alice, reason="again", seen_version=run.version
+        )
+    with pytest.raises(
+        transitions.NotAllowed, match="resume applies to a run that is needs attention"
+    ):
+        transitions.run_resume(
+            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
+        )
     assert list(AuditEvent.objects.values_list("action", flat=True)) == ["run_cancel"]
     assert not Step.objects.filter(run=run).exists()
 
 
 def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_2999"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_2999"})
     assert execute(run.run_id).status == "failed"
     run.refresh_from_db()
     monkeypatch.setitem(
         examples.INVOICES, "inv_2999", {"customer": "cus_ken", "total_cents": 300, "reason": "x"}
     )
-    ops.run_retry(
-        run=run,
+    transitions.run_retry(
+        run_id=run.run_id,
         by=people.alice,
         reason="invoice imported",
         seen_version=run.version,
@@ -106,17 +125,23 @@ def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) 
     fetch = step_of(run, "fetch_invoice")
     assert (fetch.status, fetch.attempt, len(fetch.errors)) == ("succeeded", 4, 3)
     run.refresh_from_db()
-    with pytest.raises(ops.NotAllowed, match="retry applies to a run that is failed"):
-        ops.run_retry(run=run, by=people.alice, reason="r", seen_version=run.version)
+    with pytest.raises(transitions.NotAllowed, match="retry applies to a run that is failed"):
+        transitions.run_retry(
+            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
+        )
 
 
 def test_a_fork_copies_the_ledger_up_to_a_step_and_never_resends_copied_effects(
     execute, people, enqueued
 ) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(run.run_id)
-    fork = ops.run_fork(
-        run=run, step_id="refund", by=people.alice, reason="redo the email", on_commit=enqueued
+    fork = transitions.run_fork(
+        run_id=run.run_id,
+        step_id="refund",
+        by=people.alice,
+        reason="redo the email",
+        on_commit=enqueued,
     )
     assert (fork.parent_id, fork.parent_kind, fork.forked_from_step_id) == (
         run.run_id,
@@ -142,42 +167,46 @@ def test_a_fork_copies_the_ledger_up_to_a_step_and_never_resends_copied_effects(
 
 
 def test_a_fork_needs_settled_steps_on_the_recorded_path(execute, crash_at, people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     crash_at("email.after_effect")
     execute(run.run_id, crash_expected=True)
-    with pytest.raises(ops.NotAllowed, match="not succeeded on the way: email_customer"):
-        ops.run_fork(run=run, step_id="email_customer", by=people.alice, reason="r")
-    with pytest.raises(ops.NotAllowed, match="has no step 'nope'"):
-        ops.run_fork(run=run, step_id="nope", by=people.alice, reason="r")
+    with pytest.raises(transitions.NotAllowed, match="not succeeded on the way: email_customer"):
+        transitions.run_fork(
+            run_id=run.run_id, step_id="email_customer", by=people.alice, reason="r"
+        )
+    with pytest.raises(transitions.NotAllowed, match="has no step 'nope'"):
+        transitions.run_fork(run_id=run.run_id, step_id="nope", by=people.alice, reason="r")
     assert Run.objects.count() == 1 and not AuditEvent.objects.exists()
 
 
 def test_bulk_previews_each_run_then_reports_each_outcome(execute, budget_stopped, people):
-    failed = services.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
+    failed = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
     execute(failed.run_id)
-    done = services.run_start(agent="refund", inputs={"invoice_id": "inv_1003"})
+    done = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1003"})
     execute(done.run_id)
-    moved = services.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
+    moved = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_missing"})
     execute(moved.run_id)
     ids = [budget_stopped.run_id, failed.run_id, done.run_id, moved.run_id]
     events = AuditEvent.objects.count()
 
-    plan = ops.bulk_preview(action="resume", run_ids=ids)
+    plan = selectors.bulk_preview(action="resume", run_ids=ids)
     verdicts = {i.run_id: (i.allowed, i.will) for i in plan.items}
     assert verdicts[budget_stopped.run_id][0] is False
     assert "budget used up" in verdicts[budget_stopped.run_id][1]
     assert verdicts[failed.run_id] == (True, "queue for resume (0 of 5 resumes used)")
     assert verdicts[done.run_id] == (False, "skip: succeeded (only needs_attention or failed runs)")
     assert set(plan.targets) == {failed.run_id, moved.run_id}
-    raised = ops.bulk_preview(action="resume", run_ids=ids, max_resumes=5)
+    raised = selectors.bulk_preview(action="resume", run_ids=ids, max_resumes=5)
     assert dict((i.run_id, i.allowed) for i in raised.items)[budget_stopped.run_id] is True
-    by_filter = ops.bulk_preview(action="retry", filter=ops.RunFilter(status="failed"))
+    by_filter = selectors.bulk_preview(action="retry", flt=selectors.RunFilter(status="failed"))
     assert {i.run_id for i in by_filter.items} == {failed.run_id, moved.run_id}
     assert AuditEvent.objects.count() == events  # a preview writes nothing
 
     # Someone retries one of them between the preview and the confirmation.
-    ops.run_retry(run=moved, by=people.bob, reason="mine", seen_version=plan.targets[moved.run_id])
-    outcomes = ops.bulk_apply(
+    transitions.run_retry(
+        run_id=moved.run_id, by=people.bob, reason="mine", seen_version=plan.targets[moved.run_id]
+    )
+    outcomes = transitions.bulk_apply(
         action="resume",
         targets={**plan.targets, "run_gone": None},
         by=people.alice,
@@ -194,20 +223,20 @@ def test_bulk_previews_each_run_then_reports_each_outcome(execute, budget_stoppe
 
 
 def test_an_edited_result_makes_its_dependents_stale_and_is_audited(execute, people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(run.run_id)
     Run.objects.filter(pk=run.pk).update(status="failed")  # stopped, so an admin may edit
     fetch = step_of(run, "fetch_invoice")
     edited = dict(fetch.result, customer="cus_ada_2")
-    with pytest.raises(ops.InvalidInput, match="not editable: input_hash"):
-        ops.step_admin_edit(
+    with pytest.raises(transitions.InvalidInput, match="not editable: input_hash"):
+        transitions.step_admin_edit(
             step=fetch,
             by=people.alice,
             reason="r",
             changes={"input_hash": "0"},
             seen_version=fetch.version,
         )
-    ops.step_admin_edit(
+    transitions.step_admin_edit(
         step=fetch,
         by=people.alice,
         reason="customer was merged",
@@ -229,13 +258,13 @@ def test_an_edited_result_makes_its_dependents_stale_and_is_audited(execute, peo
         "email_customer",
         "notify",
     ]
-    marks = ops.edited_upstream(run_id=run.run_id)
+    marks = selectors.edited_upstream(run_id=run.run_id)
     assert set(marks) == {"decided_at", "decide", "refund", "email_customer", "notify"}
     assert marks["decide"].edited_step_id == "fetch_invoice"
     # The replayed edit changes the model's prompt: the preview and the resume say stale.
     preview = preview_resume(run_id=run.run_id)
     assert preview.stale_ids == {"decide", "refund", "email_customer"}  # built from the customer
-    ops.run_resume(run=run, by=people.alice, reason="check", seen_version=None)
+    transitions.run_resume(run_id=run.run_id, by=people.alice, reason="check", seen_version=None)
     outcome = execute(run.run_id)
     assert (outcome.status, outcome.reason, outcome.step_id) == (
         "needs_attention",
@@ -246,16 +275,16 @@ def test_an_edited_result_makes_its_dependents_stale_and_is_audited(execute, peo
 
 
 def test_admin_edits_of_a_run_are_checked(execute, people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    with pytest.raises(ops.InvalidInput, match="only a worker's lease"):
-        ops.run_admin_edit(
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    with pytest.raises(transitions.InvalidInput, match="only a worker's lease"):
+        transitions.run_admin_edit(
             run=run,
             by=people.alice,
             reason="r",
             changes={"status": "running"},
             seen_version=run.version,
         )
-    ops.run_admin_edit(
+    transitions.run_admin_edit(
         run=run,
         by=people.alice,
         reason="bigger budget",
@@ -263,8 +292,8 @@ def test_admin_edits_of_a_run_are_checked(execute, people) -> None:
         seen_version=run.version,
     )
     assert run_row(run) == ("queued", run.version + 1, 20)
-    with pytest.raises(ops.Conflict):
-        ops.run_admin_edit(
+    with pytest.raises(transitions.Conflict):
+        transitions.run_admin_edit(
             run=run,
             by=people.alice,
             reason="r",
@@ -276,8 +305,8 @@ def test_admin_edits_of_a_run_are_checked(execute, people) -> None:
 
 
 def test_audit_events_cannot_be_changed_or_deleted(people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    ops.run_cancel(run=run, by=people.alice, reason="r", seen_version=run.version)
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    transitions.run_cancel(run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version)
     event = AuditEvent.objects.get()
     event.reason = "nothing to see"
     with pytest.raises(AppendOnly):

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from ledger import operations as ops
-from ledger import services
+from ledger import selectors, transitions
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run, Settlement, Step
 from tests.operations.support import LOOKUP, step_of
@@ -27,7 +26,7 @@ def audit(run: Run) -> list[tuple[str, str]]:
 
 
 def test_engine_writes_and_run_state_changes_bump_the_versions(execute, crash_at) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     assert run.version == 1
     crash_at("charge.before_effect")
     execute(run.run_id, crash_expected=True)
@@ -51,7 +50,7 @@ def test_an_unknown_notification_is_settled_as_happened_approved_and_resumed_onc
     step = step_of(run, "notify")
     assert Notification.objects.count() == 1
     note = Notification.objects.get()
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step,
         outcome="happened",
         result={"notification": note.pk, "channel": "#billing"},
@@ -61,11 +60,13 @@ def test_an_unknown_notification_is_settled_as_happened_approved_and_resumed_onc
     )
     assert proposal.status == "proposed"
     assert step_of(run, "notify").status == "started"  # a proposal alone changes nothing
-    with pytest.raises(ops.SelfApproval):
-        ops.settlement_approve(settlement=proposal, by=people.alice, on_commit=enqueued)
+    with pytest.raises(transitions.SelfApproval):
+        transitions.settlement_approve(settlement=proposal, by=people.alice, on_commit=enqueued)
     assert Settlement.objects.get().status == "proposed" and enqueued.ids == []
 
-    ops.settlement_approve(settlement=proposal, by=people.bob, reason="checked", on_commit=enqueued)
+    transitions.settlement_approve(
+        settlement=proposal, by=people.bob, reason="checked", on_commit=enqueued
+    )
 
     settled = step_of(run, "notify")
     assert settled.status == "succeeded"
@@ -101,14 +102,14 @@ def test_did_not_happen_re_executes_the_charge_with_the_same_effect_key_once(
     step = step_of(run, "charge")
     key = step.effect_key
     assert ProviderCharge.objects.count() == charged_before
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step,
         outcome="not_happened",
         reason="no charge in the provider's dashboard",
         by=people.alice,
         seen_version=step.version,
     )
-    ops.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
     reset = step_of(run, "charge")
     assert (reset.status, reset.effect_key, reset.result) == ("pending", key, None)
     assert enqueued.ids == [run.run_id]
@@ -125,14 +126,14 @@ def test_did_not_happen_re_executes_the_charge_with_the_same_effect_key_once(
 def test_abandon_abandons_the_step_and_cancels_the_run(execute, blocked, people, enqueued):
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step,
         outcome="abandon",
         reason="customer asked to stop",
         by=people.alice,
         seen_version=step.version,
     )
-    ops.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
     assert step_of(run, "charge").status == "abandoned"
     run.refresh_from_db()
     assert run.status == "cancelled"
@@ -148,7 +149,7 @@ def test_with_approval_off_a_settlement_applies_at_once(
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = False
     run = blocked("refund", {"invoice_id": "inv_1003"}, "notify.after_effect", "reconciliation")
     step = step_of(run, "notify")
-    settlement = ops.settlement_propose(
+    settlement = transitions.settlement_propose(
         step=step,
         outcome="happened",
         result={"notification": 1, "channel": "#billing"},
@@ -173,13 +174,13 @@ def test_a_bad_or_oversized_result_is_refused_and_nothing_is_saved(
     before = Step.objects.filter(run=run).values_list("step_id", "status", "version")
     before = sorted(before)
 
-    with pytest.raises(ops.InvalidInput, match=r"not valid JSON: .*line 1, column"):
-        ops.parse_result_text('{"charge_id": ch_1}')
-    with pytest.raises(ops.InvalidInput, match="enter the downstream"):
-        ops.parse_result_text("   ")
+    with pytest.raises(transitions.InvalidInput, match=r"not valid JSON: .*line 1, column"):
+        transitions.parse_result_text('{"charge_id": ch_1}')
+    with pytest.raises(transitions.InvalidInput, match="enter the downstream"):
+        transitions.parse_result_text("   ")
     settings.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = 100
-    with pytest.raises(ops.InvalidInput, match="bytes of JSON; the limit is 100"):
-        ops.parse_result_text(json.dumps({"blob": "x" * 200}))
+    with pytest.raises(transitions.InvalidInput, match="bytes of JSON; the limit is 100"):
+        transitions.parse_result_text(json.dumps({"blob": "x" * 200}))
     attempts: list[dict[str, Any]] = [
         {"outcome": "happened", "result": {"blob": "x" * 200}, "reason": "r"},
         {"outcome": "happened", "result": {"nan": float("nan")}, "reason": "r"},
@@ -189,8 +190,10 @@ def test_a_bad_or_oversized_result_is_refused_and_nothing_is_saved(
         {"outcome": "maybe", "result": None, "reason": "r"},
     ]
     for kwargs in attempts:
-        with pytest.raises(ops.InvalidInput):
-            ops.settlement_propose(step=step, by=people.alice, seen_version=step.version, **kwargs)
+        with pytest.raises(transitions.InvalidInput):
+            transitions.settlement_propose(
+                step=step, by=people.alice, seen_version=step.version, **kwargs
+            )
     assert sorted(Step.objects.filter(run=run).values_list("step_id", "status", "version")) == (
         before
     )
@@ -203,8 +206,8 @@ def test_a_form_opened_on_an_older_version_gets_a_conflict_with_the_current_stat
 ) -> None:
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    with pytest.raises(ops.Conflict, match="changed since you opened it") as info:
-        ops.settlement_propose(
+    with pytest.raises(transitions.Conflict, match="changed since you opened it") as info:
+        transitions.settlement_propose(
             step=step,
             outcome="not_happened",
             reason="r",
@@ -219,27 +222,27 @@ def test_a_form_opened_on_an_older_version_gets_a_conflict_with_the_current_stat
 def test_one_waiting_proposal_per_step_and_an_outdated_one_is_superseded(blocked, people):
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    first = ops.settlement_propose(
+    first = transitions.settlement_propose(
         step=step, outcome="not_happened", reason="r1", by=people.alice, seen_version=step.version
     )
-    with pytest.raises(ops.Conflict, match="already proposed 'not_happened'") as info:
-        ops.settlement_propose(
+    with pytest.raises(transitions.Conflict, match="already proposed 'not_happened'") as info:
+        transitions.settlement_propose(
             step=step, outcome="abandon", reason="r2", by=people.carol, seen_version=step.version
         )
     assert info.value.current["settlement"] == first.pk
     # The step moves (an admin edits it); the waiting proposal is now out of date.
-    moved = ops.step_admin_edit(
+    moved = transitions.step_admin_edit(
         step=step,
         by="admin-script",
         reason="note the ticket",
         changes={"error": "see T-1"},
         seen_version=step.version,
     )
-    with pytest.raises(ops.Conflict, match="changed since the settlement was proposed"):
-        ops.settlement_approve(settlement=first, by=people.bob)
+    with pytest.raises(transitions.Conflict, match="changed since the settlement was proposed"):
+        transitions.settlement_approve(settlement=first, by=people.bob)
     first.refresh_from_db()
     assert first.status == "proposed"  # the refused approval wrote nothing
-    second = ops.settlement_propose(
+    second = transitions.settlement_propose(
         step=moved, outcome="abandon", reason="r2", by=people.carol, seen_version=moved.version
     )
     first.refresh_from_db()
@@ -249,7 +252,7 @@ def test_one_waiting_proposal_per_step_and_an_outdated_one_is_superseded(blocked
 def test_a_rejected_proposal_leaves_the_step_and_cannot_be_approved(blocked, people) -> None:
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step,
         outcome="happened",
         result={"charge_id": "ch_guess"},
@@ -257,14 +260,14 @@ def test_a_rejected_proposal_leaves_the_step_and_cannot_be_approved(blocked, peo
         by=people.alice,
         seen_version=step.version,
     )
-    with pytest.raises(ops.InvalidInput, match="reason is required"):
-        ops.settlement_reject(settlement=proposal, by=people.bob, reason="")
-    ops.settlement_reject(settlement=proposal, by=people.bob, reason="that id is a guess")
+    with pytest.raises(transitions.InvalidInput, match="reason is required"):
+        transitions.settlement_reject(settlement=proposal, by=people.bob, reason="")
+    transitions.settlement_reject(settlement=proposal, by=people.bob, reason="that id is a guess")
     proposal.refresh_from_db()
     assert (proposal.status, proposal.decided_by_name) == ("rejected", "bob")
     assert step_of(run, "charge").status == "started"
-    with pytest.raises(ops.Conflict, match="already rejected by bob"):
-        ops.settlement_approve(settlement=proposal, by=people.carol)
+    with pytest.raises(transitions.Conflict, match="already rejected by bob"):
+        transitions.settlement_approve(settlement=proposal, by=people.carol)
     run.refresh_from_db()
     assert run.status == "needs_attention"
     assert audit(run) == [("settlement_propose", "alice"), ("settlement_reject", "bob")]
@@ -280,20 +283,20 @@ def test_settling_an_effect_while_a_worker_sends_it_is_refused(execute, people, 
     from ledger.examples import faults
 
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = False
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     seen: dict[str, Any] = {}
 
     def operator_acts() -> None:
         try:
             step = step_of(run, "refund")
-            ops.settlement_propose(
+            transitions.settlement_propose(
                 step=step,
                 outcome="not_happened",
                 reason="looks stuck",
                 by="alice",
                 seen_version=step.version,
             )
-        except ops.OperationError as exc:
+        except transitions.OperationError as exc:
             seen["error"] = exc
         finally:
             connections.close_all()
@@ -308,7 +311,7 @@ def test_settling_an_effect_while_a_worker_sends_it_is_refused(execute, people, 
         outcome = execute(run.run_id)
     finally:
         faults.clear_hooks()
-    assert isinstance(seen["error"], ops.NotAllowed)
+    assert isinstance(seen["error"], transitions.NotAllowed)
     assert "executing run" in str(seen["error"])
     assert outcome.status == "succeeded"
     assert ProviderCharge.objects.count() == 1
@@ -321,10 +324,10 @@ def test_look_it_up_again_records_the_answer_and_leaves_the_step(
 ) -> None:
     run = blocked("ops-maybe", {"n": 1200}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    unknown = ops.step_reconcile_again(step=step, by=people.alice)
+    unknown = transitions.step_reconcile_again(step=step, by=people.alice)
     assert unknown.outcome == "unknown"
     LOOKUP["mode"] = "ask"  # the provider's lookup works again
-    found = ops.step_reconcile_again(step=step, by=people.alice)
+    found = transitions.step_reconcile_again(step=step, by=people.alice)
     charge = ProviderCharge.objects.get()
     assert found.outcome == "happened"
     assert found.result == {
@@ -335,11 +338,11 @@ def test_look_it_up_again_records_the_answer_and_leaves_the_step(
     assert step_of(run, "charge").version == step.version  # evidence only: the step is unchanged
     events = AuditEvent.objects.filter(action="reconcile_lookup").order_by("id")
     assert [e.after["outcome"] for e in events] == ["unknown", "happened"]
-    evidence = ops.settlement_evidence(step=step)
+    evidence = selectors.settlement_evidence(step=step)
     assert evidence.settleable and evidence.has_reconcile
     assert evidence.lookup_answer["result"]["charge_id"] == charge.charge_id
     # The person settles with what the lookup found; the resume replays it.
-    proposal = ops.settlement_propose(
+    proposal = transitions.settlement_propose(
         step=step,
         outcome="happened",
         result=found.result,
@@ -347,7 +350,7 @@ def test_look_it_up_again_records_the_answer_and_leaves_the_step(
         by=people.alice,
         seen_version=step.version,
     )
-    ops.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
     assert execute(run.run_id, worker="worker-3").status == "succeeded"
     assert ProviderCharge.objects.count() == 1
 
@@ -355,26 +358,26 @@ def test_look_it_up_again_records_the_answer_and_leaves_the_step(
 def test_look_it_up_again_needs_a_read_path_and_no_open_transaction(blocked, people) -> None:
     run = blocked("ops-blind", {"n": 5}, "charge.after_effect", "reconciliation")
     step = step_of(run, "charge")
-    with pytest.raises(ops.NotAllowed, match="no read path"):
-        ops.step_reconcile_again(step=step, by=people.alice)
+    with pytest.raises(transitions.NotAllowed, match="no read path"):
+        transitions.step_reconcile_again(step=step, by=people.alice)
     with pytest.raises(RuntimeError, match="not in a transaction"), transaction.atomic():
-        ops.step_reconcile_again(step=step, by=people.alice)
+        transitions.step_reconcile_again(step=step, by=people.alice)
     assert not AuditEvent.objects.exists()
 
 
 def test_only_a_started_effect_can_be_settled(execute, people) -> None:
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(run.run_id)
     step = step_of(run, "refund")
-    with pytest.raises(ops.NotAllowed, match="succeeded effect step"):
-        ops.settlement_propose(
+    with pytest.raises(transitions.NotAllowed, match="succeeded effect step"):
+        transitions.settlement_propose(
             step=step,
             outcome="not_happened",
             reason="r",
             by=people.alice,
             seen_version=step.version,
         )
-    assert ops.settlement_evidence(step=step).settleable is False
+    assert selectors.settlement_evidence(step=step).settleable is False
 
 
 def test_the_queue_lists_waiting_effects_oldest_first_and_reading_writes_nothing(
@@ -382,16 +385,16 @@ def test_the_queue_lists_waiting_effects_oldest_first_and_reading_writes_nothing
 ) -> None:
     first = blocked("refund", {"invoice_id": "inv_1001"}, "notify.after_effect", "reconciliation")
     second = blocked("ops-maybe", {"n": 3}, "charge.after_effect", "reconciliation")
-    running = services.run_start(agent="refund", inputs={"invoice_id": "inv_1003"})
+    running = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1003"})
     crash_at("charge.after_effect")
     execute(running.run_id, crash_expected=True)  # started, its (dead) worker still "running"
     step = step_of(first, "notify")
-    ops.settlement_propose(
+    transitions.settlement_propose(
         step=step, outcome="not_happened", reason="r", by=people.alice, seen_version=step.version
     )
     events = AuditEvent.objects.count()
 
-    queue = ops.settlement_queue()
+    queue = selectors.settlement_queue()
     assert [(i.run_id, i.step_id) for i in queue] == [
         (first.run_id, "notify"),
         (second.run_id, "charge"),
@@ -402,32 +405,32 @@ def test_the_queue_lists_waiting_effects_oldest_first_and_reading_writes_nothing
     assert head.proposal is not None and head.proposal.proposed_by_name == "alice"
     assert queue[1].has_reconcile is True and queue[1].proposal is None
     assert all(i.waiting_seconds >= 0 for i in queue)
-    ops.settlement_evidence(step=step)
-    list(ops.settlements_waiting())
-    list(ops.audit_events(run_id=first.run_id, actor="alice"))
+    selectors.settlement_evidence(step=step)
+    list(selectors.settlements_waiting())
+    list(selectors.audit_events(run_id=first.run_id, actor="alice"))
     assert AuditEvent.objects.count() == events  # opening the pages wrote nothing
 
 
 def test_a_settlement_stands_when_the_run_waits_for_a_raised_budget(
     execute, crash_at, people, enqueued
 ) -> None:
-    run = services.run_start(agent="ops-blind", inputs={"n": 40}, max_resumes=0)
+    run = transitions.run_start(agent="ops-blind", inputs={"n": 40}, max_resumes=0)
     crash_at("charge.after_effect")
     execute(run.run_id, crash_expected=True)
     assert execute(run.run_id, worker="worker-2").reason == "budget"
     step = step_of(run, "charge")
-    assert [i.step_id for i in ops.settlement_queue()] == ["charge"]
-    proposal = ops.settlement_propose(
+    assert [i.step_id for i in selectors.settlement_queue()] == ["charge"]
+    proposal = transitions.settlement_propose(
         step=step, outcome="not_happened", reason="r", by=people.alice, seen_version=step.version
     )
-    ops.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
     assert step_of(run, "charge").status == "pending"
     run.refresh_from_db()
     assert (run.status, run.reason, enqueued.ids) == ("needs_attention", "budget", [])
     approve = AuditEvent.objects.get(action="settlement_approve")
     assert approve.after["resume"].startswith("not queued: the resume budget is used up")
-    ops.run_resume(
-        run=run,
+    transitions.run_resume(
+        run_id=run.run_id,
         by=people.bob,
         reason="settled",
         seen_version=run.version,

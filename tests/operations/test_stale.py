@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import operations as ops
-from ledger import services
+from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run
-from ledger.preview import preview_resume
+from ledger.preview import preview_resume, stale_entry
 from tests.operations.support import CHAIN, step_of
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def stale_chain(execute, crash_at) -> Run:
     """A chain run that crashed at d, then resumed under a changed salt: stale at b."""
-    run = services.run_start(agent="ops-chain", inputs={"n": 21})
+    run = transitions.run_start(agent="ops-chain", inputs={"n": 21})
     crash_at("ops.scale.d")
     execute(run.run_id, crash_expected=True)
     assert ProviderCharge.objects.count() == 1
@@ -39,8 +38,9 @@ def test_accepting_a_stale_result_records_todays_inputs_and_the_resume_goes_on(
     run = stale_chain
     b = step_of(run, "b")
     today = next(s for s in preview_resume(run_id=run.run_id).steps if s.step_id == "b")
-    accepted = ops.step_accept_stale(
+    accepted = transitions.step_accept_stale(
         step=b,
+        today=stale_entry(b),
         by=people.alice,
         reason="the salt is cosmetic",
         seen_version=b.version,
@@ -64,11 +64,15 @@ def test_accepting_a_stale_result_records_todays_inputs_and_the_resume_goes_on(
 
 def test_accept_needs_a_step_the_dry_replay_shows_stale(stale_chain, people) -> None:
     a = step_of(stale_chain, "a")
-    with pytest.raises(ops.NotAllowed, match="not stale: a resume would replay it"):
-        ops.step_accept_stale(step=a, by=people.alice, reason="r", seen_version=a.version)
+    with pytest.raises(transitions.NotAllowed, match="not stale: a resume would replay it"):
+        transitions.step_accept_stale(
+            step=a, today=stale_entry(a), by=people.alice, reason="r", seen_version=a.version
+        )
     b = step_of(stale_chain, "b")
-    with pytest.raises(ops.Conflict):
-        ops.step_accept_stale(step=b, by=people.alice, reason="r", seen_version=b.version - 1)
+    with pytest.raises(transitions.Conflict):
+        transitions.step_accept_stale(
+            step=b, today=stale_entry(b), by=people.alice, reason="r", seen_version=b.version - 1
+        )
     assert step_of(stale_chain, "b").input_hash == b.input_hash
     assert not AuditEvent.objects.exists()
 
@@ -79,8 +83,8 @@ def test_re_executing_from_a_stale_step_keeps_the_effect_and_charges_once(
     run = stale_chain
     pay_before = step_of(run, "pay")
     b = step_of(run, "b")
-    reset = ops.run_reexecute_from(
-        run=run,
+    reset = transitions.run_reexecute_from(
+        run_id=run.run_id,
         step_id="b",
         by=people.alice,
         reason="recompute with the new salt",
@@ -113,8 +117,8 @@ def test_re_executing_into_a_different_amount_stops_at_the_effect_instead_of_cha
     run = stale_chain
     CHAIN["factor"] = 3  # b now computes 63, so the charge would be for another amount
     b = step_of(run, "b")
-    ops.run_reexecute_from(
-        run=run, step_id="b", by=people.alice, reason="r", seen_version=b.version
+    transitions.run_reexecute_from(
+        run_id=run.run_id, step_id="b", by=people.alice, reason="r", seen_version=b.version
     )
     outcome = execute(run.run_id, worker="worker-3")
     assert (outcome.status, outcome.reason, outcome.step_id) == ("needs_attention", "stale", "pay")
@@ -128,18 +132,26 @@ def test_re_execute_refuses_effects_and_runs_that_are_not_stopped(
 ) -> None:
     run = stale_chain
     pay = step_of(run, "pay")
-    with pytest.raises(ops.NotAllowed, match="effects are never re-executed"):
-        ops.run_reexecute_from(
-            run=run, step_id="pay", by=people.alice, reason="r", seen_version=pay.version
+    with pytest.raises(transitions.NotAllowed, match="effects are never re-executed"):
+        transitions.run_reexecute_from(
+            run_id=run.run_id, step_id="pay", by=people.alice, reason="r", seen_version=pay.version
         )
-    with pytest.raises(ops.NotAllowed, match="has no step 'zz'"):
-        ops.run_reexecute_from(run=run, step_id="zz", by=people.alice, reason="r", seen_version=1)
-    done = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    with pytest.raises(transitions.NotAllowed, match="has no step 'zz'"):
+        transitions.run_reexecute_from(
+            run_id=run.run_id, step_id="zz", by=people.alice, reason="r", seen_version=1
+        )
+    done = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(done.run_id)
     decide = step_of(done, "decide")
-    with pytest.raises(ops.NotAllowed, match="is succeeded; re-execute from a step of a stopped"):
-        ops.run_reexecute_from(
-            run=done, step_id="decide", by=people.alice, reason="r", seen_version=decide.version
+    with pytest.raises(
+        transitions.NotAllowed, match="is succeeded; re-execute from a step of a stopped"
+    ):
+        transitions.run_reexecute_from(
+            run_id=done.run_id,
+            step_id="decide",
+            by=people.alice,
+            reason="r",
+            seen_version=decide.version,
         )
     assert step_of(done, "decide").version == decide.version
     assert not AuditEvent.objects.exists()
@@ -149,15 +161,15 @@ def test_a_changed_prompt_re_executed_from_the_model_step_refunds_and_emails_onc
     execute, crash_at, people, monkeypatch
 ) -> None:
     """The example refund agent: its prompt changes between the crash and the resume."""
-    run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     crash_at("email.before_effect")
     execute(run.run_id, crash_expected=True)
     monkeypatch.setattr(examples, "REFUND_PROMPT", examples.REFUND_PROMPT + " Be brief.")
     outcome = execute(run.run_id, worker="worker-2")
     assert (outcome.reason, outcome.step_id) == ("stale", "decide")
     decide = step_of(run, "decide")
-    reset = ops.run_reexecute_from(
-        run=run,
+    reset = transitions.run_reexecute_from(
+        run_id=run.run_id,
         step_id="decide",
         by=people.alice,
         reason="prompt edited on purpose",

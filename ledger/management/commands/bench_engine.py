@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import llm, registry, services
+from ledger import llm, registry, transitions, worker
 from ledger.agents import agent, tool
 from ledger.models import Run, Step
 
@@ -115,8 +115,8 @@ class Command(BaseCommand):
         return statistics.median(samples)
 
     def _orm_write(self, n: int) -> float:
-        run = services.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-        token = services.lease_claim(run_id=run.run_id, owner="bench")
+        run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+        token = transitions.lease_claim(run_id=run.run_id, owner="bench")
         samples = []
         try:
             for i in range(n):
@@ -155,9 +155,9 @@ class Command(BaseCommand):
     def _kind(self, kind: str, steps: int) -> tuple[float, float, str]:
         """Median wall time of one ctx call of this kind, and round trips per step."""
         name = _bench_agent(kind, steps)
-        run = services.run_start(agent=name, inputs={})
+        run = transitions.run_start(agent=name, inputs={})
         _durations.clear()
-        outcome = services.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+        outcome = worker.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
         assert outcome is not None and outcome.status == "succeeded", outcome
         median = statistics.median(_durations)
         # Round trips are counted on a second run (capturing SQL slows the timed one), less
@@ -169,24 +169,24 @@ class Command(BaseCommand):
         )
 
     def _queries(self, name: str) -> int:
-        run = services.run_start(agent=name, inputs={})
+        run = transitions.run_start(agent=name, inputs={})
         connection.queries_log.clear()
         with CaptureQueriesContext(connection) as queries:
-            services.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+            worker.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
         Step.objects.filter(run_id=run.run_id).delete()
         Run.objects.filter(pk=run.run_id).delete()
         return len(queries)
 
     def _resume(self, steps: int) -> tuple[float, int, str]:
         name = _bench_agent("resume", steps)
-        run = services.run_start(agent=name, inputs={})
-        services.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+        run = transitions.run_start(agent=name, inputs={})
+        worker.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        services.run_resume(run_id=run.run_id)
+        transitions.run_resume(run_id=run.run_id, by="bench", reason="bench", seen_version=None)
         connection.queries_log.clear()
         with CaptureQueriesContext(connection) as queries:
             t = time.perf_counter()
-            outcome = services.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+            outcome = worker.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
             elapsed = time.perf_counter() - t
         assert outcome is not None and outcome.executed == 0 and outcome.replayed == steps
         return elapsed, len(queries), run.run_id

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from ledger import services
+from ledger import worker
 
 
 class _Constant(ValueError):
@@ -35,8 +35,8 @@ def parse_json(text: str, *, what: str) -> Any:
 
 def execute_inline(run_id: str, out: OutputWrapper) -> None:
     """Execute the run in this process, as a worker would (lease, heartbeat, fencing)."""
-    worker = f"inline:{socket.gethostname()}/pid:{os.getpid()}"
-    outcome = services.run_execute(run_id=run_id, worker=worker)
+    name = f"inline:{socket.gethostname()}/pid:{os.getpid()}"
+    outcome = worker.run_execute(run_id=run_id, worker=name)
     if outcome is None:
         raise CommandError(
             f"run {run_id} is not claimable: it is finished or another worker holds its lease"

@@ -21,7 +21,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from ledger import services
+from ledger import transitions
 from ledger.examples import scenarios
 from ledger.models import Run
 
@@ -95,7 +95,7 @@ class Command(BaseCommand):
             run = scenarios.produce(scenario)
             state = run.status + (f" ({run.reason})" if run.reason else "")
             self.stdout.write(f"  {run.run_id}  {scenario.key:<28} {state}")
-        long_run = services.run_start(agent="survey", inputs=LONG_RUN)
+        long_run = transitions.run_start(agent="survey", inputs=LONG_RUN)
         self.stdout.write(
             f"  {long_run.run_id}  {'long-run-in-progress':<28} queued for the worker"
         )

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger import canonical, services
+from ledger import canonical, transitions, worker
 from ledger.models import Run
 
 RUN_COLUMNS = (
@@ -103,8 +103,8 @@ class Command(BaseCommand):
         records = (steps - 1) * 10 // 11
         while records + records // 10 + 1 < steps:
             records += 1
-        run = services.run_start(agent="survey", inputs={"records": records})
-        outcome = services.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
+        run = transitions.run_start(agent="survey", inputs={"records": records})
+        outcome = worker.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
         if outcome is None or outcome.status != "succeeded":
             raise CommandError(f"the long run did not succeed: {outcome}")
         return run.run_id

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ledger import registry, services
+from ledger import registry, transitions
 from ledger.errors import NotJSON
 from runs import tasks
 from runs.management.commands._common import execute_inline, parse_json
@@ -35,11 +35,13 @@ class Command(BaseCommand):
             raise CommandError(f"no agent named {name!r} is registered (registered: {known})")
         try:
             with transaction.atomic():
-                run = services.run_start(
+                run = transitions.run_start(
                     agent=name,
                     inputs=inputs,
                     run_id=options["run_id"],
                     max_resumes=options["max_resumes"],
+                    by=transitions.cli_actor(),
+                    reason="started from the command line",
                 )
                 if not options["inline"]:
                     tasks.enqueue_start(run.run_id)

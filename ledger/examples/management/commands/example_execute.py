@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger import services
+from ledger import transitions, worker
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
                 inputs = json.loads(options["inputs"])
             except json.JSONDecodeError as exc:
                 raise CommandError(f"--inputs is not JSON: {exc}") from exc
-            run_id = services.run_start(
+            run_id = transitions.run_start(
                 agent=options["new"], inputs=inputs, max_resumes=options["max_resumes"]
             ).run_id
             # Written before executing: the caller learns the id even if this process dies.
@@ -36,7 +36,7 @@ class Command(BaseCommand):
             sys.stdout.flush()
         if not run_id:
             raise CommandError("give a run id or --new AGENT")
-        outcome = services.run_execute(run_id=run_id, worker=f"inline-{os.getpid()}")
+        outcome = worker.run_execute(run_id=run_id, worker=f"inline-{os.getpid()}")
         if outcome is not None and outcome.continued_as:
             self.stdout.write(f"continued_as={outcome.continued_as}")
         self.stdout.write(str(outcome.status if outcome else "not claimable"))

@@ -1,4 +1,5 @@
-"""Named read queries for the dashboard. Each returns rows or querysets ready to render.
+"""What the runs list, the run page and the sweep read. Each returns rows or querysets ready to
+render.
 
 The list pages by keyset (the last row's sort key), never by OFFSET, and counts runs with one
 GROUP BY over indexed columns plus one range count on the lease-expiry index: the cost of a page
@@ -308,3 +309,40 @@ def steps_by_id(*, run_id: str, step_ids: list[str]) -> dict[str, Step]:
     """Some steps of a run by step id (without their large columns)."""
     rows = Step.objects.filter(run_id=run_id, step_id__in=step_ids).defer("result", "inputs")
     return {s.step_id: s for s in rows}
+
+
+# --- recovery: what the sweep looks for ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A running run whose worker stopped renewing its lease, as the sweep saw it."""
+
+    run_id: str
+    token: str | None
+    owner: str
+    expires_at: datetime | None
+
+
+def runs_with_expired_leases(*, now: datetime, limit: int = 100) -> list[ExpiredLease]:
+    """Running runs whose lease ran out: the worker died, froze, or lost its machine."""
+    rows = (
+        Run.objects.filter(status=RunStatus.RUNNING)
+        .filter(Q(lease_expires_at__lt=now) | Q(lease_token__isnull=True))
+        .order_by("lease_expires_at")
+        .values_list("run_id", "lease_token", "lease_owner", "lease_expires_at")[:limit]
+    )
+    return [ExpiredLease(*row) for row in rows]
+
+
+def runs_lost_in_queue(
+    *, older_than: float, now: datetime, limit: int = 100
+) -> list[tuple[str, datetime]]:
+    """Queued runs untouched for ``older_than`` seconds: their message was lost on the way."""
+    cutoff = now - timedelta(seconds=older_than)
+    rows = (
+        Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=cutoff)
+        .order_by("updated_at")
+        .values_list("run_id", "updated_at")[:limit]
+    )
+    return list(rows)

@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger import canonical, registry, services
-from ledger.errors import NotJSON
+from ledger import canonical, registry
+from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
 from ledger.models import (
     AuditAction,
     AuditEvent,
@@ -42,12 +41,15 @@ from ledger.models import (
     StepKind,
     StepStatus,
 )
-from ledger.operations._common import (
+from ledger.registry import NOT_HAPPENED
+from ledger.selectors.operator import approval_required
+from ledger.transitions._common import (
     Actor,
     Clock,
     OnCommit,
     actor_name,
     actor_user,
+    cancel,
     check_not_running,
     check_step_version,
     lock_run,
@@ -59,15 +61,8 @@ from ledger.operations._common import (
     settlement_snapshot,
     step_snapshot,
     validate_result,
+    write_step,
 )
-from ledger.operations.errors import Conflict, InvalidInput, NotAllowed, SelfApproval
-from ledger.registry import NOT_HAPPENED
-
-
-def approval_required() -> bool:
-    """Whether a settlement needs a second person (``RUNLEDGER_SETTLEMENT_APPROVAL``)."""
-    return bool(getattr(settings, "RUNLEDGER_SETTLEMENT_APPROVAL", True))
-
 
 # --- looking it up again --------------------------------------------------------------------
 
@@ -288,39 +283,37 @@ def _apply(
     """Write the settled step, decide the settlement, queue the run; all in the caller's txn."""
     now = clock()
     before = {"step": step_snapshot(row), "run": run_snapshot(run)}
-    row.settled_by = _settled_by(settlement, name)
+    settled_by = _settled_by(settlement, name)
     if settlement.outcome == SettlementOutcome.HAPPENED:
-        row.status, row.result, row.error, row.finished_at = (
-            StepStatus.SUCCEEDED,
-            settlement.result,
-            "",
-            now,
+        write_step(
+            row,
+            status=StepStatus.SUCCEEDED,
+            result=settlement.result,
+            error="",
+            finished_at=now,
+            settled_by=settled_by,
+            updated_at=now,
         )
     elif settlement.outcome == SettlementOutcome.NOT_HAPPENED:
         # The effect key stays: the resume sends the effect again under the same key.
-        row.status, row.result, row.finished_at = StepStatus.PENDING, None, None
+        write_step(
+            row,
+            status=StepStatus.PENDING,
+            result=None,
+            finished_at=None,
+            settled_by=settled_by,
+            updated_at=now,
+        )
     else:
-        row.status, row.finished_at = StepStatus.ABANDONED, now
-    row.version += 1
-    row.updated_at = now
-    row.save(
-        update_fields=[
-            "status",
-            "result",
-            "error",
-            "finished_at",
-            "settled_by",
-            "version",
-            "updated_at",
-        ]
-    )
+        write_step(
+            row, status=StepStatus.ABANDONED, finished_at=now, settled_by=settled_by, updated_at=now
+        )
     settlement.status = SettlementStatus.APPLIED
     _decide(settlement, by=by, name=name, reason=reason, at=now)
     if settlement.outcome == SettlementOutcome.ABANDON:
         queued = _abandon_run(run, name=name, reason=settlement.reason, clock=clock)
     else:
         queued = queue_resume(run, on_commit=on_commit, clock=clock)
-    run.refresh_from_db()
     settlement.run = run
     record(
         by=name,
@@ -338,10 +331,7 @@ def _apply(
 def _abandon_run(run: Run, *, name: str, reason: str, clock: Clock) -> str:
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         return f"the run was already {run.status}"
-    services.run_cancel(run_id=run.run_id, clock=clock)
-    Run.objects.filter(pk=run.run_id).update(
-        detail=f"abandoned by {name}: {reason}"[:4000], reason=""
-    )
+    cancel(run, detail=f"abandoned by {name}: {reason}", clock=clock)
     return "run cancelled"
 
 

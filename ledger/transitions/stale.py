@@ -4,7 +4,8 @@ A ``succeeded`` row whose stored input hash differs from the hash of today's inp
 run with reason ``stale``. A person either
 
 - accepts the stored result: today's inputs and hash (from the dry replay,
-  ``ledger.preview.preview_resume``) are recorded on the row, so the resume replays it; or
+  ``ledger.preview.stale_entry``, which the caller runs first, outside the transaction) are
+  recorded on the row, so the resume replays it; or
 - re-executes from it: the step and the non-effect steps after it (following ``next_step_id``)
   go back to ``pending`` and run again on resume; effect rows after it are kept as they are, so
   a succeeded effect replays (or, if its inputs moved, stops as stale) and is never sent twice.
@@ -13,15 +14,17 @@ run with reason ``stale``. A person either
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger import canonical
-from ledger.engine import _stored_inputs
+from ledger.errors import Conflict, NotAllowed
 from ledger.models import AuditAction, Run, RunStatus, Step, StepKind, StepStatus
-from ledger.operations._common import (
-    STOPPED,
+from ledger.transitions._common import (
+    STOPPED_STATUSES,
     Actor,
     Clock,
     OnCommit,
@@ -35,14 +38,25 @@ from ledger.operations._common import (
     require_reason,
     run_snapshot,
     step_snapshot,
+    write_step,
 )
-from ledger.operations.errors import Conflict, NotAllowed
-from ledger.preview import PreviewStep, preview_resume
+from ledger.transitions.steps import stored_inputs
+
+
+@dataclass(frozen=True)
+class TodaysInputs:
+    """What the dry replay computed for a stale step: today's inputs and their hash, compared
+    against the row whose stored hash was ``stored_hash``."""
+
+    stored_hash: str
+    current_hash: str
+    current_inputs: Any
 
 
 def step_accept_stale(
     *,
     step: Step,
+    today: TodaysInputs,
     by: Actor,
     reason: str,
     seen_version: int,
@@ -52,33 +66,38 @@ def step_accept_stale(
 ) -> Step:
     """Record today's inputs and hash on a stale step, keeping its stored result.
 
-    The dry replay runs first, outside the transaction; the write then checks that the row is
-    the one the replay compared (same version, same stored hash). When the run is stopped on
-    this very step, it is queued for resume (``resume=False`` leaves it stopped).
+    ``today`` comes from the dry replay (``ledger.preview.stale_entry``), run before, outside
+    the transaction; the write checks that the row is the one the replay compared (same
+    version, same stored hash). When the run is stopped on this very step, it is queued for
+    resume (``resume=False`` leaves it stopped).
     """
     name = actor_name(by)
     text = require_reason(reason)
-    entry = _stale_entry(step)
+    entry = today
     now = clock()
     with transaction.atomic():
         run = lock_run(step.run_id)
         row = lock_step(step.pk)
         check_step_version(row, seen_version)
         check_not_running(run)
-        if row.status != StepStatus.SUCCEEDED or row.input_hash != entry.stored_hash:
+        if row.status != StepStatus.SUCCEEDED:
+            raise NotAllowed(
+                f"step {row.step_id!r} is {row.status}: only a succeeded step's stored result "
+                "can be accepted (settle it instead)"
+            )
+        if row.input_hash != entry.stored_hash:
             raise Conflict(
                 "this step changed while its inputs were being compared; look again",
                 current=step_snapshot(row),
             )
         before = step_snapshot(row) | {"inputs": row.inputs}
-        stored, truncated = _stored_inputs(canonical.dumps(entry.current_inputs))
-        row.input_hash = entry.current_hash
-        row.inputs = json.loads(stored) if stored is not None else None
-        row.inputs_truncated = truncated
-        row.version += 1
-        row.updated_at = now
-        row.save(
-            update_fields=["input_hash", "inputs", "inputs_truncated", "version", "updated_at"]
+        stored, truncated = stored_inputs(canonical.dumps(entry.current_inputs))
+        write_step(
+            row,
+            input_hash=entry.current_hash,
+            inputs=json.loads(stored) if stored is not None else None,
+            inputs_truncated=truncated,
+            updated_at=now,
         )
         queued = "not queued"
         if resume and _blocked_on(run, row.step_id):
@@ -98,7 +117,7 @@ def step_accept_stale(
 
 def run_reexecute_from(
     *,
-    run: Run,
+    run_id: str,
     step_id: str,
     by: Actor,
     reason: str,
@@ -117,21 +136,20 @@ def run_reexecute_from(
     text = require_reason(reason)
     now = clock()
     with transaction.atomic():
-        locked = lock_run(run.run_id)
+        locked = lock_run(run_id)
         rows = {s.step_id: s for s in Step.objects.select_for_update().filter(run=locked)}
         start = rows.get(step_id)
         if start is None:
-            raise NotAllowed(f"run {run.run_id} has no step {step_id!r}")
+            raise NotAllowed(f"run {run_id} has no step {step_id!r}")
         check_step_version(start, seen_version)
         _check_reexecutable(locked, start)
         chain = _chain(rows, step_id)
-        reset = [r for r in chain if r.kind != StepKind.EFFECT and r.status != "abandoned"]
+        reset = [r for r in chain if r.kind != StepKind.EFFECT and r.status != StepStatus.ABANDONED]
         before = {"run": run_snapshot(locked), "steps": [step_snapshot(r) for r in reset]}
         for row in reset:
-            row.status, row.result, row.finished_at = StepStatus.PENDING, None, None
-            row.version += 1
-            row.updated_at = now
-            row.save(update_fields=["status", "result", "finished_at", "version", "updated_at"])
+            write_step(
+                row, status=StepStatus.PENDING, result=None, finished_at=None, updated_at=now
+            )
         queued = queue_resume(locked, on_commit=on_commit, clock=clock) if resume else "no"
         locked.refresh_from_db()
         record(
@@ -152,24 +170,9 @@ def run_reexecute_from(
     return [r.step_id for r in reset]
 
 
-def _stale_entry(step: Step) -> PreviewStep:
-    preview = preview_resume(run_id=step.run_id)
-    if not preview.available:
-        raise NotAllowed(preview.unavailable_reason)
-    for entry in preview.steps:
-        if entry.step_id == step.step_id:
-            if entry.action != "stale":
-                raise NotAllowed(
-                    f"step {step.step_id!r} is not stale: a resume would {entry.action} it"
-                )
-            return entry
-    why = preview.stopped or preview.error or "the agent no longer calls it"
-    raise NotAllowed(f"the dry replay does not reach step {step.step_id!r} ({why})")
-
-
 def _check_reexecutable(run: Run, start: Step) -> None:
     check_not_running(run)
-    if run.status not in STOPPED:
+    if run.status not in STOPPED_STATUSES:
         raise NotAllowed(
             f"run {run.run_id} is {run.status}; re-execute from a step of a stopped run, "
             "or fork a new run from it"

@@ -1,8 +1,11 @@
-"""What every operator action shares: who acts, the reason, JSON checks, row locks, the audit."""
+"""What every transition a person causes shares: who acts, the reason, JSON checks, row locks,
+the audit row, and the two run writes several actions end in (queue for resume, cancel)."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -11,11 +14,11 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
+from django.db.models import F
 
-from ledger import canonical, services
-from ledger.errors import NotJSON
-from ledger.models import AuditEvent, Run, RunStatus, Settlement, Step
-from ledger.operations.errors import Conflict, InvalidInput, NotAllowed
+from ledger import canonical
+from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
+from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
 #: (a script, a command).
@@ -25,8 +28,6 @@ OnCommit = Callable[[str], None] | None
 Clock = Callable[[], datetime]
 
 MAX_REASON_CHARS = 4000
-#: Run states in which a worker may pick the run up (after which settling it must wait).
-STOPPED = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
 
 
 def actor_name(by: Actor) -> str:
@@ -39,6 +40,15 @@ def actor_name(by: Actor) -> str:
     if not name:
         raise InvalidInput("an action needs a named actor")
     return name[:150]
+
+
+def cli_actor() -> str:
+    """The actor a command acts as: ``cli:<login>`` of the person running it."""
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        login = f"uid{os.getuid()}"
+    return f"cli:{login}"
 
 
 def actor_user(by: Actor) -> Any:
@@ -212,15 +222,82 @@ def check_not_running(run: Run) -> None:
         )
 
 
+def requeue(run: Run, *, max_resumes: int | None, clock: Clock) -> None:
+    """Put a stopped run (locked by the caller) back in the queue, optionally raising its
+    resume budget (never lowering it). ``NotAllowed`` when it cannot go: the budget is used up.
+    """
+    if run.status not in STOPPED_STATUSES:
+        raise NotAllowed(f"run {run.run_id} is {run.status}; only a stopped run can be resumed")
+    budget = run.max_resumes
+    if max_resumes is not None:
+        if max_resumes < run.max_resumes:
+            raise NotAllowed("a resume budget can be raised, not lowered")
+        budget = max_resumes
+    elif run.reason == "budget" and run.resume_count >= run.max_resumes:
+        raise NotAllowed("the resume budget is used up: raise it to resume")
+    now = clock()
+    write_run(
+        run,
+        status=RunStatus.QUEUED,
+        reason="",
+        detail="",
+        blocked_step_id="",
+        error="",
+        finished_at=None,
+        max_resumes=budget,
+        updated_at=now,
+        status_changed_at=now,
+    )
+
+
+def cancel(run: Run, *, detail: str, clock: Clock) -> None:
+    """Cancel a run (locked by the caller) for good: the lease token is revoked in the same
+    write, so a worker still executing it has every later write refused."""
+    now = clock()
+    write_run(
+        run,
+        status=RunStatus.CANCELLED,
+        reason="",
+        detail=detail[:MAX_REASON_CHARS],
+        lease_token=None,
+        lease_owner="",
+        lease_expires_at=None,
+        updated_at=now,
+        status_changed_at=now,
+        finished_at=now,
+    )
+
+
+def write_run(run: Run, **changes: Any) -> None:
+    """One compare-and-set on the locked run's version; ``run`` is refreshed to match."""
+    updated = Run.objects.filter(pk=run.run_id, version=run.version).update(
+        **changes, version=F("version") + 1
+    )
+    if updated != 1:  # the caller holds the row lock: this is a bug, not a race
+        raise Conflict(f"run {run.run_id} changed under its row lock", current=run_snapshot(run))
+    run.refresh_from_db()
+
+
+def write_step(row: Step, **changes: Any) -> None:
+    """One compare-and-set on the locked step's version; ``row`` is updated to match."""
+    updated = Step.objects.filter(pk=row.pk, version=row.version).update(
+        **changes, version=F("version") + 1
+    )
+    if updated != 1:
+        raise Conflict(f"step {row.step_id} changed under its row lock", current=step_snapshot(row))
+    for key, value in changes.items():
+        setattr(row, key, value)
+    row.version += 1
+
+
 def queue_resume(run: Run, *, on_commit: OnCommit, clock: Clock) -> str:
     """After a ledger change, put a stopped run back in the queue (same transaction) and
     arrange ``on_commit(run_id)`` for after the commit. Returns what happened, in words.
     """
-    if run.status in STOPPED:
+    if run.status in STOPPED_STATUSES:
         try:
-            with transaction.atomic():
-                services.run_resume(run_id=run.run_id, clock=clock)
-        except ValueError as exc:  # e.g. the resume budget is used up: the change stands
+            requeue(run, max_resumes=None, clock=clock)
+        except NotAllowed as exc:  # e.g. the resume budget is used up: the change stands
             return f"not queued: {exc}"
     elif run.status != RunStatus.QUEUED:
         return f"not queued: the run is {run.status}"

@@ -1,9 +1,9 @@
-"""Operator actions on whole runs: resume, retry, cancel, fork. Each is audited.
+"""A person's actions on whole runs: resume, retry, cancel, fork. Each is audited.
 
-Resume and cancel wrap ``ledger.services.run_resume``/``run_cancel`` (which the workers and
-commands use too) with the version check and the audit row, in one transaction. ``on_commit``
-receives the run id to execute once that transaction commits (the dashboard passes a function
-that enqueues the Celery task).
+Each is one transaction: the run row locked, the version the person saw compared, one
+compare-and-set, the audit row. The dashboard, the commands (as ``cli:<login>``) and bulk
+actions all call these. ``on_commit`` receives the run id to execute once that transaction
+commits (the dashboard passes a function that enqueues the Celery task).
 """
 
 from __future__ import annotations
@@ -13,21 +13,23 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import services
+from ledger.errors import NotAllowed
 from ledger.models import FINAL_STATUSES, AuditAction, Run, RunStatus, Step, StepStatus
-from ledger.operations._common import (
-    STOPPED,
+from ledger.transitions._common import (
+    STOPPED_STATUSES,
     Actor,
     Clock,
     OnCommit,
     actor_name,
+    cancel,
     check_run_version,
     lock_run,
     record,
+    requeue,
     require_reason,
     run_snapshot,
 )
-from ledger.operations.errors import NotAllowed
+from ledger.transitions.lifecycle import run_start
 
 # Fields a fork copies from each ledger row (the row's identity, run and version are new).
 _COPIED = [
@@ -39,7 +41,7 @@ _COPIED = [
 
 def run_resume(
     *,
-    run: Run,
+    run_id: str,
     by: Actor,
     reason: str,
     seen_version: int | None,
@@ -50,21 +52,21 @@ def run_resume(
     """Queue a stopped run (needs attention or failed) for a worker; optionally raise its
     resume budget (never lower it). ``seen_version=None`` skips the version check."""
     return _requeue(
-        run=run,
+        run_id=run_id,
         by=by,
         reason=reason,
         seen_version=seen_version,
         max_resumes=max_resumes,
         on_commit=on_commit,
         clock=clock,
-        allowed=STOPPED,
+        allowed=STOPPED_STATUSES,
         action=AuditAction.RUN_RESUME,
     )
 
 
 def run_retry(
     *,
-    run: Run,
+    run_id: str,
     by: Actor,
     reason: str,
     seen_version: int | None,
@@ -75,7 +77,7 @@ def run_retry(
     """Retry a failed run: the resume replays what succeeded and executes the failed step
     again (attempt + 1, the same effect key when it is an effect)."""
     return _requeue(
-        run=run,
+        run_id=run_id,
         by=by,
         reason=reason,
         seen_version=seen_version,
@@ -89,7 +91,7 @@ def run_retry(
 
 def _requeue(
     *,
-    run: Run,
+    run_id: str,
     by: Actor,
     reason: str,
     seen_version: int | None,
@@ -102,7 +104,7 @@ def _requeue(
     name = actor_name(by)
     text = require_reason(reason)
     with transaction.atomic():
-        locked = lock_run(run.run_id)
+        locked = lock_run(run_id)
         check_run_version(locked, seen_version)
         if locked.status not in allowed:
             raise NotAllowed(
@@ -110,11 +112,7 @@ def _requeue(
                 f"to a run that is {' or '.join(s.replace('_', ' ') for s in allowed)}"
             )
         before = run_snapshot(locked)
-        try:
-            services.run_resume(run_id=locked.run_id, max_resumes=max_resumes, clock=clock)
-        except ValueError as exc:
-            raise NotAllowed(str(exc)) from None
-        locked.refresh_from_db()
+        requeue(locked, max_resumes=max_resumes, clock=clock)
         record(
             by=name,
             action=action,
@@ -131,13 +129,18 @@ def _requeue(
 
 
 def run_cancel(
-    *, run: Run, by: Actor, reason: str, seen_version: int | None, clock: Clock = timezone.now
+    *,
+    run_id: str,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    clock: Clock = timezone.now,
 ) -> Run:
     """Cancel a run for good. A worker executing it loses its lease and can commit nothing."""
     name = actor_name(by)
     text = require_reason(reason)
     with transaction.atomic():
-        locked = lock_run(run.run_id)
+        locked = lock_run(run_id)
         check_run_version(locked, seen_version)
         if locked.status in FINAL_STATUSES:
             raise NotAllowed(
@@ -145,9 +148,7 @@ def run_cancel(
                 "runs that have not finished"
             )
         before = run_snapshot(locked)
-        services.run_cancel(run_id=locked.run_id, clock=clock)
-        Run.objects.filter(pk=locked.run_id).update(detail=f"cancelled by {name}: {text}"[:4000])
-        locked.refresh_from_db()
+        cancel(locked, detail=f"cancelled by {name}: {text}", clock=clock)
         record(
             by=name,
             action=AuditAction.RUN_CANCEL,
@@ -162,7 +163,7 @@ def run_cancel(
 
 def run_fork(
     *,
-    run: Run,
+    run_id: str,
     step_id: str,
     by: Actor,
     reason: str,
@@ -178,26 +179,25 @@ def run_fork(
     """
     name = actor_name(by)
     text = require_reason(reason)
-    source = Run.objects.get(pk=run.run_id)
+    source = Run.objects.get(pk=run_id)
     path = _path_to(source, step_id)  # one SELECT: a consistent snapshot of the ledger
     now = clock()
     with transaction.atomic():
         try:
-            fork = services.run_start(
+            fork = run_start(
                 agent=source.agent,
                 inputs=source.inputs,
                 max_resumes=source.max_resumes,
                 clock=clock,
+                parent=source,
+                parent_kind="fork",
+                forked_from_step_id=step_id,
             )
         except LookupError as exc:
             raise NotAllowed(f"cannot fork: {exc}") from None
-        Run.objects.filter(pk=fork.run_id).update(
-            parent=source, parent_kind="fork", forked_from_step_id=step_id
-        )
         Step.objects.bulk_create(
             [_copy(row, fork, now, last=i == len(path) - 1) for i, row in enumerate(path)]
         )
-        fork.refresh_from_db()
         copied = [r.step_id for r in path]
         for event_run, other in ((source.run_id, fork.run_id), (fork.run_id, source.run_id)):
             record(

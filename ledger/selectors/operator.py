@@ -3,7 +3,8 @@
 - ``settlement_queue``: every started effect that waits for a person, oldest first;
 - ``settlement_evidence``: everything the settle form shows for one step;
 - ``settlements_waiting``: proposals that wait for an approver;
-- ``audit_events``: the audit, filtered by run, actor, action and time.
+- ``audit_events``: the audit, filtered by run, actor, action and time;
+- ``edited_upstream``: steps that depend on an observation an admin edited.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -27,7 +29,11 @@ from ledger.models import (
     StepKind,
     StepStatus,
 )
-from ledger.operations.settle import approval_required
+
+
+def approval_required() -> bool:
+    """Whether a settlement needs a second person (``RUNLEDGER_SETTLEMENT_APPROVAL``)."""
+    return bool(getattr(settings, "RUNLEDGER_SETTLEMENT_APPROVAL", True))
 
 
 @dataclass(frozen=True)
@@ -176,3 +182,32 @@ def audit_events(
     if until:
         events = events.filter(at__lt=until)
     return events.order_by("-at", "-id")
+
+
+@dataclass(frozen=True)
+class EditMark:
+    """A step that ran before an upstream result was edited, and was not rewritten since."""
+
+    step_id: str
+    edited_step_id: str
+    actor: str
+    at: datetime
+    event_id: int
+
+
+def edited_upstream(*, run_id: str) -> dict[str, EditMark]:
+    """Steps of the run that depend on an observation an admin edited (by step id)."""
+    events = AuditEvent.objects.filter(run_id=run_id, action=AuditAction.STEP_ADMIN_EDIT)
+    versions = dict(Step.objects.filter(run_id=run_id).values_list("step_id", "version"))
+    marks: dict[str, EditMark] = {}
+    for event in events.order_by("at", "id"):
+        for step_id, version in (event.after or {}).get("downstream") or []:
+            if versions.get(step_id) == version:
+                marks[step_id] = EditMark(
+                    step_id=step_id,
+                    edited_step_id=event.step_id,
+                    actor=event.actor,
+                    at=event.at,
+                    event_id=event.pk,
+                )
+    return marks

@@ -14,41 +14,16 @@ functions compare it with the version a person saw before they change the row.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
+from ledger import canonical
 from ledger.errors import LeaseLost
-
-_STEP_COLUMNS = (
-    "id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, kind, tool, "
-    "seq, errors, expires_at, settled_by"
-)
-
-
-@dataclass
-class StepRow:
-    """A ledger row as the engine sees it (results decoded)."""
-
-    pk: int
-    step_id: str
-    input_hash: str
-    status: str
-    result: Any
-    next_step_id: str | None
-    attempt: int
-    effect_key: str | None
-    kind: str
-    tool: str
-    seq: int
-    errors: list[Any] = field(default_factory=list)
-    expires_at: datetime | None = None
-    settled_by: str = ""
 
 
 @dataclass
@@ -82,54 +57,25 @@ class StepWrite:
     next_step_id: str | None = None
 
 
+def stored_inputs(text: str) -> tuple[str | None, bool]:
+    """The canonical inputs as the ledger stores them for the stale diff: whole up to
+    ``RUNLEDGER_MAX_STORED_INPUT_BYTES``, else a marked preview. Returns (json text, truncated).
+    """
+    limit = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
+    if len(text.encode("utf-8")) <= limit:
+        return text, False
+    preview = text.encode("utf-8")[: max(limit - 200, 0)].decode("utf-8", "ignore")
+    return canonical.dumps(
+        {"truncated": True, "bytes": len(text.encode()), "preview": preview}
+    ), True
+
+
 def _is_pg() -> bool:
     return connection.vendor == "postgresql"
 
 
 def _dt(value: datetime | None) -> Any:
     return connection.ops.adapt_datetimefield_value(value) if value is not None else None
-
-
-def _load_json(value: Any) -> Any:
-    if value is None or not isinstance(value, str | bytes):
-        return value
-    return json.loads(value)
-
-
-def _load_dt(value: Any) -> datetime | None:
-    """A timestamp from either database, timezone-aware (SQLite hands back naive UTC)."""
-    if value is None:
-        return None
-    parsed = value if isinstance(value, datetime) else parse_datetime(value)
-    if parsed is not None and parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
-
-
-def load_steps(run_id: str) -> dict[str, StepRow]:
-    """The run's whole ledger in one query, by step id."""
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT {_STEP_COLUMNS} FROM ledger_step WHERE run_id = %s", [run_id])
-        rows = cur.fetchall()
-    steps = {}
-    for r in rows:
-        steps[r[1]] = StepRow(
-            pk=r[0],
-            step_id=r[1],
-            input_hash=r[2],
-            status=r[3],
-            result=_load_json(r[4]),
-            next_step_id=r[5],
-            attempt=r[6],
-            effect_key=r[7],
-            kind=r[8],
-            tool=r[9],
-            seq=r[10],
-            errors=_load_json(r[11]) or [],
-            expires_at=_load_dt(r[12]),
-            settled_by=r[13] or "",
-        )
-    return steps
 
 
 # --- PostgreSQL: one statement, one round trip, one commit --------------------------------
@@ -229,7 +175,7 @@ WHERE id = %(pk)s AND run_id = %(run_id)s
 RETURNING id"""
 
 
-def write_step(w: StepWrite) -> int:
+def step_write(w: StepWrite) -> int:
     """Insert or overwrite a step row, point the previous step at it, abandon a diverged branch.
 
     All in one transaction that holds the run's lease; returns the row's primary key.
@@ -239,12 +185,12 @@ def write_step(w: StepWrite) -> int:
         "token": w.token,
         "step_id": w.step_id,
         "input_hash": w.input_hash,
-        "status": w.status,
+        "status": str(w.status),
         "result": w.result_json,
         "attempt": w.attempt,
         "effect_key": w.effect_key,
         "now": _dt(w.now),
-        "kind": w.kind,
+        "kind": str(w.kind),
         "tool": w.tool,
         "seq": w.seq,
         "inputs": w.inputs_json,
@@ -281,7 +227,7 @@ def write_step(w: StepWrite) -> int:
         return int(cur.fetchone()[0])
 
 
-def update_step(
+def step_update(
     *,
     run_id: str,
     token: str,
@@ -298,7 +244,7 @@ def update_step(
         "run_id": run_id,
         "token": token,
         "pk": pk,
-        "status": status,
+        "status": str(status),
         "result": result_json,
         "error": error,
         "errors": errors_json,

@@ -11,26 +11,23 @@ mark them "depends on an edited observation" even when their inputs happen to ha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger import canonical
-from ledger.errors import NotJSON
+from ledger.errors import InvalidInput, NotJSON
 from ledger.models import (
     FINAL_STATUSES,
     AuditAction,
-    AuditEvent,
     Reason,
     Run,
     RunStatus,
     Step,
     StepStatus,
 )
-from ledger.operations._common import (
+from ledger.transitions._common import (
     Actor,
     Clock,
     actor_name,
@@ -42,8 +39,9 @@ from ledger.operations._common import (
     record,
     require_reason,
     validate_result,
+    write_run,
+    write_step,
 )
-from ledger.operations.errors import InvalidInput
 
 # The effect key is not editable: it is what makes the downstream system deduplicate, and a
 # new key would let a resume send the effect again.
@@ -88,13 +86,10 @@ def step_admin_edit(
         if not changed:
             return row
         before = {k: getattr(row, k) for k in changed}
-        for key, value in changed.items():
-            setattr(row, key, value)
+        marks: dict[str, Any] = {}
         if {"status", "result"} & changed.keys():
-            row.settled_by = f"admin edit by {name}"[:150]
-        row.version += 1
-        row.updated_at = now
-        row.save(update_fields=[*changed, "settled_by", "version", "updated_at"])
+            marks["settled_by"] = f"admin edit by {name}"[:150]
+        write_step(row, **changed, **marks, updated_at=now)
         after: dict[str, Any] = dict(changed)
         if "result" in changed and row.status == StepStatus.SUCCEEDED:
             after["downstream"] = _downstream_versions(row)
@@ -134,16 +129,11 @@ def run_admin_edit(
         if not changed:
             return locked
         before = {k: getattr(locked, k) for k in changed}
-        for key, value in changed.items():
-            setattr(locked, key, value)
-        extra = ["version", "updated_at"]
+        marks: dict[str, Any] = {}
         if "status" in changed:
-            locked.status_changed_at = now
-            locked.finished_at = now if locked.status in FINAL_STATUSES else None
-            extra += ["status_changed_at", "finished_at"]
-        locked.version += 1
-        locked.updated_at = now
-        locked.save(update_fields=[*changed, *extra])
+            marks["status_changed_at"] = now
+            marks["finished_at"] = now if changed["status"] in FINAL_STATUSES else None
+        write_run(locked, **changed, **marks, updated_at=now)
         record(
             by=name,
             action=AuditAction.RUN_ADMIN_EDIT,
@@ -154,35 +144,6 @@ def run_admin_edit(
             reason=text,
         )
     return locked
-
-
-@dataclass(frozen=True)
-class EditMark:
-    """A step that ran before an upstream result was edited, and was not rewritten since."""
-
-    step_id: str
-    edited_step_id: str
-    actor: str
-    at: datetime
-    event_id: int
-
-
-def edited_upstream(*, run_id: str) -> dict[str, EditMark]:
-    """Steps of the run that depend on an observation an admin edited (by step id)."""
-    events = AuditEvent.objects.filter(run_id=run_id, action=AuditAction.STEP_ADMIN_EDIT)
-    versions = dict(Step.objects.filter(run_id=run_id).values_list("step_id", "version"))
-    marks: dict[str, EditMark] = {}
-    for event in events.order_by("at", "id"):
-        for step_id, version in (event.after or {}).get("downstream") or []:
-            if versions.get(step_id) == version:
-                marks[step_id] = EditMark(
-                    step_id=step_id,
-                    edited_step_id=event.step_id,
-                    actor=event.actor,
-                    at=event.at,
-                    event_id=event.pk,
-                )
-    return marks
 
 
 def _downstream_versions(row: Step) -> list[list[Any]]:

@@ -1,0 +1,44 @@
+"""The engine: the run context an agent receives and what becomes of each of its calls.
+
+- ``context``: ``RunContext``, the agent author's API; builds each call (validated, hashed
+  inputs, a stable step id) and hands it to a ``Steps``;
+- ``decide``: what a resume does with a call given its recorded row and the recorded path —
+  the one decision the live steps act on and the dry replay (``ledger.preview``) reports;
+- ``live``: the live steps: replay, reconcile or execute, fan-out on threads, every write
+  through ``ledger.transitions`` fenced by the lease token;
+- ``walk``: where an execution stands on the recorded path (shared by context and steps);
+- ``calls``: the ``Call`` record and the text forms the ledger stores.
+
+Never imports ``runs``; writes nothing except through ``ledger.transitions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ledger.engine.context import RunContext
+from ledger.engine.live import LiveSteps
+from ledger.engine.walk import Walk
+from ledger.registry import Agent
+from ledger.selectors.ledger import StepRow
+
+
+def live_context(
+    *,
+    run_id: str,
+    token: str,
+    agent: Agent,
+    inputs: Any,
+    ledger: dict[str, StepRow],
+    clock: Callable[[], datetime],
+) -> RunContext:
+    """The context of an execution that holds the run's lease ``token``."""
+    walk = Walk(run_id=run_id, agent=agent, ledger=ledger)
+    return RunContext(
+        walk=walk, steps=LiveSteps(walk=walk, token=token, clock=clock), inputs=inputs, clock=clock
+    )
+
+
+__all__ = ["RunContext", "live_context"]

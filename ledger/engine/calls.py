@@ -1,0 +1,49 @@
+"""One step call as the engine and the dry replay see it, and the text forms the ledger stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.models import StepKind
+
+
+@dataclass
+class Call:
+    """Everything about one step call that does not depend on the ledger."""
+
+    step_id: str
+    kind: StepKind
+    tool: str
+    inputs: Any
+    inputs_text: str
+    input_hash: str
+    execute: Callable[[str | None], Any]
+    reconcile: Callable[[str], Any] | None = None
+    retries: int = 0
+    ttl_seconds: float | None = None
+    model_id: str = ""
+    prompt_hash: str = ""
+    seq: int | None = None  # taken up front for a fan-out sibling (on the calling thread)
+    next_step_id: str | None = None  # a fan-out sibling's link to the next sibling
+
+
+_ERROR_LIMIT = 10_000
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as text the ledger can always store: a tool's error may be huge, hold NUL
+    bytes or lone surrogates (rejected by PostgreSQL), or have a ``__str__`` that raises."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__}: <the exception's text could not be read>"
+    return storable(text)
+
+
+def storable(text: str) -> str:
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > _ERROR_LIMIT:
+        text = f"{text[:_ERROR_LIMIT]}… [{len(text)} characters, cut]"
+    return text

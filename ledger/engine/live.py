@@ -1,0 +1,487 @@
+"""The live steps: replay, reconcile or execute each call and write the ledger, fenced.
+
+For each call (after the path check):
+
+1. ``decide`` says what to do with its row (see ``ledger.engine.decide``);
+2. a replay returns the stored result; a stale row raises ``StaleCheckpoint``;
+3. a started effect goes to its tool's reconcile(effect_key): a result is committed as
+   ``succeeded``, ``NOT_HAPPENED`` executes again with the same key, ``None`` raises
+   ``NeedsReconciliation``;
+4. otherwise it executes: an effect commits ``started`` with its effect key, calls the tool with
+   that key as its idempotency key, then commits ``succeeded`` (two commits, no I/O inside a
+   transaction); a read, model call or clock read commits once, after.
+
+The previous step's ``next_step_id`` is written in the same statement as the next step's first
+write. Every write goes through ``ledger.transitions`` and is fenced by the run's lease token.
+
+Fan-out siblings run on threads: each is an ordinary step (its own row, its own fenced
+commits, on the thread's own database connection), so a crash re-runs only the siblings
+without a settled row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, connections
+
+from ledger import canonical, transitions
+from ledger.engine.calls import Call, describe, storable
+from ledger.engine.decide import Action, StepRow, decide
+from ledger.engine.walk import Walk
+from ledger.errors import (
+    BudgetExhausted,
+    LeaseLost,
+    NeedsReconciliation,
+    NotJSON,
+    StaleCheckpoint,
+    StepFailed,
+)
+from ledger.models import StepKind, StepStatus
+from ledger.registry import NOT_HAPPENED
+from ledger.transitions.steps import StepWrite, stored_inputs
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class _Job:
+    """A fan-out sibling that needs work (execute, reconcile, or re-read) on a thread."""
+
+    call: Call
+    row: StepRow | None
+    prev: str | None
+    abandon: list[str] = field(default_factory=list)
+
+
+_STALE_WHY = {
+    StepStatus.SUCCEEDED: "stored input hash {stored}… differs from today's {today}…; the stored "
+    "result answers another question",
+    StepStatus.STARTED: "this effect was started with other inputs; settle it before the run "
+    "goes on",
+    StepStatus.FAILED: "this effect was attempted under key {key} with other inputs; settle it "
+    "before it is sent with today's",
+}
+
+
+class LiveSteps:
+    """Executes and records the calls of one execution that holds the run's lease."""
+
+    def __init__(self, *, walk: Walk, token: str, clock: Clock) -> None:
+        self.walk = walk
+        self.run_id = walk.run_id
+        self._token = token
+        self._clock = clock
+
+    # --- one step -------------------------------------------------------------------------
+
+    def step(self, call: Call) -> Any:
+        row = self.walk.live_row(call.step_id)
+        abandon = self.walk.check_path(call.step_id)
+        if call.step_id not in self.walk.ledger:
+            self._check_history(1, call.step_id)
+        result = self._run(call, row, prev=self.walk.prev, abandon=abandon)
+        self.walk.advance(call.step_id)
+        return result
+
+    def _run(self, call: Call, row: StepRow | None, *, prev: str | None, abandon: list[str]) -> Any:
+        """Replay, settle or execute one step; ``prev`` is the step whose link it writes.
+
+        Touches no per-execution state but the walk's counters and in-memory ledger (under
+        its lock), so that fan-out siblings can run it on their own threads.
+        """
+        action = decide(kind=call.kind, input_hash=call.input_hash, row=row, now=self._clock())
+        if action == Action.STALE:
+            assert row is not None
+            raise StaleCheckpoint(call.step_id, _stale_detail(call, row))
+        if action == Action.REPLAY:
+            assert row is not None
+            self.walk.count(replayed=1)
+            return row.result
+        if action == Action.RECONCILE:
+            assert row is not None
+            settled = self._reconcile(call, row)
+            if settled is not NOT_HAPPENED:
+                return settled
+        elif action == Action.RECHECK:
+            assert row is not None
+            if self._failed_effect_happened(call, row):
+                return row.result
+        result = self._execute(call, row, prev=prev, abandon=abandon)
+        self.walk.count(executed=1)
+        return result
+
+    def _check_history(self, new_rows: int, step_id: str) -> None:
+        """Bound the ledger: past RUNLEDGER_MAX_STEPS_PER_RUN rows the run stops (budget)."""
+        limit = settings.RUNLEDGER_MAX_STEPS_PER_RUN
+        rows = len(self.walk.ledger)
+        if rows + new_rows <= limit:
+            return
+        raise BudgetExhausted(
+            step_id,
+            f"history limit reached: the run has {rows} steps and "
+            f"RUNLEDGER_MAX_STEPS_PER_RUN is {limit}; the agent should continue_as_new "
+            "(carry its results into a new run) before its ledger grows this long",
+        )
+
+    # --- effects whose outcome is in doubt --------------------------------------------------
+
+    def _failed_effect_happened(self, call: Call, row: StepRow) -> bool:
+        """A failed effect is asked about before it is sent again: its last attempt may have
+        reached the downstream system before the error (a timeout after the charge)."""
+        if not call.reconcile:
+            return False
+        assert row.effect_key is not None
+        answer = call.reconcile(row.effect_key)
+        if answer is None or answer is NOT_HAPPENED:
+            return False  # send again under the same key, as the tool's retry policy allows
+        try:
+            data, text = canonical.canonical(answer, step_id=call.step_id)
+        except NotJSON:
+            return False
+        self._settle(row, data, text)
+        return True
+
+    def _reconcile(self, call: Call, row: StepRow) -> Any:
+        """A started effect: ask the downstream system through the effect key."""
+        assert row.effect_key is not None
+        if call.reconcile is None:
+            raise NeedsReconciliation(
+                call.step_id,
+                f"effect {call.tool!r} was started under key {row.effect_key} and the crash "
+                "left its outcome unknown; the tool has no read path to ask",
+            )
+        answer = call.reconcile(row.effect_key)
+        if answer is None:
+            raise NeedsReconciliation(
+                call.step_id,
+                f"{call.tool!r} could not say whether key {row.effect_key} took effect",
+            )
+        if answer is NOT_HAPPENED:
+            log.info("run %s: %s did not happen; executing with the same key", self.run_id, row)
+            return NOT_HAPPENED
+        try:
+            data, text = canonical.canonical(answer, step_id=call.step_id)
+        except NotJSON as exc:
+            raise NeedsReconciliation(call.step_id, f"reconcile answered non-JSON: {exc}") from exc
+        self._settle(row, data, text)
+        return data
+
+    def _settle(self, row: StepRow, data: Any, text: str) -> None:
+        """Commit the downstream system's answer as the effect's result (one fenced write)."""
+        transitions.step_update(
+            run_id=self.run_id,
+            token=self._token,
+            pk=row.pk,
+            status=StepStatus.SUCCEEDED,
+            now=self._clock(),
+            result_json=text,
+            errors_json=canonical.dumps(row.errors),
+        )
+        row.status, row.result = StepStatus.SUCCEEDED, data
+
+    # --- executing --------------------------------------------------------------------------
+
+    def _execute(
+        self, call: Call, row: StepRow | None, *, prev: str | None, abandon: list[str]
+    ) -> Any:
+        attempt = row.attempt + 1 if row is not None else 1
+        seq = row.seq if row is not None else call.seq or self.walk.take_seq()
+        errors = list(row.errors) if row is not None else []
+        effect = call.kind == StepKind.EFFECT
+        key = None
+        if effect:
+            key = row.effect_key if row is not None and row.effect_key else self._effect_key(call)
+        first_write = True
+        pk: int | None = None
+        while True:
+            write = self._write(call, seq=seq, attempt=attempt, key=key, errors=errors)
+            if first_write:
+                write.prev_step_id, write.abandon = prev, abandon
+            if effect:
+                write.status = StepStatus.STARTED
+                pk = transitions.step_write(write)
+                first_write = False
+            try:
+                outcome = call.execute(key)
+                data, text = canonical.canonical(outcome, step_id=call.step_id)
+            except NotJSON as exc:
+                if effect:
+                    raise NeedsReconciliation(
+                        call.step_id,
+                        storable(f"the effect ran but returned a result that is not JSON: {exc}"),
+                    ) from exc
+                error = storable(str(exc))  # the path may hold the odd key itself
+            except Exception as exc:
+                error = describe(exc)
+            else:
+                self._commit_success(call, write, pk, data, text)
+                self._remember(call, write, data, key, prev=prev)
+                return data
+            errors.append(
+                {"attempt": attempt, "error": error[:2000], "at": self._clock().isoformat()}
+            )
+            self._commit_failure(write, pk, error, errors)
+            first_write = False
+            if attempt > call.retries + (row.attempt if row is not None else 0):
+                self._remember(call, write, None, key, prev=prev, status=StepStatus.FAILED)
+                raise StepFailed(call.step_id, attempt, error)
+            attempt += 1
+
+    def _write(
+        self, call: Call, *, seq: int, attempt: int, key: str | None, errors: list[Any]
+    ) -> StepWrite:
+        stored, truncated = stored_inputs(call.inputs_text)
+        return StepWrite(
+            run_id=self.run_id,
+            token=self._token,
+            step_id=call.step_id,
+            status=StepStatus.SUCCEEDED,
+            kind=call.kind,
+            tool=call.tool,
+            seq=seq,
+            input_hash=call.input_hash,
+            inputs_json=stored,
+            inputs_truncated=truncated,
+            attempt=attempt,
+            now=self._clock(),
+            effect_key=key,
+            errors_json=canonical.dumps(errors),
+            model_id=call.model_id,
+            prompt_hash=call.prompt_hash,
+            next_step_id=call.next_step_id,
+        )
+
+    def _commit_success(
+        self, call: Call, write: StepWrite, pk: int | None, data: Any, text: str
+    ) -> None:
+        now = self._clock()
+        expires = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
+        if pk is not None:
+            transitions.step_update(
+                run_id=self.run_id,
+                token=self._token,
+                pk=pk,
+                status=StepStatus.SUCCEEDED,
+                now=now,
+                result_json=text,
+                errors_json=write.errors_json,
+                expires_at=expires,
+            )
+            return
+        write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
+        write.now, write.expires_at = now, expires
+        transitions.step_write(write)
+
+    def _commit_failure(
+        self, write: StepWrite, pk: int | None, error: str, errors: list[Any]
+    ) -> None:
+        errors_json = canonical.dumps(errors)
+        if pk is not None:
+            transitions.step_update(
+                run_id=self.run_id,
+                token=self._token,
+                pk=pk,
+                status=StepStatus.FAILED,
+                now=self._clock(),
+                error=error,
+                errors_json=errors_json,
+            )
+            return
+        write.status, write.error, write.errors_json, write.finished = (
+            StepStatus.FAILED,
+            error,
+            errors_json,
+            True,
+        )
+        transitions.step_write(write)
+        write.prev_step_id, write.abandon = None, ()
+
+    def _remember(
+        self,
+        call: Call,
+        write: StepWrite,
+        data: Any,
+        key: str | None,
+        *,
+        prev: str | None,
+        status: StepStatus = StepStatus.SUCCEEDED,
+    ) -> None:
+        """Keep the in-memory ledger equal to the table after a write."""
+        ledger = self.walk.ledger
+        with self.walk.lock:
+            if prev is not None and prev in ledger:
+                ledger[prev].next_step_id = call.step_id
+            existing = ledger.get(call.step_id)
+            ledger[call.step_id] = StepRow(
+                pk=existing.pk if existing else 0,
+                step_id=call.step_id,
+                input_hash=call.input_hash,
+                status=status,
+                result=data,
+                next_step_id=call.next_step_id or (existing.next_step_id if existing else None),
+                attempt=write.attempt,
+                effect_key=key,
+                kind=call.kind,
+                tool=call.tool,
+                seq=write.seq,
+                errors=json.loads(write.errors_json),
+            )
+
+    def _effect_key(self, call: Call) -> str:
+        # Unique per run and step, readable, and stable once written: it is stored with the
+        # intent before the tool sees it, and every later attempt reuses the stored key.
+        return f"{self.run_id}:{call.step_id}"
+
+    # --- fan-out ---------------------------------------------------------------------------
+
+    def fanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
+        """Run siblings (in chain order) and return their results by step id.
+
+        On the calling thread, before anything runs: the path check of every sibling, the
+        history bound, stale refusal (nothing runs when a sibling is stale, as for one step),
+        replay of the finished siblings, seq numbers and links. Then the rest run at once.
+        """
+        walk = self.walk
+        entry = walk.prev
+        ids = [c.step_id for c in calls]
+        abandon = [s for s in walk.check_fanout_path(ids) if s not in set(ids)]
+        fresh = [step_id for step_id in ids if step_id not in walk.ledger]
+        if fresh:
+            self._check_history(len(fresh), fresh[0])
+        results: dict[str, Any] = {}
+        jobs: list[_Job] = []
+        now = self._clock()
+        for i, call in enumerate(calls):
+            call.next_step_id = calls[i + 1].step_id if i + 1 < len(calls) else None
+            row = walk.live_row(call.step_id)
+            action = decide(kind=call.kind, input_hash=call.input_hash, row=row, now=now)
+            if action == Action.STALE and row is not None and row.status == StepStatus.SUCCEEDED:
+                raise StaleCheckpoint(call.step_id, _stale_detail(call, row))
+            if action == Action.REPLAY:
+                assert row is not None
+                results[call.step_id] = row.result
+                walk.count(replayed=1)
+                continue
+            if row is None:
+                call.seq = walk.take_seq()
+            # Each sibling's row carries the link to the next, so links never depend on which
+            # thread commits first; a sibling writes the link into it only where the recorded
+            # one differs (the step before the fan-out, or a path a replan changed).
+            prev = entry if i == 0 else calls[i - 1].step_id
+            jobs.append(_Job(call, row, prev if self._relink(prev, call) else None, abandon))
+        results.update(self._run_jobs(jobs, max_workers))
+        walk.advance(*ids)
+        return results
+
+    def _relink(self, prev: str | None, call: Call) -> bool:
+        row = self.walk.ledger.get(prev) if prev is not None else None
+        return row is not None and row.next_step_id != call.step_id
+
+    def _run_jobs(self, jobs: list[_Job], max_workers: int) -> dict[str, Any]:
+        if not jobs:
+            return {}
+        if len(jobs) == 1 or max_workers == 1 or not _threads_possible():
+            outcomes = self._serial(jobs)
+        else:
+            outcomes = self._threaded(jobs, max_workers)
+        results: dict[str, Any] = {}
+        errors: list[BaseException] = []
+        for job, (value, error) in zip(jobs, outcomes, strict=True):
+            if error is None:
+                results[job.call.step_id] = value
+            else:
+                errors.append(error)
+        if errors:
+            raise _first_error(self.run_id, errors)
+        return results
+
+    def _serial(self, jobs: list[_Job]) -> list[tuple[Any, BaseException | None]]:
+        """One after another on the calling thread; a sibling's error does not stop the rest
+        (its outcome is in its row), a lost lease does (nothing more could be committed)."""
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        for job in jobs:
+            if outcomes and isinstance(outcomes[-1][1], LeaseLost | _NotRun):
+                outcomes.append((None, _NotRun()))
+                continue
+            try:
+                outcomes.append(
+                    (self._run(job.call, job.row, prev=job.prev, abandon=job.abandon), None)
+                )
+            except Exception as exc:
+                outcomes.append((None, exc))
+        return outcomes
+
+    def _threaded(
+        self, jobs: list[_Job], max_workers: int
+    ) -> list[tuple[Any, BaseException | None]]:
+        pool = ThreadPoolExecutor(
+            max_workers=min(max_workers, len(jobs)), thread_name_prefix=f"fanout-{self.run_id}"
+        )
+        with pool:
+            futures = [pool.submit(self._on_thread, job) for job in jobs]
+            for done in as_completed(futures):
+                failure = None if done.cancelled() else done.exception()
+                if isinstance(failure, LeaseLost) or (
+                    failure is not None and not isinstance(failure, Exception)
+                ):
+                    # The lease is gone (nothing more could commit) or the process is going
+                    # down (a BaseException): start no more siblings.
+                    for future in futures:
+                        future.cancel()
+        return [_outcome(future) for future in futures]
+
+    def _on_thread(self, job: _Job) -> Any:
+        try:
+            return self._run(job.call, job.row, prev=job.prev, abandon=job.abandon)
+        finally:
+            connections.close_all()  # this thread's own connection; the pool's threads end
+
+
+def _stale_detail(call: Call, row: StepRow) -> str:
+    template = _STALE_WHY.get(StepStatus(row.status), _STALE_WHY[StepStatus.SUCCEEDED])
+    return template.format(
+        stored=row.input_hash[:12], today=call.input_hash[:12], key=row.effect_key
+    )
+
+
+def _threads_possible() -> bool:
+    """Siblings get their own connections, which an in-memory SQLite database (the SQLite test
+    database) cannot share: there they run one after another on the calling thread."""
+    in_memory = getattr(connection, "is_in_memory_db", lambda: False)
+    return not (connection.vendor == "sqlite" and in_memory())
+
+
+def _outcome(future: Future[Any]) -> tuple[Any, BaseException | None]:
+    if future.cancelled():
+        return None, _NotRun()
+    failure = future.exception()
+    return (None, failure) if failure is not None else (future.result(), None)
+
+
+class _NotRun(Exception):
+    """A sibling that was not started because the process was going down."""
+
+
+def _first_error(run_id: str, errors: list[BaseException]) -> BaseException:
+    """The error a fan-out raises: a dying process first, then a lost lease, else the first
+    sibling's error in chain order (every sibling's outcome is already in its own row)."""
+    for error in errors:
+        if not isinstance(error, Exception):
+            return error
+    for error in errors:
+        if isinstance(error, LeaseLost):
+            return error
+    real = [e for e in errors if not isinstance(e, _NotRun)]
+    for other in real[1:]:
+        log.warning("run %s: another sibling stopped too: %s", run_id, other)
+    return real[0]

@@ -1,0 +1,110 @@
+"""Every read of the ledger, in one place: named queries that return rows or querysets ready to
+render, with their ``select_related`` applied. Nothing here writes (opening a form is not an
+action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
+
+- ``runs``: the runs list (counts, filter, keyset pages), one run, its step chain, the export,
+  what the sweep looks for;
+- ``operator``: the settlement queue and evidence, proposals waiting, the audit, admin-edit
+  marks;
+- ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
+- ``ledger``: the engine's read of a run's whole ledger in one query.
+
+Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
+"""
+
+from __future__ import annotations
+
+from ledger.selectors.bulk import (
+    BULK_ACTIONS,
+    BULK_LIMIT,
+    BulkPlan,
+    BulkPlanItem,
+    bulk_preview,
+)
+from ledger.selectors.ledger import StepRow, load_steps
+from ledger.selectors.operator import (
+    EditMark,
+    Evidence,
+    QueueItem,
+    approval_required,
+    audit_events,
+    edited_upstream,
+    settlement_evidence,
+    settlement_is_outdated,
+    settlement_queue,
+    settlement_queue_steps,
+    settlements_waiting,
+)
+from ledger.selectors.runs import (
+    LEASE_EXPIRED,
+    ORDERS,
+    RESULT_HEAD_CHARS,
+    Chain,
+    Cursor,
+    ExpiredLease,
+    RunFilter,
+    RunPage,
+    StatusCounts,
+    SweepHealth,
+    audit_page,
+    ledger_export,
+    run_children,
+    run_detail,
+    run_status_counts,
+    runs_filtered,
+    runs_lost_in_queue,
+    runs_page,
+    runs_with_expired_leases,
+    settlement_detail,
+    step_chain,
+    step_of_run,
+    steps_by_id,
+    steps_for_page,
+    sweep_health,
+)
+
+__all__ = [
+    "BULK_ACTIONS",
+    "BULK_LIMIT",
+    "LEASE_EXPIRED",
+    "ORDERS",
+    "RESULT_HEAD_CHARS",
+    "BulkPlan",
+    "BulkPlanItem",
+    "Chain",
+    "Cursor",
+    "EditMark",
+    "Evidence",
+    "ExpiredLease",
+    "QueueItem",
+    "RunFilter",
+    "RunPage",
+    "StatusCounts",
+    "StepRow",
+    "SweepHealth",
+    "approval_required",
+    "audit_events",
+    "audit_page",
+    "bulk_preview",
+    "edited_upstream",
+    "ledger_export",
+    "load_steps",
+    "run_children",
+    "run_detail",
+    "run_status_counts",
+    "runs_filtered",
+    "runs_lost_in_queue",
+    "runs_page",
+    "runs_with_expired_leases",
+    "settlement_detail",
+    "settlement_evidence",
+    "settlement_is_outdated",
+    "settlement_queue",
+    "settlement_queue_steps",
+    "settlements_waiting",
+    "step_chain",
+    "step_of_run",
+    "steps_by_id",
+    "steps_for_page",
+    "sweep_health",
+]

@@ -1,0 +1,280 @@
+"""A run's life as the workers drive it: created, claimed, renewed, counted, finished, blocked,
+continued, re-queued by the sweep. Each function is one compare-and-set on the run row whose
+row count is checked; writes made while a worker executes the agent carry its lease token, so a
+worker whose lease was taken (or whose run was cancelled) changes nothing and gets ``LeaseLost``.
+
+Every change of a run's state bumps ``Run.version`` (a heartbeat does not), which operator
+actions compare with the version a person saw.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ledger import canonical, registry, signals
+from ledger.errors import LeaseLost, RunBlocked
+from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
+from ledger.selectors import ExpiredLease
+from ledger.transitions._common import Actor, actor_name, record
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+#: The fields that release a run's lease (finish, block, cancel, re-queue).
+_RELEASED: dict[str, Any] = {"lease_token": None, "lease_owner": "", "lease_expires_at": None}
+
+
+def run_start(
+    *,
+    agent: str,
+    inputs: Any,
+    run_id: str | None = None,
+    max_resumes: int | None = None,
+    clock: Clock = timezone.now,
+    parent: Run | None = None,
+    parent_kind: str = "",
+    forked_from_step_id: str = "",
+    by: Actor | None = None,
+    reason: str = "",
+) -> Run:
+    """Create a queued run of a registered agent. Inputs must be JSON (checked here).
+
+    ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
+    ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
+    None for runs the system starts (continuations, and forks, which audit themselves).
+    """
+    definition = registry.get_agent(agent)
+    if definition is None:
+        raise LookupError(f"no agent named {agent!r} is registered")
+    data = canonical.normalize(inputs, step_id="<run inputs>")
+    now = clock()
+    budget = max_resumes if max_resumes is not None else definition.max_resumes
+    run = Run(
+        agent=agent,
+        inputs=data,
+        status=RunStatus.QUEUED,
+        plan_version=definition.plan_version,
+        tool_schema_hash=definition.tool_schema_hash,
+        code_version=definition.code_version,
+        max_resumes=budget if budget is not None else settings.RUNLEDGER_DEFAULT_MAX_RESUMES,
+        created_at=now,
+        updated_at=now,
+        status_changed_at=now,
+        parent=parent,
+        parent_kind=parent_kind,
+        forked_from_step_id=forked_from_step_id,
+    )
+    if run_id is not None:
+        if not run_id or len(run_id) > 64:
+            raise ValueError("a run id is 1 to 64 characters")
+        run.run_id = run_id
+    with transaction.atomic():
+        run.save(force_insert=True)
+        if by is not None:
+            record(
+                by=actor_name(by),
+                action=AuditAction.RUN_START,
+                at=now,
+                run_id=run.run_id,
+                after={"agent": agent, "inputs": data, "max_resumes": run.max_resumes},
+                reason=reason.strip() or "started by hand",
+            )
+    return run
+
+
+# --- the lease -----------------------------------------------------------------------------
+
+
+def lease_claim(
+    *, run_id: str, owner: str, seconds: float | None = None, clock: Clock = timezone.now
+) -> str | None:
+    """Claim a queued or running run whose lease is free or expired; return the new token.
+
+    A compare-and-set on the run row: of any number of workers claiming at once, one wins.
+    """
+    now = clock()
+    token = secrets.token_hex(16)
+    ttl = timedelta(seconds=seconds or settings.RUNLEDGER_LEASE_SECONDS)
+    claimed = (
+        Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
+        .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(
+            lease_owner=owner[:200],
+            lease_token=token,
+            lease_expires_at=now + ttl,
+            heartbeat_at=now,
+            status=RunStatus.RUNNING,
+            updated_at=now,
+            executions=F("executions") + 1,
+            version=F("version") + 1,
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def lease_renew(
+    *, run_id: str, token: str, seconds: float | None = None, clock: Clock = timezone.now
+) -> bool:
+    """Extend a held lease (the heartbeat); False when it is no longer ours."""
+    now = clock()
+    ttl = timedelta(seconds=seconds or settings.RUNLEDGER_LEASE_SECONDS)
+    return (
+        Run.objects.filter(pk=run_id, lease_token=token, status=RunStatus.RUNNING).update(
+            lease_expires_at=now + ttl, heartbeat_at=now
+        )
+        == 1
+    )
+
+
+# --- while a worker holds the lease ------------------------------------------------------
+
+
+def _fenced(run_id: str, token: str, **changes: Any) -> None:
+    """One compare-and-set on a running run held by ``token``; ``LeaseLost`` otherwise."""
+    runs = Run.objects.filter(pk=run_id, lease_token=token, status=RunStatus.RUNNING)
+    if runs.update(**changes, version=F("version") + 1) != 1:
+        raise LeaseLost(run_id)
+
+
+def run_count_resume(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
+    """Count one resume (every execution after the first is one)."""
+    _fenced(run_id, token, resume_count=F("resume_count") + 1, updated_at=clock())
+
+
+def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
+    """Record today's plan version and tool schema on a run that resumes under ``replan``."""
+    run = Run.objects.only("agent").get(pk=run_id)
+    definition = registry.get_agent(run.agent)
+    assert definition is not None
+    _fenced(
+        run_id,
+        token,
+        plan_version=definition.plan_version,
+        tool_schema_hash=definition.tool_schema_hash,
+        code_version=definition.code_version,
+        updated_at=clock(),
+    )
+
+
+def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezone.now) -> None:
+    """Stop a running run as needs_attention with the reason, the step and the detail."""
+    now = clock()
+    _fenced(
+        run_id,
+        token,
+        status=RunStatus.NEEDS_ATTENTION,
+        reason=why.reason,
+        blocked_step_id=why.step_id,
+        detail=why.detail,
+        **_RELEASED,
+        updated_at=now,
+        status_changed_at=now,
+    )
+
+
+def run_finish(
+    *,
+    run_id: str,
+    token: str,
+    status: RunStatus,
+    result: Any = None,
+    error: str = "",
+    clock: Clock = timezone.now,
+) -> None:
+    """End a running run as succeeded or failed, releasing its lease."""
+    now = clock()
+    _fenced(
+        run_id,
+        token,
+        status=status,
+        result=result,
+        error=error,
+        reason="",
+        blocked_step_id="",
+        detail="",
+        **_RELEASED,
+        updated_at=now,
+        status_changed_at=now,
+        finished_at=now,
+    )
+
+
+def run_continue_as_new(*, run: Run, token: str, inputs: Any, clock: Clock = timezone.now) -> Run:
+    """Finish the run as succeeded and queue its continuation, in one fenced transaction.
+
+    A worker that lost its lease creates nothing; a worker that dies after the commit leaves a
+    finished run that no one executes again, so there is exactly one continuation. The workers
+    learn of the new run through ``signals.run_queued`` (sent after the commit).
+    """
+    with transaction.atomic():
+        child = run_start(
+            agent=run.agent,
+            inputs=inputs,
+            max_resumes=run.max_resumes,
+            clock=clock,
+            parent=run,
+            parent_kind="continue",
+        )
+        run_finish(
+            run_id=run.run_id,
+            token=token,
+            status=RunStatus.SUCCEEDED,
+            result={"continued_as": child.run_id},
+            clock=clock,
+        )  # LeaseLost rolls the new run back
+        signals.send_run_queued_on_commit(run_id=child.run_id, cause="continue")
+    return child
+
+
+# --- recovery: the lease sweep ------------------------------------------------------------
+
+
+def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> bool:
+    """Put a run whose lease expired back in the queue; True for the one caller that did.
+
+    A compare-and-set on the token the sweep saw: if the worker renewed in the meantime, another
+    worker claimed the run, or another sweeper re-queued it first, nothing changes. Clearing the
+    token fences the old worker for good: if it wakes up, every write it tries is refused.
+    """
+    now = clock()
+    run_id, owner = lease.run_id, lease.owner or "?"
+    runs = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_token=lease.token)
+    if lease.token is not None:
+        runs = runs.filter(lease_expires_at__lt=now)
+    updated = runs.update(
+        status=RunStatus.QUEUED,
+        **_RELEASED,
+        detail=f"worker {owner} stopped renewing its lease; re-queued by the sweep",
+        updated_at=now,
+        status_changed_at=now,
+        version=F("version") + 1,
+    )
+    if updated == 1:
+        log.warning("run %s: lease of %s expired; re-queued", run_id, owner)
+    return updated == 1
+
+
+def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.now) -> bool:
+    """Claim the right to enqueue a lost run once more (compare-and-set on updated_at)."""
+    now = clock()
+    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at).update(
+        updated_at=now
+    )
+    if updated == 1:
+        log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
+    return updated == 1
+
+
+def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> None:
+    """Record that a periodic duty ran (the sweep's heartbeat on the runs list)."""
+    Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})

@@ -1,0 +1,263 @@
+"""What a worker does with a run: claim it, execute (or resume) its agent from the top under a
+heartbeat, and record how the execution ended; and the sweep that recovers dead workers' runs.
+
+Every write goes through ``ledger.transitions``; the Celery tasks in ``runs.tasks`` and the
+commands call these functions with run ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from ledger import canonical, registry, selectors, transitions
+from ledger.engine import RunContext, live_context
+from ledger.errors import (
+    AgentMissing,
+    BudgetExhausted,
+    ContinueAsNew,
+    Divergence,
+    DuplicateStepId,
+    LeaseLost,
+    NotJSON,
+    RunBlocked,
+    StepFailed,
+)
+from ledger.models import Run, RunStatus
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution of a run ended."""
+
+    run_id: str
+    status: str
+    reason: str = ""
+    step_id: str = ""
+    detail: str = ""
+    result: Any = None
+    replayed: int = 0
+    executed: int = 0
+    continued_as: str = ""  # the new run's id when the agent called ctx.continue_as_new
+
+
+class Heartbeat:
+    """Renews a lease from a background thread while the agent executes."""
+
+    def __init__(self, *, run_id: str, token: str, seconds: float) -> None:
+        self.run_id, self.token, self.seconds = run_id, token, seconds
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.seconds)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(self.seconds / 3):
+                renewed = transitions.lease_renew(
+                    run_id=self.run_id, token=self.token, seconds=self.seconds
+                )
+                if not renewed:
+                    self.lost.set()
+                    return
+        except Exception:
+            log.exception("heartbeat for run %s failed", self.run_id)
+        finally:
+            connection.close()
+
+
+def run_execute(
+    *,
+    run_id: str,
+    worker: str,
+    clock: Clock = timezone.now,
+    lease_seconds: float | None = None,
+    heartbeat: bool = True,
+) -> Outcome | None:
+    """Claim the run, execute (or resume) its agent from the top, record the outcome.
+
+    Returns None when the run is not claimable (missing, finished, or leased by another live
+    worker): a second delivery of the same task does nothing.
+    """
+    seconds = lease_seconds or settings.RUNLEDGER_LEASE_SECONDS
+    token = transitions.lease_claim(run_id=run_id, owner=worker, seconds=seconds, clock=clock)
+    if token is None:
+        log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
+        return None
+    run = Run.objects.get(pk=run_id)
+    try:
+        if heartbeat:
+            with Heartbeat(run_id=run_id, token=token, seconds=seconds):
+                return _execute_claimed(run, token, clock)
+        return _execute_claimed(run, token, clock)
+    except LeaseLost:
+        log.warning("run %s: %s lost its lease; it wrote nothing more and stops", run_id, worker)
+        return None
+    finally:
+        close_old_connections()
+
+
+def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
+    try:
+        if run.executions > 1:
+            _count_resume(run, token, clock)
+        definition = registry.get_agent(run.agent)
+        if definition is None:
+            raise AgentMissing("", registry.missing_agent_message(run.agent))
+        _check_plan(run, definition, token, clock)
+        ctx = live_context(
+            run_id=run.run_id,
+            token=token,
+            agent=definition,
+            inputs=run.inputs,
+            ledger=selectors.load_steps(run.run_id),
+            clock=clock,
+        )
+        try:
+            result = definition.fn(ctx, run.inputs)
+            data = canonical.normalize(result, step_id="<run result>")
+        except ContinueAsNew as signal:
+            return _continue(run, token, clock, signal, ctx)
+        except RunBlocked as exc:
+            return _block(run, token, clock, exc, ctx)
+        except (StepFailed, NotJSON, DuplicateStepId) as exc:
+            return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            tb = traceback.format_exc(limit=8)
+            log.exception("run %s: agent raised", run.run_id)
+            return _finish(run, token, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}", ctx=ctx)
+        return _finish(run, token, clock, RunStatus.SUCCEEDED, result=data, ctx=ctx)
+    except RunBlocked as exc:
+        return _block(run, token, clock, exc, None)
+
+
+def _count_resume(run: Run, token: str, clock: Clock) -> None:
+    """Every execution after the first is a resume; at the budget the run stops loudly."""
+    if run.resume_count >= run.max_resumes:
+        log.error(
+            "run %s: resume budget of %d used up; it waits for a person",
+            run.run_id,
+            run.max_resumes,
+        )
+        raise BudgetExhausted(
+            run.blocked_step_id,
+            f"resume budget used up ({run.resume_count} of {run.max_resumes}); raise it to go on",
+        )
+    transitions.run_count_resume(run_id=run.run_id, token=token, clock=clock)
+    run.resume_count += 1
+
+
+def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) -> None:
+    changes = []
+    if run.plan_version != definition.plan_version:
+        changes.append(f"plan version {run.plan_version!r} → {definition.plan_version!r}")
+    if run.tool_schema_hash != definition.tool_schema_hash:
+        changes.append(
+            f"tool schema {run.tool_schema_hash[:12]}… → {definition.tool_schema_hash[:12]}…"
+        )
+    if not changes:
+        return
+    detail = "the code changed since this run was recorded: " + ", ".join(changes)
+    if definition.divergence == "refuse":
+        raise Divergence("", detail + "; the agent's policy refuses to resume (start a clean run)")
+    log.warning("run %s: %s; replanning under the agent's policy", run.run_id, detail)
+    transitions.run_replan(run_id=run.run_id, token=token, clock=clock)
+
+
+def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext | None) -> Outcome:
+    transitions.run_block(run_id=run.run_id, token=token, why=exc, clock=clock)
+    log.warning("run %s needs attention: %s", run.run_id, exc)
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.NEEDS_ATTENTION,
+        reason=exc.reason,
+        step_id=exc.step_id,
+        detail=exc.detail,
+        replayed=ctx.replayed if ctx else 0,
+        executed=ctx.executed if ctx else 0,
+    )
+
+
+def _finish(
+    run: Run,
+    token: str,
+    clock: Clock,
+    status: RunStatus,
+    *,
+    result: Any = None,
+    error: str = "",
+    ctx: RunContext,
+) -> Outcome:
+    transitions.run_finish(
+        run_id=run.run_id, token=token, status=status, result=result, error=error, clock=clock
+    )
+    return Outcome(
+        run_id=run.run_id,
+        status=status,
+        result=result,
+        detail=error,
+        replayed=ctx.replayed,
+        executed=ctx.executed,
+    )
+
+
+def _continue(
+    run: Run, token: str, clock: Clock, signal: ContinueAsNew, ctx: RunContext
+) -> Outcome:
+    child = transitions.run_continue_as_new(run=run, token=token, inputs=signal.inputs, clock=clock)
+    log.info("run %s continued as %s", run.run_id, child.run_id)
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.SUCCEEDED,
+        result={"continued_as": child.run_id},
+        replayed=ctx.replayed,
+        executed=ctx.executed,
+        continued_as=child.run_id,
+    )
+
+
+# --- recovery: the lease sweep ------------------------------------------------------------
+
+
+def runs_sweep(
+    *, lost_after: float | None = None, clock: Clock = timezone.now, limit: int = 100
+) -> list[str]:
+    """One pass of the sweep; returns the runs that this caller must enqueue for a worker.
+
+    Re-queues running runs whose lease expired (the worker died, froze, or lost its machine)
+    and queued runs untouched for ``lost_after`` seconds (their message was lost). Two
+    sweepers at once each get a disjoint list: every re-queue is a compare-and-set.
+    """
+    wait = settings.RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS if lost_after is None else lost_after
+    ids = [
+        lease.run_id
+        for lease in selectors.runs_with_expired_leases(now=clock(), limit=limit)
+        if transitions.run_requeue_expired(lease=lease, clock=clock)
+    ]
+    for run_id, seen_at in selectors.runs_lost_in_queue(older_than=wait, now=clock(), limit=limit):
+        if transitions.run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
+            ids.append(run_id)
+    transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
+    return ids
