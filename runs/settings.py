@@ -101,6 +101,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "runs.context.dashboard",
             ],
+            # The dashboard is a package of the runs app, not an app: name its tag library.
+            "libraries": {"dashboard": "runs.dashboard.templatetags"},
         },
     },
 ]

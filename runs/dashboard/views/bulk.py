@@ -16,11 +16,11 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger import operations as ops
 from ledger import selectors
 from ledger.operations.bulk import BULK_LIMIT
-from runs.forms import RunFilterForm, encode_query, filter_query
+from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
+from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.operator_forms import BulkApplyForm
 from runs.models import OPERATE_RUNS
-from runs.operator_forms import BulkApplyForm
 from runs.tasks import enqueue_resume
-from runs.views import HtmxHttpRequest
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:
