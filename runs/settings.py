@@ -62,6 +62,17 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
+# Modules imported at start-up so that their @agent and @tool decorators register.
+RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# The example agents' simulated downstream systems have tables of their own: installed when the
+# agent modules name an example module (the default, so the demo has them) or when asked for.
+RUNLEDGER_EXAMPLES = env_bool("RUNLEDGER_EXAMPLES", False) or any(
+    m == "ledger.examples" or m.startswith("ledger.examples.") for m in RUNLEDGER_AGENT_MODULES
+)
+# The kill-test harness (harness/, with the examples it kills): test equipment, never deployed.
+# `make killtest` and the workers a harness Cluster starts set it.
+RUNLEDGER_HARNESS = env_bool("RUNLEDGER_HARNESS", False)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -71,8 +82,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "ledger",
-    "ledger.examples",
+    *(["ledger.examples"] if RUNLEDGER_EXAMPLES or RUNLEDGER_HARNESS else []),
     "runs",
+    *(["harness"] if RUNLEDGER_HARNESS else []),
 ]
 
 MIDDLEWARE = [
@@ -151,8 +163,7 @@ LOGGING = {
 }
 
 # --- runledger ---------------------------------------------------------------------------
-# Modules imported at start-up so that their @agent and @tool decorators register.
-RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# RUNLEDGER_AGENT_MODULES, RUNLEDGER_EXAMPLES and RUNLEDGER_HARNESS are above INSTALLED_APPS.
 # Dotted path of the model client (ledger.llm.ModelClient); the scripted client needs no key.
 RUNLEDGER_MODEL_CLIENT = os.environ.get("RUNLEDGER_MODEL_CLIENT", "ledger.llm.AnthropicClient")
 # Canonical inputs larger than this are stored as a truncated preview (the hash covers all).

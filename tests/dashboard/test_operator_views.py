@@ -26,7 +26,7 @@ from dashboard_support import (
 )
 from django.test import Client
 
-from runs.cluster import Cluster
+from harness.cluster import Cluster
 from ledger import registry
 from ledger.examples.models import GatewayCharge, ProviderCharge
 from ledger.models import AuditEvent, Run, Settlement, Step

@@ -9,7 +9,7 @@ import pytest
 from dashboard_support import restore_roles, user_in
 from django.test import Client
 
-from runs.cluster import Cluster
+from harness.cluster import Cluster
 from ledger import services
 from ledger.models import AuditEvent, Run
 

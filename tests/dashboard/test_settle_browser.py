@@ -33,7 +33,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from playwright.sync_api import Page, expect
 
-from runs.cluster import Cluster, wait_for
+from harness.cluster import Cluster, wait_for
 from ledger.examples.models import GatewayCharge
 from ledger.models import AuditEvent, Run, Step
 
