@@ -183,3 +183,10 @@ def record_import_error(module: str, exc: BaseException) -> None:
 
 def import_errors() -> dict[str, str]:
     return dict(_import_errors)
+
+
+def missing_agent_message(name: str) -> str:
+    """Why agent ``name`` is not available in this process: the agent modules that failed to
+    import (each with its error), or that nothing registered it. One sentence, for people."""
+    why = "; ".join(f"{m}: {e}" for m, e in _import_errors.items()) or "it is not registered"
+    return f"agent {name!r} is not available here: {why}"

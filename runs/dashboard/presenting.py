@@ -8,7 +8,6 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -83,9 +82,7 @@ class CodeCheck:
 def code_check(run: Run) -> CodeCheck:
     definition = registry.get_agent(run.agent)
     if definition is None:
-        errors = registry.import_errors()
-        why = "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
-        return CodeCheck(registered=False, why_missing=why)
+        return CodeCheck(registered=False, why_missing=registry.missing_agent_message(run.agent))
     return CodeCheck(
         registered=True,
         plan_version=definition.plan_version,
@@ -157,11 +154,6 @@ def _compare(view: StepView, entry: PreviewStep | None) -> None:
         stored = entry.stored_inputs
         view.inputs_truncated = isinstance(stored, dict) and stored.get("truncated") is True
         view.diff = inputs_diff(stored, entry.current_inputs)
-
-
-
-def age_seconds(since: datetime | None, now: datetime) -> float | None:
-    return (now - since).total_seconds() if since is not None else None
 
 
 def compute_preview(run: Run) -> Preview:
