@@ -268,7 +268,9 @@ def test_a_changed_path_is_a_divergence_handled_by_the_agents_policy(
 
 
 @pytest.mark.parametrize("policy", ["refuse", "replan"])
-def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(execute, policy) -> None:
+def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(
+    execute, clock, policy
+) -> None:
     @tool(kind="read", name="pv-read")
     def read(n: int) -> int:
         return n
@@ -279,7 +281,8 @@ def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(execu
     agent("pv-test", plan_version="1", divergence=policy, tools=[read])(body)
     try:
         run = services.run_start(agent="pv-test", inputs={})
-        services.lease_claim(run_id=run.run_id, owner="dead-worker", seconds=-1)  # died at once
+        # Died at once: its lease expired by the clock the worker reads too.
+        services.lease_claim(run_id=run.run_id, owner="dead-worker", seconds=-1, clock=clock)
         agent("pv-test", plan_version="2", divergence=policy, tools=[read])(body)
         outcome = execute(run.run_id)
     finally:
