@@ -38,14 +38,14 @@ bench: $(STAMP) $(PEERS)
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
 KILLTEST_TRIALS ?= 200
 killtest: $(STAMP)
-	@$(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy ledger runs
+	$(VENV)/bin/mypy ledger runs harness
 
 check: lint typecheck test
 

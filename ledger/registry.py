@@ -185,13 +185,8 @@ def import_errors() -> dict[str, str]:
     return dict(_import_errors)
 
 
-def why_missing() -> str:
-    """Why an agent is not registered in this process: the agent modules that failed to
-    import, with their errors, or "it is not registered"."""
-    errors = import_errors()
-    return "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
-
-
 def missing_agent_message(name: str) -> str:
-    """The one sentence that says an agent cannot run here, and why."""
-    return f"agent {name!r} is not available here: {why_missing()}"
+    """Why agent ``name`` is not available in this process: the agent modules that failed to
+    import (each with its error), or that nothing registered it. One sentence, for people."""
+    why = "; ".join(f"{m}: {e}" for m, e in _import_errors.items()) or "it is not registered"
+    return f"agent {name!r} is not available here: {why}"

@@ -1,4 +1,11 @@
-"""The runledger Django project: settings, URLs, the Celery app, the dashboard and the workers."""
+"""The runledger Django project: the wiring (settings, URLs, the Celery app and its broker, WSGI),
+the Celery tasks, the commands, the dashboard's permissions and roles, and the dashboard itself
+(``runs.dashboard``).
+
+It imports ``ledger`` and calls its functions; it never writes ledger rows itself. No production
+module here imports the kill-test harness (``harness``) or ``ledger.examples.faults``: the
+harness reaches into the tasks only through ``runs.tasks.after_execute_hook``, which it installs.
+"""
 
 from __future__ import annotations
 

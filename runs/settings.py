@@ -62,6 +62,17 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
+# Modules imported at start-up so that their @agent and @tool decorators register.
+RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# The example agents' simulated downstream systems have tables of their own: installed when the
+# agent modules name an example module (the default, so the demo has them) or when asked for.
+RUNLEDGER_EXAMPLES = env_bool("RUNLEDGER_EXAMPLES", False) or any(
+    m == "ledger.examples" or m.startswith("ledger.examples.") for m in RUNLEDGER_AGENT_MODULES
+)
+# The kill-test harness (harness/, with the examples it kills): test equipment, never deployed.
+# `make killtest` and the workers a harness Cluster starts set it.
+RUNLEDGER_HARNESS = env_bool("RUNLEDGER_HARNESS", False)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -71,8 +82,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "ledger",
-    "ledger.examples",
+    *(["ledger.examples"] if RUNLEDGER_EXAMPLES or RUNLEDGER_HARNESS else []),
     "runs",
+    *(["harness"] if RUNLEDGER_HARNESS else []),
 ]
 
 MIDDLEWARE = [
@@ -101,6 +113,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "runs.context.dashboard",
             ],
+            # The dashboard is a package of the runs app, not an app: name its tag library.
+            "libraries": {"dashboard": "runs.dashboard.templatetags"},
         },
     },
 ]
@@ -149,8 +163,7 @@ LOGGING = {
 }
 
 # --- runledger ---------------------------------------------------------------------------
-# Modules imported at start-up so that their @agent and @tool decorators register.
-RUNLEDGER_AGENT_MODULES = env_list("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# RUNLEDGER_AGENT_MODULES, RUNLEDGER_EXAMPLES and RUNLEDGER_HARNESS are above INSTALLED_APPS.
 # Dotted path of the model client (ledger.llm.ModelClient); the scripted client needs no key.
 RUNLEDGER_MODEL_CLIENT = os.environ.get("RUNLEDGER_MODEL_CLIENT", "ledger.llm.AnthropicClient")
 # Canonical inputs larger than this are stored as a truncated preview (the hash covers all).
@@ -159,7 +172,7 @@ RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPU
 RUNLEDGER_DEFAULT_MAX_RESUMES = int(os.environ.get("RUNLEDGER_DEFAULT_MAX_RESUMES", "10"))
 # How long a worker's lease on a run lasts without a heartbeat.
 RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
-# Operator settlements of ambiguous effects (ledger.operations): with approval on, a settlement
+# Operator settlements of ambiguous effects (ledger.transitions): with approval on, a settlement
 # is a proposal that a second person approves; off, the proposer's settlement applies at once.
 RUNLEDGER_SETTLEMENT_APPROVAL = env_bool("RUNLEDGER_SETTLEMENT_APPROVAL", True)
 # Largest result (canonical JSON bytes) an operator may enter for an effect that happened.

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
 
 from celery import Task, shared_task
 from django.db import transaction
 
 from ledger import worker
-from ledger.examples import faults
 from ledger.models import Run
 
 log = logging.getLogger(__name__)
+
+#: Called after a run's outcome is committed and before the task returns (so before the broker
+#: acknowledges it). None in production; the kill-test harness installs its crash point here
+#: (``harness.apps``), so that a test can kill a worker in exactly that window.
+after_execute_hook: Callable[[], None] | None = None
 
 
 def _worker_name(task: Task) -> str:
@@ -33,8 +38,9 @@ def _execute(task: Task, run_id: str, why: str) -> str | None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
         return None
     outcome = worker.run_execute(run_id=run_id, worker=_worker_name(task))
-    # Crash point for the kill test: the run's outcome is committed, the task not acknowledged.
-    faults.point("task.after_execute")
+    hook = after_execute_hook
+    if hook is not None:
+        hook()
     if outcome is None:
         log.info(
             "%s of run %s: nothing recorded by this worker (the run was %s: finished, leased by "

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 
-from runs import action_views, audit_views, bulk_views, settle_views, views
+from runs.dashboard.views import audit, bulk, run_actions, run_list, run_page, settle, stale
 
 
 class RunIdConverter:
@@ -23,49 +23,47 @@ class RunIdConverter:
 register_converter(RunIdConverter, "run_id")
 
 dashboard = [
-    path("", views.run_list, name="list"),
-    path("runs/<run_id:run_id>/", views.run_detail, name="detail"),
-    path("runs/<run_id:run_id>/header/", views.run_header, name="header"),
-    path("runs/<run_id:run_id>/steps/", views.step_table, name="steps"),
-    path("runs/<run_id:run_id>/steps/<int:pk>/result/", views.step_result, name="step_result"),
-    path("runs/<run_id:run_id>/preview/", views.run_preview, name="preview"),
-    path("runs/<run_id:run_id>/ledger.json", views.ledger_json, name="ledger_json"),
-    # The acting side: settlements, stale steps, run actions, bulk, audit.
-    path("settlements/", settle_views.settlement_queue, name="settlements"),
-    path("runs/<run_id:run_id>/steps/<int:pk>/settle/", settle_views.settle_page, name="settle"),
+    path("", run_list.run_list, name="list"),
+    path("runs/<run_id:run_id>/", run_page.run_detail, name="detail"),
+    path("runs/<run_id:run_id>/header/", run_page.run_header, name="header"),
+    path("runs/<run_id:run_id>/steps/", run_page.step_table, name="steps"),
+    path("runs/<run_id:run_id>/steps/<int:pk>/result/", run_page.step_result, name="step_result"),
+    path("runs/<run_id:run_id>/preview/", run_page.run_preview, name="preview"),
+    path("runs/<run_id:run_id>/ledger.json", run_page.ledger_json, name="ledger_json"),
+    # The acting side (runs/dashboard/views/): settlements, stale steps, run actions, bulk, audit.
+    path("settlements/", settle.settlement_queue, name="settlements"),
+    path("runs/<run_id:run_id>/steps/<int:pk>/settle/", settle.settle_page, name="settle"),
     path(
         "runs/<run_id:run_id>/steps/<int:pk>/settle/propose/",
-        settle_views.settle_propose,
+        settle.settle_propose,
         name="settle_propose",
     ),
     path(
         "runs/<run_id:run_id>/steps/<int:pk>/settle/lookup/",
-        settle_views.settle_lookup,
+        settle.settle_lookup,
         name="settle_lookup",
     ),
-    path(
-        "settlements/<int:pk>/approve/", settle_views.settlement_approve, name="settlement_approve"
-    ),
-    path("settlements/<int:pk>/reject/", settle_views.settlement_reject, name="settlement_reject"),
-    path("runs/<run_id:run_id>/steps/<int:pk>/stale/", action_views.stale_page, name="stale"),
+    path("settlements/<int:pk>/approve/", settle.settlement_approve, name="settlement_approve"),
+    path("settlements/<int:pk>/reject/", settle.settlement_reject, name="settlement_reject"),
+    path("runs/<run_id:run_id>/steps/<int:pk>/stale/", stale.stale_page, name="stale"),
     path(
         "runs/<run_id:run_id>/steps/<int:pk>/stale/accept/",
-        action_views.stale_accept,
+        stale.stale_accept,
         name="stale_accept",
     ),
     path(
         "runs/<run_id:run_id>/steps/<int:pk>/stale/reexecute/",
-        action_views.stale_reexecute,
+        stale.stale_reexecute,
         name="stale_reexecute",
     ),
-    path("runs/<run_id:run_id>/fork/", action_views.run_fork, name="fork"),
+    path("runs/<run_id:run_id>/fork/", run_actions.run_fork, name="fork"),
     *[
-        path(f"runs/<run_id:run_id>/{a}/", action_views.run_action, {"action": a}, name=a)
-        for a in action_views.RUN_ACTIONS
+        path(f"runs/<run_id:run_id>/{a}/", run_actions.run_action, {"action": a}, name=a)
+        for a in run_actions.RUN_ACTIONS
     ],
-    path("bulk/", bulk_views.bulk_preview, name="bulk"),
-    path("bulk/apply/", bulk_views.bulk_apply, name="bulk_apply"),
-    path("audit/", audit_views.audit, name="audit"),
+    path("bulk/", bulk.bulk_preview, name="bulk"),
+    path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
+    path("audit/", audit.audit, name="audit"),
 ]
 
 urlpatterns = [

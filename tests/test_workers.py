@@ -23,11 +23,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from harness.cluster import Cluster, wait_for
 from ledger import registry, transitions
 from ledger.agents import agent
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from runs.cluster import Cluster, wait_for
 from runs.tasks import resume_run, start_run
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""Fixtures and test agents for the operator actions (ledger.operations)."""
+"""Fixtures and test agents for the operator actions (ledger.transitions)."""
 
 from __future__ import annotations
 

@@ -334,7 +334,7 @@ def test_a_refresh_with_nothing_new_answers_204_and_a_change_swaps_in(
     # The page shows ages by the minute: hold the page's clock so a minute boundary falling
     # between the two requests cannot change what they show.
     frozen = timezone.now()
-    monkeypatch.setattr("runs.views.timezone.now", lambda: frozen)
+    monkeypatch.setattr("runs.dashboard.views.run_list.timezone.now", lambda: frozen)
     headers = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-table"}
     first = viewer.get("/", **headers)
     digest = re.search(r'data-digest="([0-9a-f]+)"', text(first)).group(1)

@@ -1,10 +1,17 @@
-"""Small formatting helpers for the dashboard's templates (plain text out; Django escapes it)."""
+"""Small formatting helpers for the dashboard's templates (plain text out; Django escapes it).
+
+Registered as the template library ``dashboard`` (``{% load dashboard %}``) by
+``TEMPLATES[...]["OPTIONS"]["libraries"]`` in ``runs/settings.py``: the dashboard is a package
+of the ``runs`` app, not an app of its own, so Django would not find a ``templatetags`` folder.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from django import template
+
+from runs.dashboard.presenting import pretty_capped
 
 register = template.Library()
 
@@ -70,6 +77,4 @@ def short(value: str | None, length: int = 12) -> str:
 @register.filter
 def pretty(value: object) -> str:
     """JSON as indented text (capped; the template escapes it)."""
-    from runs.presenting import pretty_capped
-
     return pretty_capped(value, limit=8000)

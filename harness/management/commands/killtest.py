@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
-from runs import killtest
+from harness import killtest
 
 
 class Command(BaseCommand):
@@ -69,9 +69,8 @@ class Command(BaseCommand):
             self.stdout.write(f"killtest: FAILED {trial.describe()}")
             for problem in trial.problems:
                 self.stdout.write(f"    {problem}")
-            self.stdout.write(
-                f"    reproduce: manage.py killtest --seed {seed} --only {trial.index}"
-            )
+            replay = f"manage.py killtest --seed {seed} --only {trial.index}"
+            self.stdout.write(f"    reproduce: RUNLEDGER_HARNESS=1 {replay}")
         self.stdout.write(f"killtest: {report.elapsed:.0f}s")
         self.stdout.write(report.recovery_line())
         self.stdout.write(report.summary_line())

@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 #: Where the screenshots go; the README shows them.
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture

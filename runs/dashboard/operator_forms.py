@@ -3,19 +3,19 @@ person saw (``seen_version``), so an action on a row that moved since is refused
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime, time, timedelta
 from typing import Any
 
 from django import forms
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from ledger import selectors, transitions
 from ledger.models import AuditAction, SettlementOutcome
+from ledger.selectors import Cursor
 
-#: ledger.operations refuses longer reasons; the form says so first.
-MAX_REASON_CHARS = 4000
+# ledger.transitions refuses longer reasons; the form says so first.
+from ledger.transitions import MAX_REASON_CHARS
+
 REASON_HELP = "Required. Say why: it is recorded in the audit with your name."
 
 
@@ -153,17 +153,14 @@ class AuditFilterForm(forms.Form):
 
 
 def encode_audit_cursor(at: datetime, pk: int) -> str:
-    return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
+    """The audit page's keyset cursor: the runs list's ``Cursor`` encoding, the pk as its key."""
+    return Cursor(at=at, run_id=str(pk)).encode()
 
 
 def decode_audit_cursor(text: str) -> tuple[datetime, int]:
+    """Raises ValueError for anything that is not a cursor ``encode_audit_cursor`` wrote."""
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        stamp, pk = raw.split("|", 1)
-        at = parse_datetime(stamp)
-        number = int(pk)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("not an audit cursor") from exc
-    if at is None or at.tzinfo is None:
-        raise ValueError("not an audit cursor")
-    return at, number
+        cursor = Cursor.decode(text)
+        return cursor.at, int(cursor.run_id)
+    except ValueError:
+        raise ValueError("not an audit cursor") from None

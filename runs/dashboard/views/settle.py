@@ -21,17 +21,20 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
 from ledger.models import SettlementStatus, Step
-from runs import presenting
-from runs.acting import (
+from runs.dashboard import presenting
+from runs.dashboard.http import (
+    HtmxHttpRequest,
     permission_any,
-    refusal,
-    settlement_or_404,
-    step_or_404,
+    render_refused,
+    settlement_for,
+    step_for,
 )
+from runs.dashboard.operator_forms import DecideForm, RejectForm, SettleForm
 from runs.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
-from runs.operator_forms import DecideForm, RejectForm, SettleForm
 from runs.tasks import enqueue_resume
-from runs.views import HtmxHttpRequest
+
+#: Who may open a settle page or ask the tool again: an operator or an approver.
+SETTLE_READERS = (OPERATE_RUNS, APPROVE_SETTLEMENTS)
 
 QUEUE_PAGE = 100
 
@@ -108,20 +111,20 @@ def _render_settle(
 
 @require_GET
 @login_required
-@permission_any(OPERATE_RUNS, APPROVE_SETTLEMENTS)
+@permission_any(*SETTLE_READERS)
 def settle_page(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
     """The evidence and the three outcomes (operators), the waiting proposal (approvers).
 
     Opening it writes nothing; the form carries the step's version as the person sees it.
     """
-    return _render_settle(request, step_or_404(run_id, pk))
+    return _render_settle(request, step_for(request, run_id, pk, perm=SETTLE_READERS))
 
 
 @require_POST
 @login_required
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
-    step = step_or_404(run_id, pk)
+    step = step_for(request, run_id, pk, perm=OPERATE_RUNS)
     form = SettleForm(request.POST)
     if not form.is_valid():
         return _render_settle(request, step, form=form, status=400)
@@ -157,9 +160,16 @@ def _refused(
     request: HtmxHttpRequest, step: Step, exc: transitions.OperationError, form: SettleForm
 ) -> HttpResponse:
     """The page again with the refusal, the current state, and what was typed."""
-    info = refusal(exc)
     typed = {k: form.data.get(k) for k in ("outcome", "result", "reason")}
-    return _render_settle(request, step, typed=typed, status=info.pop("status"), **info)
+    context = _settle_context(request, step, typed=typed)
+    return render_refused(request, "runs/settle.html", context, exc)
+
+
+def _refused_plain(
+    request: HtmxHttpRequest, step: Step, exc: transitions.OperationError
+) -> HttpResponse:
+    """The page again with the refusal and the current state (no form was typed)."""
+    return render_refused(request, "runs/settle.html", _settle_context(request, step), exc)
 
 
 def _after(run_status: str) -> str:
@@ -170,15 +180,14 @@ def _after(run_status: str) -> str:
 
 @require_POST
 @login_required
-@permission_any(OPERATE_RUNS, APPROVE_SETTLEMENTS)
+@permission_any(*SETTLE_READERS)
 def settle_lookup(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse:
     """Ask the tool's reconcile again now; the answer is recorded (audit), the step unchanged."""
-    step = step_or_404(run_id, pk)
+    step = step_for(request, run_id, pk, perm=SETTLE_READERS)
     try:
         answer = transitions.step_reconcile_again(step=step, by=request.user)
     except transitions.OperationError as exc:
-        info = refusal(exc)
-        return _render_settle(request, step, status=info.pop("status"), **info)
+        return _refused_plain(request, step, exc)
     context: dict[str, Any] = {
         "answer": answer,
         "answer_text": presenting.pretty(answer.result),
@@ -193,7 +202,7 @@ def settle_lookup(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespons
 @login_required
 @permission_required(APPROVE_SETTLEMENTS, raise_exception=True)
 def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    settlement = settlement_or_404(pk)
+    settlement = settlement_for(request, pk, perm=APPROVE_SETTLEMENTS)
     form = DecideForm(request.POST)
     if not form.is_valid():
         return _render_settle(request, settlement.step, status=400, decide_errors=form.errors)
@@ -205,8 +214,7 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
-        info = refusal(exc)
-        return _render_settle(request, settlement.step, status=info.pop("status"), **info)
+        return _refused_plain(request, settlement.step, exc)
     messages.success(
         request,
         f"Approved {applied.proposed_by_name}'s “{applied.get_outcome_display()}” for "
@@ -220,7 +228,7 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @permission_any(APPROVE_SETTLEMENTS, OPERATE_RUNS)
 def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """An approver refuses a proposal, or its proposer (an operator) withdraws it."""
-    settlement = settlement_or_404(pk)
+    settlement = settlement_for(request, pk, perm=(APPROVE_SETTLEMENTS, OPERATE_RUNS))
     own = settlement.proposed_by_name == request.user.get_username()
     if not (request.user.has_perm(APPROVE_SETTLEMENTS) or own):
         return _render_settle(
@@ -237,8 +245,7 @@ def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             settlement=settlement, by=request.user, reason=form.cleaned_data["reason"]
         )
     except transitions.OperationError as exc:
-        info = refusal(exc)
-        return _render_settle(request, settlement.step, status=info.pop("status"), **info)
+        return _refused_plain(request, settlement.step, exc)
     verb = "Withdrew" if own else "Rejected"
     messages.success(
         request, f"{verb} the proposal for {settlement.step_id_text}; the step is unchanged."

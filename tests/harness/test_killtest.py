@@ -12,7 +12,7 @@ import random
 import pytest
 from django.db import connection
 
-from runs import killtest
+from harness import killtest
 
 pytestmark = [
     pytest.mark.slow,

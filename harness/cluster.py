@@ -77,6 +77,8 @@ class Cluster:
             "RUNLEDGER_LEASE_SECONDS": str(lease_seconds),
             "RUNLEDGER_SWEEP_SECONDS": str(sweep_seconds),
             "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS": str(lost_after),
+            # The workers install the harness app: its crash point in the tasks, the examples.
+            "RUNLEDGER_HARNESS": "1",
             **(env or {}),
         }
         self.queue = self.env.get("RUNLEDGER_QUEUE", "runledger")

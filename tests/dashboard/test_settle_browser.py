@@ -33,9 +33,9 @@ from django.conf import settings as django_settings
 from django.db import connection
 from playwright.sync_api import Page, expect
 
+from harness.cluster import Cluster, wait_for
 from ledger.examples.models import GatewayCharge
 from ledger.models import AuditEvent, Run, Step
-from runs.cluster import Cluster, wait_for
 
 pytestmark = [
     pytest.mark.browser,
@@ -44,8 +44,8 @@ pytestmark = [
     pytest.mark.skipif("connection.vendor != 'postgresql'"),  # the worker shares the test DB
 ]
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-TESTS_DIR = Path(__file__).resolve().parent
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ re-queues the run, and the recovery worker resumes it from the ledger. Then both
   then the run must stop as needs_attention/reconciliation and the effect must not repeat.
 
 Every trial's kill point and kill moment come from ``random.Random(f"{seed}:{index}")``, printed
-with each failure, so ``manage.py killtest --seed S --only I`` replays the same plan.
+with each failure, so ``RUNLEDGER_HARNESS=1 manage.py killtest --seed S --only I`` replays the
+same plan.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster import Cluster
 from ledger import registry, transitions, worker
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from runs.cluster import Cluster
 from runs.tasks import start_run
 
 DONE = ("succeeded", "failed", "cancelled", "needs_attention")

@@ -9,10 +9,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from runs.forms import encode_query
+from runs.dashboard.forms import encode_query
+from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.operator_forms import AuditFilterForm, encode_audit_cursor
 from runs.models import VIEW_DASHBOARD
-from runs.operator_forms import AuditFilterForm, encode_audit_cursor
-from runs.views import HtmxHttpRequest
 
 AUDIT_PAGE = 50
 

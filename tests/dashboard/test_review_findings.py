@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dashboard_support import restore_roles, user_in
 from django.test import Client
 
+from harness.cluster import Cluster
 from ledger import transitions
 from ledger.models import AuditEvent, Run
-from runs.cluster import Cluster
-from tests.dashboard_support import restore_roles, user_in
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 

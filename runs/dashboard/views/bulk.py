@@ -14,11 +14,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
-from runs.forms import RunFilterForm, encode_query, filter_query
+from ledger.selectors import BULK_LIMIT
+from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
+from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.operator_forms import BulkApplyForm
 from runs.models import OPERATE_RUNS
-from runs.operator_forms import BulkApplyForm
 from runs.tasks import enqueue_resume
-from runs.views import HtmxHttpRequest
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:
@@ -41,7 +42,7 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
                 "filter_words": _filter_words(query), "problems": form.problems()}  # fmt: skip
     # A NUL byte names no run (and PostgreSQL refuses it in a query): reported as missing.
-    given = [r for r in request.GET.getlist("run") if r][: selectors.BULK_LIMIT + 1]
+    given = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
     run_ids = [r for r in given if "\x00" not in r]
     if not run_ids:
         return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}

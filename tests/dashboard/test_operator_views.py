@@ -26,10 +26,10 @@ from dashboard_support import (
 )
 from django.test import Client
 
+from harness.cluster import Cluster
 from ledger import registry
 from ledger.examples.models import GatewayCharge, ProviderCharge
 from ledger.models import AuditEvent, Run, Settlement, Step
-from runs.cluster import Cluster
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -770,7 +770,7 @@ def test_the_audit_page_filters_by_run_actor_action_and_date_and_pages_by_keyset
     page = text(olive.get("/audit/?since=yesterday"))
     assert "Ignored from" in page and page.count('class="badge act"') == 3
 
-    monkeypatch.setattr("runs.audit_views.AUDIT_PAGE", 1)
+    monkeypatch.setattr("runs.dashboard.views.audit.AUDIT_PAGE", 1)
     page = text(olive.get("/audit/?actor=olive&action="))
     assert re.findall(r'<span class="badge act">(\w+)</span>', page) == ["settlement_propose"]
     older = re.search(r'href="\?([^"]+)" rel="next"', page).group(1).replace("&amp;", "&")

@@ -1,4 +1,4 @@
-"""What the run page shows, computed from ledger rows and a dry replay (no writes, no I/O).
+"""What the pages show, computed from ledger rows and the dry replay (reads only, no writes).
 
 Every value here ends up in a template that escapes it: JSON is turned into text, never markup.
 """
@@ -8,12 +8,13 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
+
+from django.conf import settings
 
 from ledger import registry
 from ledger.models import Run, Step
-from ledger.preview import Preview, PreviewStep
+from ledger.preview import Preview, PreviewStep, preview_resume
 
 
 def pretty(value: Any) -> str:
@@ -81,9 +82,7 @@ class CodeCheck:
 def code_check(run: Run) -> CodeCheck:
     definition = registry.get_agent(run.agent)
     if definition is None:
-        errors = registry.import_errors()
-        why = "; ".join(f"{m}: {e}" for m, e in errors.items()) or "it is not registered"
-        return CodeCheck(registered=False, why_missing=why)
+        return CodeCheck(registered=False, why_missing=registry.missing_agent_message(run.agent))
     return CodeCheck(
         registered=True,
         plan_version=definition.plan_version,
@@ -157,5 +156,22 @@ def _compare(view: StepView, entry: PreviewStep | None) -> None:
         view.diff = inputs_diff(stored, entry.current_inputs)
 
 
-def age_seconds(since: datetime | None, now: datetime) -> float | None:
-    return (now - since).total_seconds() if since is not None else None
+def compute_preview(run: Run) -> Preview:
+    """The dry replay of ``run`` (time-bounded by RUNLEDGER_PREVIEW_SECONDS; writes nothing)."""
+    return preview_resume(run_id=run.run_id, seconds=settings.RUNLEDGER_PREVIEW_SECONDS)
+
+
+def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
+    """What ``runs/partials/preview.html`` shows (the action pages show it before confirming)."""
+    return {
+        "run": run,
+        "preview": preview,
+        "replays": preview.by_action("replay"),
+        "rereads": preview.by_action("reread"),
+        "stale": preview.by_action("stale"),
+        "settle": preview.by_action("settle"),
+        "execute": preview.by_action("execute"),
+        "diverge": preview.by_action("diverge"),
+        "downstream": [s for s in preview.steps if s.after_stale],
+        "seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
+    }

@@ -1,0 +1,126 @@
+"""Operator actions on whole runs: resume, retry, cancel, fork. Each form page shows what will
+happen (the dry replay where one applies) and writes nothing; each POST calls one function of
+``ledger.transitions``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from ledger import selectors, transitions
+from ledger.models import FINAL_STATUSES, Run
+from runs.dashboard import presenting
+from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
+from runs.dashboard.operator_forms import ForkForm, RunActionForm
+from runs.models import OPERATE_RUNS
+from runs.tasks import enqueue_resume, enqueue_start
+
+RUN_ACTIONS = ("resume", "retry", "cancel")
+
+
+def _run_action_context(
+    request: HtmxHttpRequest, run: Run, action: str, form: RunActionForm | None
+) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "run": run,
+        "action": action,
+        "final": run.status in FINAL_STATUSES,
+        "form": form or RunActionForm(initial={"seen_version": run.version}),
+        "suggested_budget": max(run.max_resumes, run.resume_count) + 5,
+    }
+    if action in ("resume", "retry"):
+        context |= presenting.preview_context(run, presenting.compute_preview(run))
+    return context
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpResponse:
+    """GET: what ``action`` (resume, retry, cancel) will do, and its form. POST: do it."""
+    run = run_for(request, run_id, perm=OPERATE_RUNS)
+    if request.method == "GET":
+        return render(
+            request, "runs/run_action.html", _run_action_context(request, run, action, None)
+        )
+    form = RunActionForm(request.POST)
+    if not form.is_valid():
+        context = _run_action_context(request, run, action, form)
+        return render(request, "runs/run_action.html", context, status=400)
+    data = form.cleaned_data
+    try:
+        done = _apply_run_action(request, run, action, data)
+    except transitions.OperationError as exc:
+        fresh = run_for(request, run_id, perm=OPERATE_RUNS)
+        typed = RunActionForm(
+            initial={
+                "reason": data["reason"],
+                "max_resumes": data["max_resumes"],
+                "seen_version": fresh.version,
+            }
+        )
+        context = _run_action_context(request, fresh, action, typed)
+        return render_refused(request, "runs/run_action.html", context, exc)
+    messages.success(request, f"{action.capitalize()}: run {done.run_id} is now {done.status}.")
+    return redirect("runs:detail", run_id=run_id)
+
+
+def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dict[str, Any]) -> Run:
+    common = {"run_id": run.run_id, "by": request.user, "reason": data["reason"]}
+    if action == "cancel":
+        return transitions.run_cancel(**common, seen_version=data["seen_version"])
+    act = transitions.run_resume if action == "resume" else transitions.run_retry
+    return act(
+        **common,
+        seen_version=data["seen_version"],
+        max_resumes=data["max_resumes"],
+        on_commit=enqueue_resume,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_fork(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """GET: fork from the step named by ``?step=``. POST: start the fork and open it."""
+    run = run_for(request, run_id, perm=OPERATE_RUNS)
+    if request.method == "GET":
+        form = ForkForm(initial={"step_id": request.GET.get("step", run.blocked_step_id)})
+        return render(request, "runs/run_fork.html", _fork_context(run, form))
+    form = ForkForm(request.POST)
+    if not form.is_valid():
+        return render(request, "runs/run_fork.html", _fork_context(run, form), status=400)
+    try:
+        fork = transitions.run_fork(
+            run_id=run.run_id,
+            step_id=form.cleaned_data["step_id"],
+            by=request.user,
+            reason=form.cleaned_data["reason"],
+            on_commit=enqueue_start,
+        )
+    except transitions.OperationError as exc:
+        return render_refused(request, "runs/run_fork.html", _fork_context(run, form), exc)
+    messages.success(
+        request,
+        f"Forked {run.run_id} after {form.cleaned_data['step_id']}: "
+        f"this is the new run, {fork.status}.",
+    )
+    return redirect("runs:detail", run_id=fork.run_id)
+
+
+def _fork_context(run: Run, form: ForkForm) -> dict[str, Any]:
+    chain = selectors.step_chain(run_id=run.run_id)
+    step_id = str(form["step_id"].value() or "")
+    position = chain.index_of.get(step_id)
+    return {
+        "run": run,
+        "form": form,
+        "position": position + 1 if position is not None else None,
+        "on_path": position is not None and position < chain.on_chain,
+    }
