@@ -302,7 +302,7 @@ class SettlementAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "run",
-        "step_id_text",
+        "step_id",
         "outcome",
         "status",
         "proposed_by_name",
@@ -313,7 +313,7 @@ class SettlementAdmin(ReadOnlyAdmin):
     list_filter = ("status", "outcome", "approval_required")
     search_fields = (
         "=run__run_id",
-        "step_id_text",
+        "step_id",
         "effect_key",
         "proposed_by_name",
         "decided_by_name",
@@ -322,8 +322,8 @@ class SettlementAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     fields = (
         "run",
-        "step",
-        "step_id_text",
+        "step_row",
+        "step_id",
         "effect_key",
         "outcome",
         "result_pretty",

@@ -184,8 +184,9 @@ class Settlement(models.Model):
     """
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="settlements")
-    step = models.ForeignKey(Step, on_delete=models.PROTECT, related_name="settlements")
-    step_id_text = models.CharField("step id", max_length=255)
+    # The ledger row it settles; ``step_id`` is that row's step id (text), as everywhere else.
+    step_row = models.ForeignKey(Step, on_delete=models.PROTECT, related_name="settlements")
+    step_id = models.CharField(max_length=255)
     effect_key = models.CharField(max_length=200, blank=True, default="")
     outcome = models.CharField(max_length=20, choices=SettlementOutcome.choices)
     result = models.JSONField(null=True, blank=True)
@@ -218,11 +219,11 @@ class Settlement(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["status", "created_at"], name="settlement_status_age"),
-            models.Index(fields=["step", "status"], name="settlement_step_status"),
+            models.Index(fields=["step_row", "status"], name="settlement_step_status"),
         ]
 
     def __str__(self) -> str:
-        return f"settlement {self.pk}: {self.step_id_text} {self.outcome} ({self.status})"
+        return f"settlement {self.pk}: {self.step_id} {self.outcome} ({self.status})"
 
 
 class AuditAction(models.TextChoices):

@@ -73,9 +73,9 @@ def settlement_queue(
     moment = now or timezone.now()
     steps = list(settlement_queue_steps()[offset : offset + limit])
     proposals = {
-        s.step_id: s
+        s.step_row_id: s
         for s in Settlement.objects.filter(
-            step__in=steps, status=SettlementStatus.PROPOSED
+            step_row__in=steps, status=SettlementStatus.PROPOSED
         ).order_by("created_at")
     }
     items = []
@@ -129,7 +129,7 @@ def settlement_evidence(*, step: Step) -> Evidence:
         why_not = f"this is a {row.status} {row.kind} step; only a started effect is settled"
     elif row.run.status == RunStatus.RUNNING:
         why_not = "a worker is executing this run right now"
-    history = list(Settlement.objects.filter(step=row).order_by("-created_at"))
+    history = list(Settlement.objects.filter(step_row=row).order_by("-created_at"))
     lookups = AuditEvent.objects.filter(
         run_id=row.run_id, step_id=row.step_id, action=AuditAction.RECONCILE_LOOKUP
     )
@@ -151,14 +151,14 @@ def settlements_waiting() -> QuerySet[Settlement]:
     """Proposals waiting for an approver, oldest first."""
     return (
         Settlement.objects.filter(status=SettlementStatus.PROPOSED)
-        .select_related("run", "step")
+        .select_related("run", "step_row")
         .order_by("created_at", "id")
     )
 
 
 def settlement_is_outdated(settlement: Settlement) -> bool:
     """The step moved since the proposal: approving it would be refused."""
-    return settlement.step.version != settlement.step_version
+    return settlement.step_row.version != settlement.step_version
 
 
 def audit_events(

@@ -288,7 +288,7 @@ def ledger_export(*, run_id: str, chunk: int = 500) -> Iterator[dict[str, Any]]:
 
 def settlement_detail(*, pk: int) -> Settlement:
     """One settlement with its run and step; raises Settlement.DoesNotExist."""
-    return Settlement.objects.select_related("run", "step").get(pk=pk)
+    return Settlement.objects.select_related("run", "step_row").get(pk=pk)
 
 
 def audit_page(

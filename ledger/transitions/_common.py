@@ -132,7 +132,7 @@ def run_snapshot(run: Run) -> dict[str, Any]:
 def settlement_snapshot(settlement: Settlement) -> dict[str, Any]:
     return {
         "settlement": settlement.pk,
-        "step_id": settlement.step_id_text,
+        "step_id": settlement.step_id,
         "outcome": settlement.outcome,
         "result": settlement.result,
         "status": settlement.status,

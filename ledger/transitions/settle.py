@@ -158,8 +158,8 @@ def settlement_propose(
         _supersede_or_refuse(row)
         settlement = Settlement.objects.create(
             run=run,
-            step=row,
-            step_id_text=row.step_id,
+            step_row=row,
+            step_id=row.step_id,
             effect_key=row.effect_key or "",
             outcome=outcome,
             result=data,
@@ -215,7 +215,7 @@ def settlement_approve(
     text = (reason or "").strip()
     with transaction.atomic():
         run = lock_run(settlement.run_id)
-        row = lock_step(settlement.step_id)  # the foreign key's column: Step.pk
+        row = lock_step(settlement.step_row_id)
         current = _lock_open(settlement)
         if current.proposed_by_name == name:
             raise SelfApproval("you proposed this settlement; a different person must approve it")
@@ -256,7 +256,7 @@ def settlement_reject(
             action=AuditAction.SETTLEMENT_REJECT,
             at=current.decided_at or clock(),
             run_id=current.run_id,
-            step_id=current.step_id_text,
+            step_id=current.step_id,
             before={"status": SettlementStatus.PROPOSED},
             after=settlement_snapshot(current),
             reason=text,
@@ -365,7 +365,7 @@ def _lock_open(settlement: Settlement) -> Settlement:
 def _supersede_or_refuse(row: Step) -> None:
     """One open proposal per step: a waiting one blocks a second, unless it is out of date."""
     for waiting in Settlement.objects.select_for_update().filter(
-        step=row, status=SettlementStatus.PROPOSED
+        step_row=row, status=SettlementStatus.PROPOSED
     ):
         if waiting.step_version == row.version:
             raise Conflict(

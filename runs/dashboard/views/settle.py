@@ -205,7 +205,7 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     settlement = settlement_for(request, pk, perm=APPROVE_SETTLEMENTS)
     form = DecideForm(request.POST)
     if not form.is_valid():
-        return _render_settle(request, settlement.step, status=400, decide_errors=form.errors)
+        return _render_settle(request, settlement.step_row, status=400, decide_errors=form.errors)
     try:
         applied = transitions.settlement_approve(
             settlement=settlement,
@@ -214,11 +214,11 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
-        return _refused_plain(request, settlement.step, exc)
+        return _refused_plain(request, settlement.step_row, exc)
     messages.success(
         request,
         f"Approved {applied.proposed_by_name}'s “{applied.get_outcome_display()}” for "
-        f"{applied.step_id_text}: {_after(applied.run.status)}",
+        f"{applied.step_id}: {_after(applied.run.status)}",
     )
     return redirect(reverse("runs:detail", args=[settlement.run_id]))
 
@@ -233,21 +233,21 @@ def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not (request.user.has_perm(APPROVE_SETTLEMENTS) or own):
         return _render_settle(
             request,
-            settlement.step,
+            settlement.step_row,
             status=403,
             refused="only an approver, or the person who proposed it, can reject a proposal",
         )
     form = RejectForm(request.POST)
     if not form.is_valid():
-        return _render_settle(request, settlement.step, status=400, reject_errors=form.errors)
+        return _render_settle(request, settlement.step_row, status=400, reject_errors=form.errors)
     try:
         transitions.settlement_reject(
             settlement=settlement, by=request.user, reason=form.cleaned_data["reason"]
         )
     except transitions.OperationError as exc:
-        return _refused_plain(request, settlement.step, exc)
+        return _refused_plain(request, settlement.step_row, exc)
     verb = "Withdrew" if own else "Rejected"
     messages.success(
-        request, f"{verb} the proposal for {settlement.step_id_text}; the step is unchanged."
+        request, f"{verb} the proposal for {settlement.step_id}; the step is unchanged."
     )
-    return redirect("runs:settle", run_id=settlement.run_id, pk=settlement.step.pk)
+    return redirect("runs:settle", run_id=settlement.run_id, pk=settlement.step_row_id)
