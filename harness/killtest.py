@@ -33,10 +33,10 @@ from typing import Any
 from harness.cluster import Cluster
 from ledger import registry, transitions, worker
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
-from ledger.models import Run, Step
+from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
 from runs.tasks import start_run
 
-DONE = ("succeeded", "failed", "cancelled", "needs_attention")
+DONE = (*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION)
 TRIAL_TIMEOUT = 40.0  # plus the lease: a kill is recovered within one lease and one sweep
 
 
@@ -248,7 +248,7 @@ def baseline(scenario: Scenario) -> Baseline:
     started = time.monotonic()
     outcome = worker.run_execute(run_id=run.run_id, worker="killtest-baseline")
     duration = time.monotonic() - started
-    if outcome is None or outcome.status != "succeeded":
+    if outcome is None or outcome.status != RunStatus.SUCCEEDED:
         raise RuntimeError(f"the uninterrupted {scenario.name} run did not succeed: {outcome}")
     tokens = _tokens(run.run_id)
     notes = Notification.objects.filter(pk__gt=before).values_list("text", flat=True)
@@ -266,7 +266,9 @@ def baseline(scenario: Scenario) -> Baseline:
 
 
 def _snapshot(run_id: str) -> dict[str, Any]:
-    rows = Step.objects.filter(run_id=run_id, status="succeeded").values_list("step_id", "result")
+    rows = Step.objects.filter(run_id=run_id, status=StepStatus.SUCCEEDED).values_list(
+        "step_id", "result"
+    )
     return {step_id: result for step_id, result in rows}
 
 
@@ -359,7 +361,7 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
         trial.kinds.add("mismatch")
     charges, emails, notified = _effects(trial.run_id, notes, base.notifications)
     expected = (base.charges, base.emails, len(base.notifications))
-    if run.status == "succeeded":
+    if run.status == RunStatus.SUCCEEDED:
         result = _normalize(run.result, _tokens(trial.run_id))
         if result != base.result:
             trial.problems.append(f"result {result} != uninterrupted {base.result}")
