@@ -3,6 +3,13 @@
 One byte form per value: sorted keys, no insignificant whitespace, UTF-8, and one form per
 number (an integral float is written as the integer, -0.0 as 0). Anything that is not JSON, or
 that PostgreSQL's jsonb would reject, is refused with the offending path before anything runs.
+
+One decoded form too: ``normalize`` builds every object with its keys in sorted order (code
+point order, as the canonical text), and ``loads``/``ordered`` give stored JSON back in that
+same order. PostgreSQL's jsonb keeps objects in its own order (by key length, then bytes) and
+turns an integral float into an integer; SQLite keeps the text. So the agent receives the same
+value — same keys in the same order, same types — on the first execution (``normalize``) and on
+every replay (``loads``), whichever database stored it.
 """
 
 from __future__ import annotations
@@ -14,8 +21,6 @@ from typing import Any
 
 from ledger.errors import NotJSON
 
-_MAX_SAFE_INT = 2**53
-
 
 def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
     """Return ``value`` as plain JSON data in its canonical form, or raise ``NotJSON``."""
@@ -26,7 +31,8 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise NotJSON(step_id, path, f"{value!r} is not a JSON number")
-        if value.is_integer() and abs(value) < _MAX_SAFE_INT:
+        if value.is_integer():
+            # jsonb gives every integral number back as an integer (1e20 too): so does this.
             return int(value)
         return value
     if isinstance(value, str):
@@ -36,13 +42,14 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
             normalize(item, step_id=step_id, path=f"{path}[{i}]") for i, item in enumerate(value)
         ]
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str):
                 raise NotJSON(step_id, f"{path}", f"key {key!r} is not a string")
             _check_string(key, step_id, f"{path}.{key}")
-            out[key] = normalize(item, step_id=step_id, path=f"{path}.{key}")
-        return out
+        return {
+            key: normalize(value[key], step_id=step_id, path=f"{path}.{key}")
+            for key in sorted(value)
+        }
     if isinstance(value, bytes | bytearray | memoryview):
         raise NotJSON(step_id, path, "bytes are not JSON; decode or base64-encode them")
     raise NotJSON(step_id, path, f"a {type(value).__name__} is not JSON")
@@ -71,6 +78,28 @@ def canonical(value: Any, *, step_id: str = "") -> tuple[Any, str]:
     """Normalize ``value`` and return it with its canonical text."""
     data = normalize(value, step_id=step_id)
     return data, dumps(data)
+
+
+def _sorted_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(sorted(pairs, key=_first))
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+def loads(text: str | bytes) -> Any:
+    """Stored JSON text decoded in the canonical order (every object's keys sorted)."""
+    return json.loads(text, object_pairs_hook=_sorted_object)
+
+
+def ordered(value: Any) -> Any:
+    """Already-decoded JSON data (e.g. a ``JSONField`` read from jsonb) in the canonical order."""
+    if isinstance(value, dict):
+        return {key: ordered(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [ordered(item) for item in value]
+    return value
 
 
 def hash_text(text: str) -> str:

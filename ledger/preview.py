@@ -19,7 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ledger import registry, selectors
+from ledger import canonical, registry, selectors
 from ledger.engine import RunContext
 from ledger.engine.calls import Call
 from ledger.engine.decide import Action, decide
@@ -181,9 +181,10 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     steps = DrySteps(
         walk=walk, preview=preview, deadline=time.monotonic() + seconds, clock=timezone.now
     )
-    ctx = RunContext(walk=walk, steps=steps, inputs=run.inputs, clock=timezone.now)
+    inputs = canonical.ordered(run.inputs)
+    ctx = RunContext(walk=walk, steps=steps, inputs=inputs, clock=timezone.now)
     try:
-        definition.fn(ctx, run.inputs)
+        definition.fn(ctx, inputs)
         preview.finished = True
     except _Stop as stop:
         preview.stopped = str(stop)

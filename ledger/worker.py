@@ -125,16 +125,17 @@ def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
         if definition is None:
             raise AgentMissing("", registry.missing_agent_message(run.agent))
         _check_plan(run, definition, token, clock)
+        inputs = canonical.ordered(run.inputs)  # jsonb's key order is not the first one
         ctx = live_context(
             run_id=run.run_id,
             token=token,
             agent=definition,
-            inputs=run.inputs,
+            inputs=inputs,
             ledger=selectors.load_steps(run.run_id),
             clock=clock,
         )
         try:
-            result = definition.fn(ctx, run.inputs)
+            result = definition.fn(ctx, inputs)
             data = canonical.normalize(result, step_id="<run result>")
         except ContinueAsNew as signal:
             return _continue(run, token, clock, signal, ctx)

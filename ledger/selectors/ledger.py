@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.utils.dateparse import parse_datetime
+
+from ledger import canonical
 
 _STEP_COLUMNS = (
     "id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, kind, tool, "
@@ -63,9 +64,12 @@ def load_steps(run_id: str) -> dict[str, StepRow]:
 
 
 def _load_json(value: Any) -> Any:
-    if value is None or not isinstance(value, str | bytes):
-        return value
-    return json.loads(value)
+    """A stored result in the canonical order: the value the first execution handed over."""
+    if value is None:
+        return None
+    if not isinstance(value, str | bytes):
+        return canonical.ordered(value)
+    return canonical.loads(value)
 
 
 def _load_dt(value: Any) -> datetime | None:
