@@ -29,7 +29,7 @@ from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.celery import app
 
-_STRIPPED = ("RUNLEDGER_KILL_AT", "RUNLEDGER_KILL_SCOPE", "RUNLEDGER_KILL_MARK", "CELERY_")
+_STRIPPED = ("RUNLEDGER_KILL_", "RUNLEDGER_HOLD_", "RUNLEDGER_EFFECT_MARGIN", "CELERY_")
 
 
 def database_url(settings_dict: Mapping[str, Any] | None = None) -> str:
@@ -54,6 +54,7 @@ class Cluster:
         lease_seconds: float = 2.0,
         sweep_seconds: float = 0.5,
         lost_after: float = 10.0,
+        effect_margin: float | None = None,
         broker_url: str = "filesystem://localhost//",
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -75,6 +76,10 @@ class Cluster:
             "CELERY_BROKER_URL": broker_url,
             "RUNLEDGER_BROKER_POLL_SECONDS": "0.05",
             "RUNLEDGER_LEASE_SECONDS": str(lease_seconds),
+            # A quarter of the lease unless told (the default 5s assumes a 30s lease).
+            "RUNLEDGER_EFFECT_MARGIN_SECONDS": str(
+                lease_seconds / 4 if effect_margin is None else effect_margin
+            ),
             "RUNLEDGER_SWEEP_SECONDS": str(sweep_seconds),
             "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS": str(lost_after),
             # The workers install the harness app: its crash point in the tasks, the examples.

@@ -82,6 +82,10 @@ class Run(models.Model):
     lease_token = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The expiry of the last lease taken from a holder that may still be alive (a claim over
+    # an expired lease, the sweep's re-queue, a cancel): until then plus the effect margin that
+    # holder may still send an effect, so the next holder waits before touching its effects.
+    prior_lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,

@@ -26,6 +26,8 @@ NOT_HAPPENED = _NotHappened()
 ToolKind = Literal["pure", "read", "effect"]
 Reconcile = Callable[[str], Any]
 RESERVED_PARAMS = {"step"}
+#: Parameters the engine fills in (not part of a tool's schema).
+_ENGINE_PARAMS = {"idempotency_key", "fencing_token"}
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,16 @@ class Tool:
     retries: int = 0
     ttl_seconds: float | None = None
     description: str = ""
+    #: The tool (an effect) and its reconcile declare ``fencing_token``: they receive the
+    #: execution's fencing token, which grows with every takeover of the run.
+    takes_fencing_token: bool = False
+    reconcile_takes_fencing_token: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        params = [p for p in inspect.signature(self.fn).parameters if p != "idempotency_key"]
+        params = [p for p in inspect.signature(self.fn).parameters if p not in _ENGINE_PARAMS]
         return {
             "name": self.name,
             "kind": self.kind,
@@ -94,6 +100,9 @@ def tool(
     ``kind="effect"`` tools receive ``idempotency_key=`` (the step's effect key, kept across
     attempts) and should pass ``reconcile``: a function of the effect key that asks the
     downstream system what happened (the result, ``NOT_HAPPENED``, or ``None`` for unknown).
+    An effect or a reconcile that declares a ``fencing_token`` parameter also receives the
+    execution's fencing token (an integer that grows with every takeover of the run), for a
+    provider that can refuse a stale lease holder (``ledger.engine.fence``).
     Reads and model calls retry twice by default; effects do not retry unless told to.
     """
     if kind not in ("pure", "read", "effect"):
@@ -110,6 +119,8 @@ def tool(
             )
         if kind != "effect" and reconcile is not None:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
+        if kind != "effect" and "fencing_token" in params:
+            raise AgentDefinitionError(f"tool {tool_name!r}: only effects get a fencing_token")
         default_retries = 0 if kind == "effect" else 2
         registered = Tool(
             name=tool_name,
@@ -119,6 +130,9 @@ def tool(
             retries=default_retries if retries is None else retries,
             ttl_seconds=ttl_seconds,
             description=(inspect.getdoc(fn) or "").split("\n")[0],
+            takes_fencing_token="fencing_token" in params,
+            reconcile_takes_fencing_token=reconcile is not None
+            and "fencing_token" in inspect.signature(reconcile).parameters,
         )
         _tools[tool_name] = registered
         return registered

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from ledger import canonical, registry, selectors, transitions
 from ledger.engine import RunContext, live_context
+from ledger.engine.fence import LeaseFence
 from ledger.errors import (
     AgentMissing,
     BudgetExhausted,
@@ -55,10 +57,11 @@ class Outcome:
 
 
 class Heartbeat:
-    """Renews a lease from a background thread while the agent executes."""
+    """Renews a lease from a background thread while the agent executes; each confirmed
+    renewal moves the execution's effect deadline (``fence``), a refused one ends it."""
 
-    def __init__(self, *, run_id: str, token: str, seconds: float) -> None:
-        self.run_id, self.token, self.seconds = run_id, token, seconds
+    def __init__(self, *, run_id: str, token: str, seconds: float, fence: LeaseFence) -> None:
+        self.run_id, self.token, self.seconds, self.fence = run_id, token, seconds, fence
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
@@ -74,12 +77,15 @@ class Heartbeat:
     def _beat(self) -> None:
         try:
             while not self._stop.wait(self.seconds / 3):
+                sent_at = time.monotonic()  # before the statement: the deadline errs early
                 renewed = transitions.lease_renew(
                     run_id=self.run_id, token=self.token, seconds=self.seconds
                 )
                 if not renewed:
+                    self.fence.revoked()
                     self.lost.set()
                     return
+                self.fence.confirmed(sent_at=sent_at)
         except Exception:
             log.exception("heartbeat for run %s failed", self.run_id)
         finally:
@@ -100,24 +106,45 @@ def run_execute(
     worker): a second delivery of the same task does nothing.
     """
     seconds = lease_seconds or settings.RUNLEDGER_LEASE_SECONDS
+    sent_at = time.monotonic()  # before the claim is sent: the effect deadline errs early
     token = transitions.lease_claim(run_id=run_id, owner=worker, seconds=seconds, clock=clock)
     if token is None:
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
     run = Run.objects.get(pk=run_id)
+    fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
     try:
         if heartbeat:
-            with Heartbeat(run_id=run_id, token=token, seconds=seconds):
-                return _execute_claimed(run, token, clock)
-        return _execute_claimed(run, token, clock)
-    except LeaseLost:
-        log.warning("run %s: %s lost its lease; it wrote nothing more and stops", run_id, worker)
+            with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence):
+                return _execute_claimed(run, token, clock, fence)
+        return _execute_claimed(run, token, clock, fence)
+    except LeaseLost as exc:
+        log.warning(
+            "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
+        )
         return None
     finally:
         close_old_connections()
 
 
-def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
+def _fence(run: Run, *, seconds: float, sent_at: float, clock: Clock) -> LeaseFence:
+    """The claimed execution's effect fence: its deadline, its fencing token (the claim counter)
+    and when the previous holder's window ends (see ``ledger.engine.fence``)."""
+    # A lease shorter than the settings assume (a test's) keeps two thirds of itself.
+    margin = min(settings.RUNLEDGER_EFFECT_MARGIN_SECONDS, seconds / 3)
+    fence = LeaseFence(
+        run_id=run.run_id,
+        token=run.executions,
+        lease_seconds=seconds,
+        margin=margin,
+        sent_at=sent_at,
+    )
+    at, now = time.monotonic(), clock()
+    fence.after_previous_holder(prior_expiry=run.prior_lease_expires_at, now=now, at=at)
+    return fence
+
+
+def _execute_claimed(run: Run, token: str, clock: Clock, fence: LeaseFence) -> Outcome:
     try:
         if run.executions > 1:
             _count_resume(run, token, clock)
@@ -129,6 +156,7 @@ def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
         ctx = live_context(
             run_id=run.run_id,
             token=token,
+            fence=fence,
             agent=definition,
             inputs=inputs,
             ledger=selectors.load_steps(run.run_id),

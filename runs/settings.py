@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
@@ -172,6 +173,17 @@ RUNLEDGER_MAX_STORED_INPUT_BYTES = int(os.environ.get("RUNLEDGER_MAX_STORED_INPU
 RUNLEDGER_DEFAULT_MAX_RESUMES = int(os.environ.get("RUNLEDGER_DEFAULT_MAX_RESUMES", "10"))
 # How long a worker's lease on a run lasts without a heartbeat.
 RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
+# Fencing for effects (ledger.engine.fence): a worker sends an effect only while its lease is
+# valid by its own monotonic clock with this margin to spare (from the last confirmed claim or
+# renewal), and a worker taking a run over waits this long past the previous lease's expiry
+# before it asks about or re-sends that holder's effects. Keep it below a third of the lease.
+RUNLEDGER_EFFECT_MARGIN_SECONDS = float(os.environ.get("RUNLEDGER_EFFECT_MARGIN_SECONDS", "5"))
+if not 0 <= RUNLEDGER_EFFECT_MARGIN_SECONDS < RUNLEDGER_LEASE_SECONDS / 2:
+    raise ImproperlyConfigured(
+        f"RUNLEDGER_EFFECT_MARGIN_SECONDS={RUNLEDGER_EFFECT_MARGIN_SECONDS} must be at least 0 "
+        f"and below half of RUNLEDGER_LEASE_SECONDS={RUNLEDGER_LEASE_SECONDS} (keep it below a "
+        "third): a worker stops sending effects that long before its lease ends"
+    )
 # Operator settlements of ambiguous effects (ledger.transitions): with approval on, a settlement
 # is a proposal that a second person approves; off, the proposer's settlement applies at once.
 RUNLEDGER_SETTLEMENT_APPROVAL = env_bool("RUNLEDGER_SETTLEMENT_APPROVAL", True)

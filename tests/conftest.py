@@ -61,10 +61,13 @@ def execute(clock: FakeClock) -> Callable[..., Any]:
         if crash_expected:
             with pytest.raises(Crash):
                 run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
-            # The dead worker's lease must expire before anyone may take the run over.
+            # The dead worker's lease must expire before anyone may take the run over, and its
+            # effect window (the margin past it) end before its effects are touched.
             from django.conf import settings
 
-            clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
+            clock.advance(
+                settings.RUNLEDGER_LEASE_SECONDS + settings.RUNLEDGER_EFFECT_MARGIN_SECONDS + 1
+            )
             return None
         return run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
 

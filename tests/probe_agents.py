@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.agents import RunContext, agent, tool
-from ledger.examples.agents import send_email
+from ledger.examples.agents import notify_team, post_entry, refund_charge, send_email
 
 
 def _append(path: str, line: str) -> None:
@@ -50,6 +50,22 @@ def probe(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         return {"hold_pid": held["pid"], "message_id": sent["message_id"]}
     finally:
         _append(inputs["log"], f"exit {ctx.run_id} {os.getpid()} {time.time()!r}")
+
+
+@agent(
+    "one_effect", plan_version="1", max_resumes=5, tools=[refund_charge, post_entry, notify_team]
+)
+def one_effect(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """One effect on the provider named in the inputs: ``payment`` (idempotency key, lookup,
+    fencing token), ``ledger`` (append-only, lookup only) or ``notify`` (no read path)."""
+    provider = inputs["provider"]
+    if provider == "payment":
+        done = ctx.call(refund_charge, step="effect", customer="cus_fence", amount_cents=100)
+    elif provider == "ledger":
+        done = ctx.call(post_entry, step="effect", account="acct_fence", amount_cents=100)
+    else:
+        done = ctx.call(notify_team, step="effect", channel="#fence", text="fenced")
+    return {"effect": done}
 
 
 def executions(log: Path) -> dict[str, list[tuple[int, float, float | None]]]:

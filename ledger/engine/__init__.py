@@ -6,6 +6,8 @@
   the one decision the live steps act on and the dry replay (``ledger.preview``) reports;
 - ``live``: the live steps: replay, reconcile or execute, fan-out on threads, every write
   through ``ledger.transitions`` fenced by the lease token;
+- ``fence``: when an effect may leave the process (the lease's local deadline, the takeover's
+  wait, the fencing token);
 - ``walk``: where an execution stands on the recorded path (shared by context and steps);
 - ``calls``: the ``Call`` record and the text forms the ledger stores.
 
@@ -19,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from ledger.engine.context import RunContext
+from ledger.engine.fence import LeaseFence
 from ledger.engine.live import LiveSteps
 from ledger.engine.walk import Walk
 from ledger.registry import Agent
@@ -29,16 +32,17 @@ def live_context(
     *,
     run_id: str,
     token: str,
+    fence: LeaseFence,
     agent: Agent,
     inputs: Any,
     ledger: dict[str, StepRow],
     clock: Callable[[], datetime],
 ) -> RunContext:
-    """The context of an execution that holds the run's lease ``token``."""
+    """The context of an execution that holds the run's lease ``token``; ``fence`` says when its
+    effects may leave the process, and carries the fencing token its tools receive."""
     walk = Walk(run_id=run_id, agent=agent, ledger=ledger)
-    return RunContext(
-        walk=walk, steps=LiveSteps(walk=walk, token=token, clock=clock), inputs=inputs, clock=clock
-    )
+    steps = LiveSteps(walk=walk, token=token, fence=fence, clock=clock)
+    return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 
 __all__ = ["RunContext", "live_context"]

@@ -39,10 +39,20 @@ class Steps(Protocol):
 class RunContext:
     """What an agent function receives: every call through it becomes a ledger row."""
 
-    def __init__(self, *, walk: Walk, steps: Steps, inputs: Any, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        walk: Walk,
+        steps: Steps,
+        inputs: Any,
+        clock: Clock,
+        fencing_token: int | None = None,
+    ) -> None:
         self.run_id = walk.run_id
         self.agent: Agent = walk.agent
         self.inputs = inputs
+        #: This execution's fencing token (the run's claim counter; None in a dry replay).
+        self.fencing_token = fencing_token
         self._walk = walk
         self._steps = steps
         self._clock = clock
@@ -196,10 +206,21 @@ class RunContext:
         return self._steps.step(call)
 
     def _tool_call(self, step_id: str, tool: Tool, inputs: dict[str, Any]) -> Call:
+        fencing = {"fencing_token": self.fencing_token}
+
         def execute(key: str | None) -> Any:
-            if tool.kind == StepKind.EFFECT:
-                return tool.fn(**inputs, idempotency_key=key)
-            return tool.fn(**inputs)
+            if tool.kind != StepKind.EFFECT:
+                return tool.fn(**inputs)
+            if tool.takes_fencing_token:
+                return tool.fn(**inputs, idempotency_key=key, **fencing)
+            return tool.fn(**inputs, idempotency_key=key)
+
+        reconcile = tool.reconcile
+        if reconcile is not None and tool.reconcile_takes_fencing_token:
+            lookup = reconcile
+
+            def reconcile(key: str) -> Any:
+                return lookup(key, **fencing)
 
         return self._prepare(
             step_id,
@@ -207,7 +228,7 @@ class RunContext:
             tool=tool.name,
             inputs=inputs,
             execute=execute,
-            reconcile=tool.reconcile,
+            reconcile=reconcile,
             retries=tool.retries,
             ttl_seconds=tool.ttl_seconds,
         )

@@ -11,6 +11,10 @@ For each call (after the path check):
    that key as its idempotency key, then commits ``succeeded`` (two commits, no I/O inside a
    transaction); a read, model call or clock read commits once, after.
 
+Effects are fenced too (``ledger.engine.fence``): an effect leaves the process only after the
+lease's local deadline is checked, right before the tool call; and an effect a previous
+execution attempted is looked up or sent again only after that holder's window has ended.
+
 The previous step's ``next_step_id`` is written in the same statement as the next step's first
 write. Every write goes through ``ledger.transitions`` and is fenced by the run's lease token.
 
@@ -35,6 +39,7 @@ from django.db import connection, connections
 from ledger import canonical, transitions
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
+from ledger.engine.fence import LeaseFence
 from ledger.engine.walk import Walk
 from ledger.errors import (
     BudgetExhausted,
@@ -76,10 +81,11 @@ _STALE_WHY = {
 class LiveSteps:
     """Executes and records the calls of one execution that holds the run's lease."""
 
-    def __init__(self, *, walk: Walk, token: str, clock: Clock) -> None:
+    def __init__(self, *, walk: Walk, token: str, fence: LeaseFence, clock: Clock) -> None:
         self.walk = walk
         self.run_id = walk.run_id
         self._token = token
+        self._fence = fence
         self._clock = clock
 
     # --- one step -------------------------------------------------------------------------
@@ -141,6 +147,7 @@ class LiveSteps:
         if not call.reconcile:
             return False
         assert row.effect_key is not None
+        self._fence.wait_out_previous_holder(call.step_id)
         answer = call.reconcile(row.effect_key)
         if answer is None or answer is NOT_HAPPENED:
             return False  # send again under the same key, as the tool's retry policy allows
@@ -160,6 +167,7 @@ class LiveSteps:
                 f"effect {call.tool!r} was started under key {row.effect_key} and the crash "
                 "left its outcome unknown; the tool has no read path to ask",
             )
+        self._fence.wait_out_previous_holder(call.step_id)
         answer = call.reconcile(row.effect_key)
         if answer is None:
             raise NeedsReconciliation(
@@ -201,6 +209,8 @@ class LiveSteps:
         key = None
         if effect:
             key = row.effect_key if row is not None and row.effect_key else self._effect_key(call)
+            if row is not None:  # a previous execution attempted it: let its window end first
+                self._fence.wait_out_previous_holder(call.step_id)
         first_write = True
         pk: int | None = None
         while True:
@@ -211,6 +221,7 @@ class LiveSteps:
                 write.status = StepStatus.STARTED
                 pk = transitions.step_write(write)
                 first_write = False
+                self._fence.check(call.step_id)  # the intent is committed; the effect not sent
             try:
                 outcome = call.execute(key)
                 data, text = canonical.canonical(outcome, step_id=call.step_id)

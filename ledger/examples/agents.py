@@ -52,10 +52,23 @@ def fetch_invoice(invoice_id: str) -> dict[str, Any]:
 
 
 @tool(kind="effect", reconcile=simulators.provider_lookup)
-def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    """Refund through the payment provider (idempotency keys, lookup by key)."""
+def refund_charge(
+    customer: str, amount_cents: int, *, idempotency_key: str, fencing_token: int | None = None
+) -> dict[str, Any]:
+    """Refund through the payment provider (idempotency keys, lookup by key, fencing tokens)."""
     return simulators.provider_charge(
-        customer=customer, amount_cents=-amount_cents, idempotency_key=idempotency_key
+        customer=customer,
+        amount_cents=-amount_cents,
+        idempotency_key=idempotency_key,
+        fencing_token=fencing_token,
+    )
+
+
+@tool(kind="effect", reconcile=simulators.ledger_lookup)
+def post_entry(account: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
+    """Append to the accounting ledger (no idempotency; searchable by the key as memo)."""
+    return simulators.ledger_append(
+        account=account, amount_cents=amount_cents, memo=idempotency_key
     )
 
 

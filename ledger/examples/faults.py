@@ -11,6 +11,13 @@ the point dies (as when the OOM killer takes one pool child). ``RUNLEDGER_KILL_M
 writes the point and the time of death to that file first, so a kill test can measure recovery,
 and makes the point fire once per mark file: a pool child that replaces a killed one (and gets
 the same task again) does not die at the same point again.
+
+``RUNLEDGER_HOLD_AT=<point>`` with ``RUNLEDGER_HOLD_MARK=<path>`` freezes instead: the first
+process to reach the point writes ``<point> <pid>`` to the mark file (once per file) and
+SIGSTOPs its whole process group — a worker frozen mid-step, as by a VM pause, until a test
+sends SIGCONT. The engine's own point ``engine.before_send`` (after an effect's intent
+committed, before the lease check; ``ledger.engine.fence.probe``) is reached only while a hook
+or an environment variable names it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ def point(name: str) -> None:
     hook = _hooks.get(name)
     if hook is not None:
         hook()
+    if os.environ.get("RUNLEDGER_HOLD_AT") == name:
+        _hold(name)
     wanted = os.environ.get("RUNLEDGER_KILL_AT", "")
     if not wanted:
         return
@@ -59,8 +68,34 @@ def _die(name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _hold(name: str) -> None:
+    mark = os.environ.get("RUNLEDGER_HOLD_MARK", "")
+    try:
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except (FileExistsError, FileNotFoundError):
+        return  # held once already (or no mark file named): go on
+    os.write(fd, f"{name} {os.getpid()}\n".encode())
+    os.close(fd)
+    os.killpg(os.getpgrp(), signal.SIGSTOP)  # returns when someone sends SIGCONT
+
+
 def set_hook(name: str, hook: Callable[[], None]) -> None:
     _hooks[name] = hook
+    if name.startswith(_ENGINE):
+        _install_engine_points()
+
+
+def _install_engine_points() -> None:
+    from ledger.engine import fence
+
+    fence.probe = point
+
+
+_ENGINE = "engine."
+if any(
+    os.environ.get(v, "").find(_ENGINE) >= 0 for v in ("RUNLEDGER_KILL_AT", "RUNLEDGER_HOLD_AT")
+):
+    _install_engine_points()
 
 
 def clear_hooks() -> None:

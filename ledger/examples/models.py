@@ -53,3 +53,29 @@ class GatewayCharge(models.Model):
 
     def __str__(self) -> str:
         return self.gateway_ref
+
+
+class ProviderFence(models.Model):
+    """The payment provider's fence per idempotency key: the highest fencing token a request or
+    lookup under that key carried; a request with a lower one comes from a stale lease holder
+    and is refused (counted in ``refused``)."""
+
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    token = models.PositiveIntegerField()
+    refused = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key} ≥ {self.token}"
+
+
+class LedgerEntry(models.Model):
+    """An append-only accounting ledger: every append is a new entry (no idempotency), and
+    entries can be looked up by the memo the caller sent (the effect key)."""
+
+    memo = models.CharField(max_length=200, db_index=True)
+    account = models.CharField(max_length=200)
+    amount_cents = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.account} {self.amount_cents:+d} ({self.memo})"

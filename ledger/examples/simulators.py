@@ -1,7 +1,11 @@
-"""Simulated downstream systems: a payment provider, an outbox, a notifier.
+"""Simulated downstream systems: a payment provider, an outbox, a notifier, an append-only
+ledger and a legacy gateway.
 
 Each persists to the database so that effects can be counted from any process, and each
-behaves as its real counterpart does towards an idempotency key.
+behaves as its real counterpart does towards an idempotency key: the provider deduplicates by
+key and also checks the fencing token (``ledger.engine.fence``); the outbox's message id is the
+key; the append-only ledger and the notifier do not deduplicate (the ledger can be searched by
+the key it was given as memo, the notifier cannot be asked at all); the gateway takes no key.
 """
 
 from __future__ import annotations
@@ -12,14 +16,47 @@ import secrets
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from ledger.examples import faults
-from ledger.examples.models import GatewayCharge, Notification, OutboxMessage, ProviderCharge
+from ledger.examples.models import (
+    GatewayCharge,
+    LedgerEntry,
+    Notification,
+    OutboxMessage,
+    ProviderCharge,
+    ProviderFence,
+)
 from ledger.registry import NOT_HAPPENED
 
 
 class IdempotencyConflict(Exception):
     """The same key was sent with other parameters (Stripe answers this with an error)."""
+
+
+class StaleFencingToken(Exception):
+    """A request under a key carried a lower fencing token than one already seen for it: it
+    comes from a worker whose lease was taken over, and the provider refuses it."""
+
+
+def _admit(idempotency_key: str, fencing_token: int | None) -> bool:
+    """Record ``fencing_token`` for the key; False (and counted) when a higher one was seen.
+
+    A request without a token (a caller that has none) is admitted unchanged.
+    """
+    if fencing_token is None:
+        return True
+    with transaction.atomic():
+        fence, created = ProviderFence.objects.select_for_update().get_or_create(
+            idempotency_key=idempotency_key, defaults={"token": fencing_token}
+        )
+        if created or fencing_token == fence.token:
+            return True
+        if fencing_token < fence.token:
+            ProviderFence.objects.filter(pk=fence.pk).update(refused=F("refused") + 1)
+            return False
+        ProviderFence.objects.filter(pk=fence.pk).update(token=fencing_token)
+    return True
 
 
 def _charge_view(charge: ProviderCharge) -> dict[str, Any]:
@@ -30,9 +67,17 @@ def _charge_view(charge: ProviderCharge) -> dict[str, Any]:
     }
 
 
-def provider_charge(*, customer: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
-    """Create a charge, or return the first charge made under this key."""
+def provider_charge(
+    *, customer: str, amount_cents: int, idempotency_key: str, fencing_token: int | None = None
+) -> dict[str, Any]:
+    """Create a charge, or return the first charge made under this key; refuse a request whose
+    fencing token is lower than one already seen for the key (``StaleFencingToken``)."""
     faults.point("charge.before_effect")
+    if not _admit(idempotency_key, fencing_token):
+        raise StaleFencingToken(
+            f"key {idempotency_key}: fencing token {fencing_token} is stale; a newer holder "
+            "has used this key"
+        )
     charge_id = "ch_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20]
     try:
         with transaction.atomic():
@@ -52,14 +97,18 @@ def provider_charge(*, customer: str, amount_cents: int, idempotency_key: str) -
     return _charge_view(charge)
 
 
-def provider_lookup(idempotency_key: str) -> Any:
+def provider_lookup(idempotency_key: str, fencing_token: int | None = None) -> Any:
     """The provider's read path: the charge made under a key, or NOT_HAPPENED.
 
-    ``RUNLEDGER_PROVIDER_LOOKUP=down`` simulates the provider's API being unreachable: the
-    answer is None (cannot know), and the run waits for a person or a later lookup.
+    A lookup with a fencing token raises the key's fence to it, so that a request from an
+    older holder that arrives after this lookup is refused. ``RUNLEDGER_PROVIDER_LOOKUP=down``
+    simulates the provider's API being unreachable: the answer is None (cannot know), and the
+    run waits for a person or a later lookup.
     """
     if os.environ.get("RUNLEDGER_PROVIDER_LOOKUP") == "down":
         return None
+    if not _admit(idempotency_key, fencing_token):
+        return None  # a stale holder asks: it gets no answer to act on
     charge = ProviderCharge.objects.filter(idempotency_key=idempotency_key).first()
     return _charge_view(charge) if charge else NOT_HAPPENED
 
@@ -85,6 +134,24 @@ def notifier_send(*, channel: str, text: str, idempotency_key: str) -> dict[str,
     note = Notification.objects.create(channel=channel, text=text)
     faults.point("notify.after_effect")
     return {"notification": note.pk, "channel": channel}
+
+
+def ledger_append(*, account: str, amount_cents: int, memo: str) -> dict[str, Any]:
+    """Append an entry to the accounting ledger: no deduplication, every call appends."""
+    faults.point("ledger.before_effect")
+    entry = LedgerEntry.objects.create(memo=memo, account=account, amount_cents=amount_cents)
+    faults.point("ledger.after_effect")
+    return _entry_view(entry)
+
+
+def ledger_lookup(memo: str) -> Any:
+    """The ledger's search by memo: the first entry under it, or NOT_HAPPENED."""
+    entry = LedgerEntry.objects.filter(memo=memo).order_by("pk").first()
+    return _entry_view(entry) if entry else NOT_HAPPENED
+
+
+def _entry_view(entry: LedgerEntry) -> dict[str, Any]:
+    return {"entry": entry.pk, "account": entry.account, "amount_cents": entry.amount_cents}
 
 
 def gateway_charge(*, customer: str, amount_cents: int, reference: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 
 from ledger import canonical
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
@@ -28,6 +29,13 @@ OnCommit = Callable[[str], None] | None
 Clock = Callable[[], datetime]
 
 MAX_REASON_CHARS = 4000
+
+#: Kept when a lease is taken from a holder that may still be alive (a claim over an expired
+#: lease, the sweep's re-queue, a cancel): see ``ledger.engine.fence``. In one UPDATE every SET
+#: reads the row as it was, so this is the expiry being released.
+TAKEN_LEASE: dict[str, Any] = {
+    "prior_lease_expires_at": Coalesce(F("lease_expires_at"), F("prior_lease_expires_at"))
+}
 
 
 def actor_name(by: Actor) -> str:
@@ -259,6 +267,7 @@ def cancel(run: Run, *, detail: str, clock: Clock) -> None:
         status=RunStatus.CANCELLED,
         reason="",
         detail=detail[:MAX_REASON_CHARS],
+        **TAKEN_LEASE,
         lease_token=None,
         lease_owner="",
         lease_expires_at=None,

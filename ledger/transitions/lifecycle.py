@@ -24,7 +24,7 @@ from ledger import canonical, registry, signals
 from ledger.errors import LeaseLost, RunBlocked
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
-from ledger.transitions._common import Actor, actor_name, record
+from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,9 @@ def lease_claim(
 ) -> str | None:
     """Claim a queued or running run whose lease is free or expired; return the new token.
 
-    A compare-and-set on the run row: of any number of workers claiming at once, one wins.
+    A compare-and-set on the run row: of any number of workers claiming at once, one wins. The
+    expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
+    (the fencing token the tools receive) grows by one.
     """
     now = clock()
     token = secrets.token_hex(16)
@@ -117,6 +119,7 @@ def lease_claim(
             updated_at=now,
             executions=F("executions") + 1,
             version=F("version") + 1,
+            **TAKEN_LEASE,
         )
     )
     return token if claimed == 1 else None
@@ -253,6 +256,7 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
         runs = runs.filter(lease_expires_at__lt=now)
     updated = runs.update(
         status=RunStatus.QUEUED,
+        **TAKEN_LEASE,
         **_RELEASED,
         detail=f"worker {owner} stopped renewing its lease; re-queued by the sweep",
         updated_at=now,
