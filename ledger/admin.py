@@ -170,7 +170,16 @@ class RunAdmin(LedgerAdmin):
         (None, ("run_id", "agent", "status", "reason", "blocked_step_id", "detail")),
         ("Data", ("inputs", "result", "error", "steps_link")),
         ("Budget", ("resume_count", "max_resumes", "executions")),
-        ("Worker lease", ("lease_owner", "lease_token", "lease_expires_at", "heartbeat_at")),
+        (
+            "Worker lease",
+            (
+                "lease_owner",
+                "lease_token",
+                "lease_expires_at",
+                "heartbeat_at",
+                "prior_lease_expires_at",
+            ),
+        ),
         (
             "Determinism record and lineage",
             (
