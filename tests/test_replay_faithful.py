@@ -149,3 +149,40 @@ def test_a_continuation_is_handed_its_inputs_in_the_canonical_order(execute) -> 
     ]
     assert child.status == "succeeded"
     assert Run.objects.get(pk=first.continued_as).parent_id == run.run_id
+
+
+def test_a_settled_result_is_handed_over_in_the_canonical_order(execute, crash_at) -> None:
+    seen: list[str] = []
+
+    @tool(kind="effect", name="faithful-post")
+    def post(text: str, *, idempotency_key: str) -> dict[str, Any]:
+        faults.point("faithful.after_post")
+        return {"posted": text}
+
+    @agent("faithful-settled", tools=[post])
+    def settled(ctx: Any, inputs: Any) -> Any:
+        answer = ctx.call(post, step="post", text="hi")
+        seen.append(repr(answer))
+        return answer
+
+    try:
+        run = transitions.run_start(agent="faithful-settled", inputs={})
+        crash_at("faithful.after_post")
+        execute(run.run_id, crash_expected=True)
+        blocked = execute(run.run_id, worker="worker-2")  # no read path: a person settles
+        assert (blocked.status, blocked.reason) == ("needs_attention", "reconciliation")
+        step = Step.objects.get(run_id=run.run_id, step_id="post")
+        proposal = transitions.settlement_propose(
+            step=step,
+            outcome="happened",
+            result={"zz": 1, "ref": {"y": 2, "b": [{"k": 1, "a": 0}]}, "a": 3.0},
+            reason="seen in the channel",
+            by="olivia",
+            seen_version=step.version,
+        )
+        transitions.settlement_approve(settlement=proposal, by="arthur", reason="checked")
+        outcome = execute(run.run_id, worker="worker-3")
+    finally:
+        registry.unregister_agent("faithful-settled")
+    assert outcome.status == "succeeded"
+    assert seen == [repr({"a": 3, "ref": {"b": [{"a": 0, "k": 1}], "y": 2}, "zz": 1})]
