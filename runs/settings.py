@@ -176,8 +176,11 @@ RUNLEDGER_LEASE_SECONDS = float(os.environ.get("RUNLEDGER_LEASE_SECONDS", "30"))
 # Fencing for effects (ledger.engine.fence): a worker sends an effect only while its lease is
 # valid by its own monotonic clock with this margin to spare (from the last confirmed claim or
 # renewal), and a worker taking a run over waits this long past the previous lease's expiry
-# before it asks about or re-sends that holder's effects. Keep it below a third of the lease.
-RUNLEDGER_EFFECT_MARGIN_SECONDS = float(os.environ.get("RUNLEDGER_EFFECT_MARGIN_SECONDS", "5"))
+# before it asks about or re-sends that holder's effects. Default: 5 s, or a quarter of a
+# lease shorter than 20 s. Keep it below a third of the lease; half or more is refused.
+RUNLEDGER_EFFECT_MARGIN_SECONDS = float(
+    os.environ.get("RUNLEDGER_EFFECT_MARGIN_SECONDS", min(5.0, RUNLEDGER_LEASE_SECONDS / 4))
+)
 if not 0 <= RUNLEDGER_EFFECT_MARGIN_SECONDS < RUNLEDGER_LEASE_SECONDS / 2:
     raise ImproperlyConfigured(
         f"RUNLEDGER_EFFECT_MARGIN_SECONDS={RUNLEDGER_EFFECT_MARGIN_SECONDS} must be at least 0 "

@@ -40,7 +40,7 @@ pytestmark = [
 ]
 
 TESTS_DIR = Path(__file__).resolve().parent
-LEASE = 2.0
+LEASE = 3.0  # a heartbeat every second; the deadline 2.5 s after each renewal is sent
 MARGIN = 0.5
 #: How many effects each provider's table holds.
 COUNT: dict[str, Callable[[], int]] = {

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,19 @@ pg_only = pytest.mark.skipif(
 )
 
 MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
+#: A killed process's lease lapses soon (a busy machine's heartbeat still keeps it while the
+#: process lives), and a takeover waits out its effect window quickly (ledger.engine.fence).
+SHORT_LEASE = {"RUNLEDGER_LEASE_SECONDS": "1", "RUNLEDGER_EFFECT_MARGIN_SECONDS": "0.1"}
+
+
+def wait_for_lapse(run_id: str) -> None:
+    """Until the killed process's lease has expired, so that another may claim the run."""
+    deadline = time.monotonic() + 60
+    while Run.objects.filter(pk=run_id, lease_expires_at__gte=timezone.now()).exists():
+        assert time.monotonic() < deadline, f"run {run_id}: the lease never lapsed"
+        time.sleep(0.05)
+
+
 RUN_ID = "run_fanout_fixed"
 AGENT = "fanout-test"
 
@@ -280,7 +294,7 @@ def test_a_fanout_opening_the_run_resumes_when_a_later_sibling_committed_first(
     ("max_workers", "kill_at"), [(1, "charge.after_effect@2"), (3, "charge.after_effect")]
 )
 def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
-    max_workers, kill_at
+    max_workers, kill_at, settings
 ) -> None:
     """SIGKILL of a worker process inside ``batch_refund``'s refund fan-out.
 
@@ -299,7 +313,7 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
             **os.environ,
             "DATABASE_URL": _database_url(),
             "RUNLEDGER_KILL_AT": kill_at,
-            "RUNLEDGER_LEASE_SECONDS": "0.2",
+            **SHORT_LEASE,
         },
         capture_output=True,
         text=True,
@@ -314,7 +328,8 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
         assert killed["refund.inv_1002"].status == "started"
         assert "refund.inv_1003" not in killed
     assert ProviderCharge.objects.count() in (1, 2, 3)
-    time.sleep(0.3)  # the dead worker's 0.2 s lease lapses, as the sweep would find it
+    wait_for_lapse(run_id)  # the dead worker's lease lapses, as the sweep would find it
+    settings.RUNLEDGER_EFFECT_MARGIN_SECONDS = 0.1  # the takeover waits out its effect window
     outcome = worker.run_execute(run_id=run_id, worker="worker-2", clock=timezone.now)
     assert outcome is not None and outcome.status == "succeeded", outcome
     assert outcome.result == baseline
@@ -558,7 +573,7 @@ def test_threaded_siblings_on_the_sqlite_file_default_survive_a_real_sigkill(tmp
     inputs = json.dumps({"invoice_ids": invoices, "max_workers": 6})
     killed = subprocess.run(
         [*manage, "example_execute", "--new", "batch_refund", "--inputs", inputs],
-        env={**env, "RUNLEDGER_KILL_AT": "charge.after_effect@3", "RUNLEDGER_LEASE_SECONDS": "0.2"},
+        env={**env, "RUNLEDGER_KILL_AT": "charge.after_effect@3", **SHORT_LEASE},
         capture_output=True,
         text=True,
         timeout=120,
@@ -570,9 +585,19 @@ def test_threaded_siblings_on_the_sqlite_file_default_survive_a_real_sigkill(tmp
     query = "SELECT step_id, status, attempt, started_at FROM ledger_step WHERE run_id = ?"
     before = {r[0]: r[1:] for r in db.execute(query, [run_id])}
     assert sum(1 for r in before.values() if r[0] == "started") >= 1
-    time.sleep(0.3)  # the dead worker's 0.2 s lease lapses
+    lapse = time.monotonic() + 60  # the dead worker's lease lapses (SQLite: naive UTC text)
+    while db.execute(
+        "SELECT 1 FROM ledger_run WHERE run_id = ? AND lease_expires_at >= ?",
+        [run_id, datetime.now(UTC).replace(tzinfo=None).isoformat(" ")],
+    ).fetchone():
+        assert time.monotonic() < lapse, "the dead worker's lease never lapsed"
+        time.sleep(0.05)
     resumed = subprocess.run(
-        [*manage, "example_execute", run_id], env=env, capture_output=True, text=True, check=True
+        [*manage, "example_execute", run_id],
+        env={**env, **SHORT_LEASE},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert resumed.stdout.strip().endswith("succeeded"), resumed.stderr[-2000:]
     after = {r[0]: r[1:] for r in db.execute(query, [run_id])}

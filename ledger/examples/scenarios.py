@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from ledger.models import Run
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
@@ -141,10 +143,15 @@ SCENARIOS = (
 )
 
 
+#: Every staged execution: a short effect margin, so that a resume waits out the killed
+#: process's effect window quickly (ledger.engine.fence); the killed process keeps a 1 s lease.
+_FENCE = {"RUNLEDGER_EFFECT_MARGIN_SECONDS": "0.1"}
+
+
 def _execute(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(MANAGE), "example_execute", *args],
-        env={**os.environ, **env},
+        env={**os.environ, **_FENCE, **env},
         capture_output=True,
         text=True,
         check=False,
@@ -160,8 +167,9 @@ def produce(scenario: Scenario) -> Run:
     run_id = ""
     for point in scenario.kills:
         args = [run_id] if run_id else _new_args(scenario)
-        # A short lease, so the dead process's claim lapses at once, as the sweep would see it.
-        env = {**scenario.crash_env, "RUNLEDGER_KILL_AT": point, "RUNLEDGER_LEASE_SECONDS": "0.2"}
+        # A short lease, so the dead process's claim lapses soon, as the sweep would see it
+        # (long enough that a busy machine's heartbeat keeps it while the process lives).
+        env = {**scenario.crash_env, "RUNLEDGER_KILL_AT": point, "RUNLEDGER_LEASE_SECONDS": "1"}
         done = _execute(args, env)
         if done.returncode != -signal.SIGKILL:
             raise RuntimeError(
@@ -169,7 +177,7 @@ def produce(scenario: Scenario) -> Run:
                 f"{done.stderr[-2000:]}"
             )
         run_id = run_id or done.stdout.split("run_id=", 1)[1].split()[0]
-        time.sleep(0.3)
+        _wait_for_lapse(run_id)
     if not run_id:
         done = _execute(_new_args(scenario), scenario.resume_env or {})
         run_id = done.stdout.split("run_id=", 1)[1].split()[0]
@@ -182,6 +190,15 @@ def produce(scenario: Scenario) -> Run:
             f"{run.detail or run.error}"
         )
     return run
+
+
+def _wait_for_lapse(run_id: str) -> None:
+    """Until the killed process's lease has expired, so the next execution may claim the run."""
+    deadline = time.monotonic() + 60
+    while Run.objects.filter(pk=run_id, lease_expires_at__gte=timezone.now()).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"run {run_id}: the killed process's lease never lapsed")
+        time.sleep(0.05)
 
 
 def _new_args(scenario: Scenario) -> list[str]:
