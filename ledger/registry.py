@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError
+from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
 class _NotHappened:
@@ -42,14 +43,21 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        params = [p for p in inspect.signature(self.fn).parameters if p != "idempotency_key"]
+        """What the tool-schema hash covers: name, kind, parameters (names, JSON types and
+        defaults, as a model sees them), whether it can be reconciled, and its description."""
+        params = [p for p in inspect.signature(self.fn).parameters if p not in HIDDEN_PARAMS]
         return {
             "name": self.name,
             "kind": self.kind,
             "params": params,
+            "parameters": self.parameters(),
             "reconcile": self.reconcile is not None,
             "description": self.description,
         }
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the tool's parameters, derived from its signature."""
+        return parameters_schema(self.fn)
 
 
 @dataclass(frozen=True)

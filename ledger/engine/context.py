@@ -164,6 +164,37 @@ class RunContext:
             )
         )
 
+    def model_request(
+        self,
+        request: Mapping[str, Any],
+        *,
+        send: Callable[[dict[str, Any]], Any],
+        model: str,
+        step: str | None = None,
+        retries: int = 0,
+    ) -> Any:
+        """A model call given as the whole request an SDK sends (messages, tools, parameters).
+
+        The step's input hash covers all of ``request``; ``send(request)`` runs only when the
+        step has no succeeded row, and its JSON answer is stored and replayed, never re-derived.
+        ``retries`` are the engine's own attempts on an error ``send`` raises (an SDK that
+        retries transient errors itself needs none). Used by ``ledger.loops``.
+        """
+        step_id = self._step_id(step, "model")
+        data = canonical.normalize(dict(request), step_id=step_id)
+        return self._steps.step(
+            self._prepare(
+                step_id,
+                kind=StepKind.MODEL,
+                tool="model",
+                inputs=data,
+                execute=lambda _key: send(data),
+                retries=retries,
+                model_id=model,
+                prompt_hash=canonical.hash_text(canonical.dumps(data)),
+            )
+        )
+
     def now(self, *, step: str | None = None) -> datetime:
         """The wall clock, recorded: a replay returns the first reading."""
         value = self._recorded(step, "now", lambda: self._clock().isoformat())
