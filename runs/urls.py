@@ -8,6 +8,7 @@ from runs.dashboard.views import (
     audit,
     bulk,
     deploy,
+    effects,
     run_actions,
     run_list,
     run_page,
@@ -74,6 +75,9 @@ dashboard = [
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
     path("deploy/", deploy.deploy_page, name="deploy"),
+    path("effects/", effects.effect_audits, name="effect_audits"),
+    path("effects/run/", effects.effect_audit_run, name="effect_audit_run"),
+    path("effects/<int:pk>/", effects.effect_audits, name="effect_audit"),
 ]
 
 urlpatterns = [

@@ -52,7 +52,7 @@ def fetch_invoice(invoice_id: str) -> dict[str, Any]:
     return {"invoice_id": invoice_id, **INVOICES[invoice_id]}
 
 
-@tool(kind="effect", reconcile=simulators.provider_lookup)
+@tool(kind="effect", reconcile=simulators.provider_lookup, list_keys=simulators.provider_keys)
 def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
     """Refund through the payment provider (idempotency keys, lookup by key)."""
     return simulators.provider_charge(
@@ -60,7 +60,7 @@ def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> 
     )
 
 
-@tool(kind="effect", reconcile=simulators.outbox_search)
+@tool(kind="effect", reconcile=simulators.outbox_search, list_keys=simulators.outbox_keys)
 def send_email(to: str, subject: str, body: str, *, idempotency_key: str) -> dict[str, Any]:
     """Email the customer through the outbox (search by message id)."""
     return simulators.outbox_send(

@@ -137,6 +137,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
         "audit_shown": RUN_AUDIT_SHOWN,
         "transcripts": transcript.transcripts(run_id=run.run_id, stale_step_ids=_stale(run)),
+        "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
     }
     return render(request, "runs/run_detail.html", context)
 
