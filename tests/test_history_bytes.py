@@ -50,7 +50,7 @@ def test_a_run_past_the_byte_limit_stops_as_budget(execute: Any, settings: Any) 
     outcome = execute(run_id)
     run = Run.objects.get(pk=run_id)
     assert outcome.status == "needs_attention" and run.reason == "budget"
-    assert Step.objects.filter(run_id=run_id).count() == 5  # 5 × ~1,030 bytes ≥ 5,000
+    assert Step.objects.filter(run_id=run_id).count() == 5  # 5 pages of 1,021 bytes pass 5,000
     assert run.blocked_step_id == "page.5"
     assert "RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN is 5000" in run.detail
     settings.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN = 50_000  # raised: the run goes on
