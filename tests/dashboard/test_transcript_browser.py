@@ -4,7 +4,9 @@ Chromium — the conversation next to the step chain, linked both ways, a stale 
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,8 @@ pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: A temporary folder, or docs/screenshots under `make screenshots` (the README shows it).
+SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
 @pytest.fixture(autouse=True)
