@@ -77,8 +77,8 @@ def audit_effects(
     audit = _begin(agent=agent, since=since, resume=resume, by=by, clock=clock)
     work = _Pass(audit)
     pacer = _Pacer(rate, sleep, monotonic)
-    rows = list(effect_rows(agent=audit.agent or None, since=audit.since, after=audit.cursor,
-                            limit=limit))  # fmt: skip
+    agent_name = audit.agent or None
+    rows = list(effect_rows(agent=agent_name, since=audit.since, after=audit.cursor, limit=limit))
     for i, row in enumerate(rows):
         _check(work, row, pacer)
         if (i + 1) % BATCH == 0:

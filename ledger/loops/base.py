@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ledger import canonical
 from ledger.engine import RunContext
@@ -186,3 +186,72 @@ class Sender:
         answer: dict[str, Any] = raw.parse().model_dump(mode="json", exclude_none=True)
         answer["attempts"] = raw.retries_taken + 1
         return answer
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One stored answer, read in a wire format: the assistant message to append to the
+    conversation, the tool calls it asks for, its text and why it stopped."""
+
+    message: dict[str, Any]
+    calls: list[ToolCall]
+    text: str
+    stop_reason: Any
+
+
+class Wire(Protocol):
+    """One provider's wire format, as the loop needs it."""
+
+    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The whole request of the next turn (hashed as the model step's inputs)."""
+        ...
+
+    def usage(self, answer: dict[str, Any]) -> tuple[Any, Any]:
+        """(input tokens, output tokens) as the answer reports them."""
+        ...
+
+    def reply(self, answer: dict[str, Any]) -> Reply: ...
+
+    def results(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        """The messages that hand the tool results back."""
+        ...
+
+
+def run_loop(
+    ctx: RunContext,
+    *,
+    wire: Wire,
+    messages: list[dict[str, Any]],
+    tools: Sequence[Tool],
+    limits: Limits,
+    sender: Sender,
+    model: str,
+    step: str,
+) -> dict[str, Any]:
+    """Ask, run the tools asked for, hand the results back, until an answer asks for none.
+
+    Each turn is the model step ``<step>.turn.<n>``, its calls one fan-out
+    ``<step>.turn.<n>.tools``; the limits are checked before each turn.
+    """
+    usage = Usage()
+    with ctx.scope(step):
+        while True:
+            turn = usage.turns + 1
+            check_limits(limits, usage, step_id=f"{step}.turn.{turn}")
+            answer = ctx.model_request(
+                wire.request(messages), send=sender, model=model, step=f"turn.{turn}"
+            )
+            tokens_in, tokens_out = wire.usage(answer)
+            attempts = answer.get("attempts")
+            usage.add(input_tokens=tokens_in, output_tokens=tokens_out, attempts=attempts)
+            reply = wire.reply(answer)
+            messages.append(reply.message)
+            if not reply.calls:
+                return {
+                    "text": reply.text,
+                    "stop_reason": reply.stop_reason,
+                    "usage": usage.as_dict(limits),
+                    "messages": messages,
+                }
+            outcomes = run_tools(ctx, reply.calls, tools, step=f"turn.{turn}.tools")
+            messages.extend(wire.results(outcomes))

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.engine import RunContext
 from ledger.loops.base import (
     ClientFactory,
     Limits,
+    Reply,
     Sender,
     ToolCall,
-    Usage,
-    check_limits,
-    run_tools,
+    ToolOutcome,
+    run_loop,
 )
 from ledger.registry import Tool
 
@@ -47,8 +48,8 @@ def chat_loop(
 ) -> dict[str, Any]:
     """Run the loop to the model's last answer; return ``{"text", "stop_reason", "usage",
     "messages"}``. Steps as in ``ledger.loops.messages.messages_loop``."""
-    limits = limits or Limits()
-    tool_defs = [
+    wire = _Chat(model=model, params=dict(params or {}))
+    wire.tools = [
         {
             "type": "function",
             "function": {
@@ -59,42 +60,48 @@ def chat_loop(
         }
         for t in tools
     ]
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": user})
-    usage = Usage()
-    sender = Sender(client, endpoint=_completions)
-    with ctx.scope(step):
-        while True:
-            turn = usage.turns + 1
-            check_limits(limits, usage, step_id=f"{step}.turn.{turn}")
-            request: dict[str, Any] = {"model": model, "messages": messages}
-            request |= {"tools": tool_defs} if tool_defs else {}
-            answer = ctx.model_request(
-                {**request, **(params or {})}, send=sender, model=model, step=f"turn.{turn}"
-            )
-            reported = answer.get("usage") or {}
-            usage.add(
-                input_tokens=reported.get("prompt_tokens"),
-                output_tokens=reported.get("completion_tokens"),
-                attempts=answer.get("attempts"),
-            )
-            choice = (answer.get("choices") or [{}])[0]
-            message = choice.get("message") or {}
-            said = {"role": "assistant", "content": message.get("content")}
-            said |= {"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {}
-            messages.append(said)
-            calls = [_tool_call(c) for c in message.get("tool_calls") or []]
-            if not calls:
-                return {
-                    "text": message.get("content") or "",
-                    "stop_reason": choice.get("finish_reason"),
-                    "usage": usage.as_dict(limits),
-                    "messages": messages,
-                }
-            for outcome in run_tools(ctx, calls, tools, step=f"turn.{turn}.tools"):
-                messages.append(
-                    {"role": "tool", "tool_call_id": outcome.call.id, "content": outcome.text}
-                )
+    opening = [{"role": "system", "content": system}] if system else []
+    return run_loop(
+        ctx,
+        wire=wire,
+        messages=[*opening, {"role": "user", "content": user}],
+        tools=tools,
+        limits=limits or Limits(),
+        sender=Sender(client, endpoint=lambda c: c.chat.completions.with_raw_response.create),
+        model=model,
+        step=step,
+    )
+
+
+@dataclass
+class _Chat:
+    model: str
+    params: dict[str, Any]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        request |= {"tools": self.tools} if self.tools else {}
+        return {**request, **self.params}
+
+    def usage(self, answer: dict[str, Any]) -> tuple[Any, Any]:
+        reported = answer.get("usage") or {}
+        return reported.get("prompt_tokens"), reported.get("completion_tokens")
+
+    def reply(self, answer: dict[str, Any]) -> Reply:
+        choice = (answer.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        said = {"role": "assistant", "content": message.get("content")}
+        said |= {"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {}
+        return Reply(
+            message=said,
+            calls=[_tool_call(c) for c in message.get("tool_calls") or []],
+            text=message.get("content") or "",
+            stop_reason=choice.get("finish_reason"),
+        )
+
+    def results(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": o.call.id, "content": o.text} for o in outcomes]
 
 
 def _tool_call(call: Mapping[str, Any]) -> ToolCall:
@@ -108,7 +115,3 @@ def _tool_call(call: Mapping[str, Any]) -> ToolCall:
         name=str(function.get("name", "")),
         arguments=arguments if isinstance(arguments, dict) else None,
     )
-
-
-def _completions(client: Any) -> Any:
-    return client.chat.completions.with_raw_response.create

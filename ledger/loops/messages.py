@@ -9,17 +9,18 @@ next user message by a ``tool_result`` block with the same ``tool_use_id``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.engine import RunContext
 from ledger.loops.base import (
     ClientFactory,
     Limits,
+    Reply,
     Sender,
     ToolCall,
-    Usage,
-    check_limits,
-    run_tools,
+    ToolOutcome,
+    run_loop,
 )
 from ledger.registry import Tool
 
@@ -51,55 +52,61 @@ def messages_loop(
     Steps: ``<step>.turn.<n>`` (model) and ``<step>.turn.<n>.tools.<i>.<tool>``. ``params`` go
     into every request (``temperature``, ``tool_choice``, …) and so into its hash.
     """
-    limits = limits or Limits()
-    tool_defs = [
+    wire = _Messages(model=model, max_tokens=max_tokens, system=system, params=dict(params or {}))
+    wire.tools = [
         {"name": t.name, "description": t.description, "input_schema": t.parameters()}
         for t in tools
     ]
-    messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
-    usage = Usage()
-    sender = Sender(client, endpoint=_messages)
-    with ctx.scope(step):
-        while True:
-            turn = usage.turns + 1
-            check_limits(limits, usage, step_id=f"{step}.turn.{turn}")
-            request = {"model": model, "max_tokens": max_tokens, "messages": messages}
-            request |= {"system": system} if system else {}
-            request |= {"tools": tool_defs} if tool_defs else {}
-            answer = ctx.model_request(
-                {**request, **(params or {})}, send=sender, model=model, step=f"turn.{turn}"
-            )
-            reported = answer.get("usage") or {}
-            usage.add(
-                input_tokens=reported.get("input_tokens"),
-                output_tokens=reported.get("output_tokens"),
-                attempts=answer.get("attempts"),
-            )
-            content = answer.get("content") or []
-            messages.append({"role": "assistant", "content": content})
-            calls = [_tool_call(b) for b in content if b.get("type") == "tool_use"]
-            if not calls:
-                return {
-                    "text": "".join(b.get("text", "") for b in content if b.get("type") == "text"),
-                    "stop_reason": answer.get("stop_reason"),
-                    "usage": usage.as_dict(limits),
-                    "messages": messages,
-                }
-            outcomes = run_tools(ctx, calls, tools, step=f"turn.{turn}.tools")
-            messages.append(
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": o.call.id,
-                            "content": o.text,
-                            **({"is_error": True} if o.is_error else {}),
-                        }
-                        for o in outcomes
-                    ],
-                }
-            )
+    return run_loop(
+        ctx,
+        wire=wire,
+        messages=[{"role": "user", "content": user}],
+        tools=tools,
+        limits=limits or Limits(),
+        sender=Sender(client, endpoint=lambda c: c.messages.with_raw_response.create),
+        model=model,
+        step=step,
+    )
+
+
+@dataclass
+class _Messages:
+    model: str
+    max_tokens: int
+    system: str
+    params: dict[str, Any]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        request = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
+        request |= {"system": self.system} if self.system else {}
+        request |= {"tools": self.tools} if self.tools else {}
+        return {**request, **self.params}
+
+    def usage(self, answer: dict[str, Any]) -> tuple[Any, Any]:
+        reported = answer.get("usage") or {}
+        return reported.get("input_tokens"), reported.get("output_tokens")
+
+    def reply(self, answer: dict[str, Any]) -> Reply:
+        content = answer.get("content") or []
+        return Reply(
+            message={"role": "assistant", "content": content},
+            calls=[_tool_call(b) for b in content if b.get("type") == "tool_use"],
+            text="".join(b.get("text", "") for b in content if b.get("type") == "text"),
+            stop_reason=answer.get("stop_reason"),
+        )
+
+    def results(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        blocks = [
+            {
+                "type": "tool_result",
+                "tool_use_id": o.call.id,
+                "content": o.text,
+                **({"is_error": True} if o.is_error else {}),
+            }
+            for o in outcomes
+        ]
+        return [{"role": "user", "content": blocks}]
 
 
 def _tool_call(block: Mapping[str, Any]) -> ToolCall:
@@ -109,7 +116,3 @@ def _tool_call(block: Mapping[str, Any]) -> ToolCall:
         name=str(block.get("name", "")),
         arguments=arguments if isinstance(arguments, dict) else None,
     )
-
-
-def _messages(client: Any) -> Any:
-    return client.messages.with_raw_response.create
