@@ -21,10 +21,11 @@ from django.db import connection
 from django.utils import timezone
 from llm_wire import WireModel
 
-from harness.cluster import database_url, wait_for
+from harness.cluster import Cluster, database_url, wait_for
 from ledger import registry, transitions, worker
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
+from runs.tasks import start_run
 
 pytest.importorskip("anthropic")
 pytest.importorskip("openai")
@@ -63,6 +64,10 @@ def start(api: str, **inputs: Any) -> str:
 
 def rows(run_id: str) -> dict[str, Step]:
     return {s.step_id: s for s in Step.objects.filter(run_id=run_id).order_by("seq")}
+
+
+def settled(run_id: str) -> bool:
+    return Run.objects.get(pk=run_id).status not in ("queued", "running")
 
 
 def effects_once() -> None:
@@ -232,6 +237,36 @@ def test_a_worker_killed_mid_loop_resumes_asking_each_turn_once_and_sending_each
     settled = [r for r in after.values() if r.effect_key in sent]
     assert len(settled) == len(sent) and all(r.attempt == 1 for r in settled)
     effects_once()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.parametrize(
+    ("api", "kill_at"), [("anthropic", "fetch_invoice"), ("openai", "charge.after_effect")]
+)
+def test_a_celery_worker_killed_mid_loop_is_recovered_by_the_sweep(
+    api: str, kill_at: str, model: WireModel, tmp_path: Path
+) -> None:
+    """The whole `celery -A runs worker` (parent and pool child) dies at the point; a second
+    worker and beat's sweep recover the run, asking each turn once and refunding each once."""
+    env = {"RUNLEDGER_AGENT_MODULES": "ledger.examples.agents", **sdk_env(model)}
+    with Cluster(tmp_path, lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
+        run_id = start(api)
+        victim = cluster.worker(
+            "victim", env={"RUNLEDGER_KILL_AT": kill_at, "RUNLEDGER_KILL_SCOPE": "group"}
+        )
+        cluster.send(start_run, run_id)
+        assert wait_for(lambda: victim.poll() is not None, timeout=60), cluster.log("victim")
+        assert Run.objects.get(pk=run_id).status == "running"
+        cluster.worker("rescuer")
+        cluster.beat()
+        assert wait_for(lambda: settled(run_id), timeout=90), cluster.log("rescuer")
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.executions, run.resume_count) == ("succeeded", 2, 1), run.detail
+    assert model.turns_asked() == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert list(rows(run_id)) == list(EXPECTED_STEPS)
+    effects_once()
+    connection.close()
 
 
 def test_tool_schemas_come_from_signatures_and_are_the_runs_tool_schema_hash() -> None:
