@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError
+from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
 class _NotHappened:
@@ -25,9 +26,9 @@ NOT_HAPPENED = _NotHappened()
 
 ToolKind = Literal["pure", "read", "effect"]
 Reconcile = Callable[[str], Any]
+#: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
+ListKeys = Callable[[str], Iterable[str]]
 RESERVED_PARAMS = {"step"}
-#: Parameters the engine fills in (not part of a tool's schema).
-_ENGINE_PARAMS = {"idempotency_key", "fencing_token"}
 
 
 @dataclass(frozen=True)
@@ -43,19 +44,27 @@ class Tool:
     #: execution's fencing token, which grows with every takeover of the run.
     takes_fencing_token: bool = False
     reconcile_takes_fencing_token: bool = False
+    list_keys: ListKeys | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        params = [p for p in inspect.signature(self.fn).parameters if p not in _ENGINE_PARAMS]
+        """What the tool-schema hash covers: name, kind, parameters (names, JSON types and
+        defaults, as a model sees them), whether it can be reconciled, and its description."""
+        params = [p for p in inspect.signature(self.fn).parameters if p not in HIDDEN_PARAMS]
         return {
             "name": self.name,
             "kind": self.kind,
             "params": params,
+            "parameters": self.parameters(),
             "reconcile": self.reconcile is not None,
             "description": self.description,
         }
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the tool's parameters, derived from its signature."""
+        return parameters_schema(self.fn)
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ def tool(
     reconcile: Reconcile | None = None,
     retries: int | None = None,
     ttl_seconds: float | None = None,
+    list_keys: ListKeys | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -104,6 +114,8 @@ def tool(
     execution's fencing token (an integer that grows with every takeover of the run), for a
     provider that can refuse a stale lease holder (``ledger.engine.fence``).
     Reads and model calls retry twice by default; effects do not retry unless told to.
+    ``list_keys(prefix)`` (effects only, optional) lists the keys the downstream system holds
+    under a prefix, so the effect audit can find effects the ledger does not know at all.
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
@@ -121,6 +133,8 @@ def tool(
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
         if kind != "effect" and "fencing_token" in params:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects get a fencing_token")
+        if kind != "effect" and list_keys is not None:
+            raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a list_keys")
         default_retries = 0 if kind == "effect" else 2
         registered = Tool(
             name=tool_name,
@@ -133,6 +147,7 @@ def tool(
             takes_fencing_token="fencing_token" in params,
             reconcile_takes_fencing_token=reconcile is not None
             and "fencing_token" in inspect.signature(reconcile).parameters,
+            list_keys=list_keys,
         )
         _tools[tool_name] = registered
         return registered
@@ -185,6 +200,10 @@ def agents() -> dict[str, Agent]:
 
 def get_tool(name: str) -> Tool | None:
     return _tools.get(name)
+
+
+def tools() -> dict[str, Tool]:
+    return dict(_tools)
 
 
 def unregister_agent(name: str) -> None:

@@ -197,6 +197,11 @@ RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
 # A run's ledger holds at most this many steps: a call that would add one more stops the run
 # as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
+# The same bound by size: the stored results (canonical JSON bytes) of the steps a run has
+# walked. A new step past it stops the run (budget); agents compare ctx.history_bytes.
+RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN = int(
+    os.environ.get("RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN", str(50 * 1024 * 1024))
+)
 
 # --- the dashboard -----------------------------------------------------------------------
 # How often the runs list (and an active run's header) re-fetches itself; the page's script

@@ -21,6 +21,7 @@ from ledger.selectors.bulk import (
     BulkPlanItem,
     bulk_preview,
 )
+from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
     EditMark,
@@ -87,6 +88,8 @@ __all__ = [
     "audit_page",
     "bulk_preview",
     "edited_upstream",
+    "effect_audits",
+    "findings_for_run",
     "ledger_export",
     "load_steps",
     "run_children",

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0005_settlement_step_row'),
+        ('ledger', '0006_agent13_effect_audit'),
     ]
 
     operations = [
