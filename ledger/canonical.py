@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from operator import itemgetter
 from typing import Any
 
 from ledger.errors import NotJSON
@@ -81,16 +82,19 @@ def canonical(value: Any, *, step_id: str = "") -> tuple[Any, str]:
 
 
 def _sorted_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len(pairs) < 2:
+        return dict(pairs)
     return dict(sorted(pairs, key=_first))
 
 
-def _first(pair: tuple[str, Any]) -> str:
-    return pair[0]
+_first = itemgetter(0)
+#: Built once: ``json.loads(text, object_pairs_hook=...)`` would build a decoder per call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_sorted_object)
 
 
 def loads(text: str | bytes) -> Any:
     """Stored JSON text decoded in the canonical order (every object's keys sorted)."""
-    return json.loads(text, object_pairs_hook=_sorted_object)
+    return _DECODER.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
 def ordered(value: Any) -> Any:
