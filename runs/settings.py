@@ -242,6 +242,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("RUNLEDGER_STATIC_ROOT", VAR_DIR / "staticfiles"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up when it is missing
 # WhiteNoise serves static files from every web process. After `manage.py collectstatic` (the
 # serve stack runs it) the files have hashed, compressed copies served with a one-year immutable
 # cache; before it (the demo, the tests) they are found where they are, under their own names.
