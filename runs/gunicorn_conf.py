@@ -18,6 +18,8 @@ graceful_timeout = 20
 # start instead of every worker in a loop.
 preload_app = True
 accesslog = os.environ.get("RUNLEDGER_ACCESS_LOG", "-") or None
+# No control socket: its default path is shared by every gunicorn of the user on this machine.
+control_socket_disable = True
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
 
 

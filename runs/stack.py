@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from django.conf import settings
@@ -36,8 +36,16 @@ def start(commands: Mapping[str, Sequence[str]], env: Mapping[str, str] | None =
     }
 
 
-def wait_for_signal(children: Children, *, say: object) -> None:
-    """Return on SIGINT or SIGTERM, or when any child exits (``say`` prints why)."""
+def wait_for_signal(
+    children: Children, *, say: Callable[[str], object], essential: Iterable[str] | None = None
+) -> None:
+    """Return on SIGINT or SIGTERM, or when an ``essential`` child exits (all are, by default).
+
+    A part that is not essential and exits is reported once and left down: the stack's
+    ``/readyz`` shows what is missing, and restarting is the machine's supervisor's job.
+    """
+    must_live = set(children if essential is None else essential)
+    reported: set[str] = set()
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -47,9 +55,14 @@ def wait_for_signal(children: Children, *, say: object) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     while not stop["now"]:
         for name, child in children.items():
-            if child.poll() is not None:
-                say(f"{name} exited with {child.returncode}; stopping")  # type: ignore[operator]
+            if child.poll() is None or name in reported:
+                continue
+            reported.add(name)
+            if name in must_live:
+                say(f"{name} exited with {child.returncode}; stopping")
                 stop["now"] = True
+            else:
+                say(f"{name} exited with {child.returncode}; the rest keeps running (see /readyz)")
         time.sleep(0.5)
 
 

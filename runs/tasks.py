@@ -16,7 +16,7 @@ from functools import partial
 from celery import Task, shared_task
 from django.db import transaction
 
-from ledger import worker
+from ledger import logcontext, worker
 from ledger.models import Run
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,11 @@ def _worker_name(task: Task) -> str:
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
     """Execute the run if this worker can claim it; the outcome's status, or None."""
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+        return _execute_bound(task, run_id, why)
+
+
+def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if status is None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)

@@ -59,9 +59,12 @@ class Command(BaseCommand):
             },
             env,
         )
+        self.stdout.write(" ".join(f"{name} pid {c.pid}" for name, c in children.items()))
         try:
             self._wait_ready(f"http://{bind}/readyz", children, options["ready_seconds"])
-            stack.wait_for_signal(children, say=self.stderr.write)
+            # Without the web there is nothing to serve; a worker or beat that stops is reported
+            # by /readyz (the sweep goes late) and left to the machine's supervisor.
+            stack.wait_for_signal(children, say=self.stderr.write, essential=["web"])
         finally:
             stack.stop(
                 children, grace_seconds=float(os.environ.get("RUNLEDGER_STOP_SECONDS", "30"))
