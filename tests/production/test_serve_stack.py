@@ -181,7 +181,7 @@ def test_the_serve_stack_serves_signs_in_counts_steps_and_reports_a_stopped_work
             "survey",
             "--inputs",
             '{"records": 3}',
-        ],  # fmt: skip
+        ],
         env=env,
         cwd=ROOT,
         capture_output=True,
