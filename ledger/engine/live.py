@@ -169,7 +169,12 @@ class LiveSteps:
                 f"{call.tool!r} could not say whether key {row.effect_key} took effect",
             )
         if answer is NOT_HAPPENED:
-            log.info("run %s: %s did not happen; executing with the same key", self.run_id, row)
+            log.info(
+                "run %s: %s did not happen; executing with the same key",
+                self.run_id,
+                row,
+                extra={"step_id": call.step_id},
+            )
             return NOT_HAPPENED
         try:
             data, text = canonical.canonical(answer, step_id=call.step_id)
