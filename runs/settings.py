@@ -385,3 +385,11 @@ RUNLEDGER_METRICS_NETWORKS = [
     ipaddress.ip_network(net, strict=False)
     for net in env_list("RUNLEDGER_METRICS_NETWORKS", "127.0.0.0/8,::1/128")
 ]
+
+# --- retention (manage.py prune_runs) ------------------------------------------------------
+# Where the step rows of pruned runs go, as <dir>/<YYYY-MM>/<run_id>.jsonl.gz.
+RUNLEDGER_ARCHIVE_DIR = Path(os.environ.get("RUNLEDGER_ARCHIVE_DIR", VAR_DIR / "archive"))
+# Set (in days) to let beat prune runs finished longer ago than that, once a day.
+RUNLEDGER_PRUNE_AFTER_DAYS = int(os.environ.get("RUNLEDGER_PRUNE_AFTER_DAYS", "0"))
+if RUNLEDGER_PRUNE_AFTER_DAYS > 0:
+    CELERY_BEAT_SCHEDULE["runledger-prune"] = {"task": "runledger.prune", "schedule": 24 * 3600.0}

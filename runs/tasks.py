@@ -80,6 +80,26 @@ def sweep() -> list[str]:
     return run_ids
 
 
+@shared_task(name="runledger.prune")
+def prune() -> int:
+    """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step
+    rows of runs finished longer ago than that; the number of runs pruned."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from ledger import retention
+
+    done = retention.prune_finished(
+        finished_before=timezone.now() - timedelta(days=settings.RUNLEDGER_PRUNE_AFTER_DAYS),
+        directory=settings.RUNLEDGER_ARCHIVE_DIR,
+        by="beat:prune",
+    )
+    log.info("retention: %s runs pruned, %s rows deleted", done.runs, done.deleted)
+    return done.runs
+
+
 def enqueue_start(run_id: str) -> None:
     """Send start_run once the transaction that created the run commits."""
     transaction.on_commit(partial(_send, start_run, run_id))

@@ -135,6 +135,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "can_export": request.user.has_perm(EXPORT_LEDGER),
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
         "audit_shown": RUN_AUDIT_SHOWN,
+        "archive": selectors.run_archive(run_id=run.run_id),
     }
     return render(request, "runs/run_detail.html", context)
 
