@@ -53,11 +53,25 @@ SWEEPS = Counter("runledger_sweeps", "Passes of the recovery sweep.")
 COUNTED = (STEPS_WRITTEN, STEP_WRITE_SECONDS, RESUMES, RECONCILIATIONS, LEASE_EXPIRIES, SWEEPS)
 
 
+_step_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _step_metrics(kind: str, status: str) -> tuple[Any, Any]:
+    """The labelled counter and histogram of one kind and status, looked up once (``labels()``
+    takes a lock and builds a key on every call; this path runs once per step)."""
+    children = _step_children.get((kind, status))
+    if children is None:
+        children = (STEPS_WRITTEN.labels(kind, status), STEP_WRITE_SECONDS.labels(kind))
+        _step_children[(kind, status)] = children
+    return children
+
+
 def observe(event: str, fields: Mapping[str, Any]) -> None:
     """The ledger's events as counter increments (no I/O: cheap on the engine's hot path)."""
     if event == "step_written":
-        STEPS_WRITTEN.labels(fields["kind"], fields["status"]).inc()
-        STEP_WRITE_SECONDS.labels(fields["kind"]).observe(fields["seconds"])
+        counter, histogram = _step_metrics(fields["kind"], fields["status"])
+        counter.inc()
+        histogram.observe(fields["seconds"])
     elif event == "run_resumed":
         RESUMES.inc()
     elif event == "reconciled":
