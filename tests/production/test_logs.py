@@ -37,3 +37,26 @@ def test_a_ledger_line_during_an_execution_is_json_with_run_worker_and_lease(
     assert blocked["worker"] == "worker-2"
     assert len(blocked["lease"]) == 8
     assert "context" not in blocked and "time" in blocked
+
+
+def test_a_signed_in_request_binds_its_actor_and_an_anonymous_one_none(rf) -> None:
+    from django.contrib.auth.models import AnonymousUser, User
+
+    from ledger import logcontext
+    from runs.logs import ActorMiddleware
+
+    seen: list[dict[str, str]] = []
+
+    def view(request):
+        seen.append(dict(logcontext.current()))
+        return None
+
+    middleware = ActorMiddleware(view)
+    signed_in = rf.get("/")
+    signed_in.user = User.objects.create_user(username="olivia", password="x" * 16)
+    middleware(signed_in)
+    anonymous = rf.get("/")
+    anonymous.user = AnonymousUser()
+    middleware(anonymous)
+    assert seen == [{"actor": "olivia"}, {}]
+    assert logcontext.current() == {}
