@@ -245,6 +245,7 @@ class AuditAction(models.TextChoices):
     RUN_FORK = "run_fork"
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
+    RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
 
 
 class AppendOnly(Exception):
@@ -363,3 +364,30 @@ class EffectAuditFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.difference} {self.effect_key}"
+
+
+class RunArchive(models.Model):
+    """Where retention put a finished run's step rows (``manage.py prune_runs``).
+
+    Written by ``ledger.transitions.retention`` only, before the first step row is deleted:
+    the archive file is complete and its digest recorded first, so a prune interrupted at any
+    point leaves every row either in the table, in the file, or both. ``run_version`` is the
+    run's version when it was archived; a run that changed since (an operator's retry) has no
+    rows deleted. Steps that a settlement points at stay in the table (they are the audit's
+    evidence); ``kept`` counts them.
+    """
+
+    run = models.OneToOneField(
+        Run, primary_key=True, on_delete=models.PROTECT, related_name="archive", db_column="run_id"
+    )
+    location = models.CharField(max_length=1000)
+    sha256 = models.CharField(max_length=64)
+    steps = models.PositiveIntegerField()
+    deleted = models.PositiveIntegerField(default=0)
+    kept = models.PositiveIntegerField(default=0)
+    run_version = models.PositiveIntegerField()
+    archived_at = models.DateTimeField()
+    archived_by = models.CharField(max_length=150)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} -> {self.location}"

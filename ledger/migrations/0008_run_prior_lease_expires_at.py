@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0006_agent13_effect_audit'),
+        ('ledger', '0007_merge_agent13_prod11'),
     ]
 
     operations = [
