@@ -112,11 +112,17 @@ def run_execute(
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
-        return _execute_leased(run_id, worker, token, seconds, clock, heartbeat)
+        return _execute_leased(run_id, worker, token, seconds, clock, heartbeat, sent_at)
 
 
 def _execute_leased(
-    run_id: str, worker: str, token: str, seconds: float, clock: Clock, heartbeat: bool
+    run_id: str,
+    worker: str,
+    token: str,
+    seconds: float,
+    clock: Clock,
+    heartbeat: bool,
+    sent_at: float,
 ) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
     fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
