@@ -28,11 +28,16 @@ $(PEERS):
 	$(PYTHON) -m venv .venv-peers
 	$(PEERS) -m pip install -q dbos langgraph langgraph-checkpoint-postgres "psycopg[binary]"
 
-## The engine's write path against the floor and against peers (DBOS, LangGraph) on the same
-## PostgreSQL, then on the SQLite default.
+## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
+## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
+## size and concurrent runs; then the SQLite default. Figures go to bench-results.json.
+BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
-	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py bench_engine && $(PEERS) tests/bench/peers.py "$$DATABASE_URL" 2>/dev/null | grep -E "^peer"'
-	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine
+	rm -f bench-results.json
+	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py $(PY) manage.py bench_engine \
+		--peers $(PEERS) --json bench-results.json --profile bench-profile.txt $(BENCH_ARGS)
+	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
+		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 
 ## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
