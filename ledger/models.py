@@ -114,7 +114,10 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id")
+    # No index of its own: the unique (run_id, step_id) index and step_run_seq lead with run_id.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id", db_index=False
+    )
     step_id = models.CharField(max_length=255)
     input_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=StepStatus.choices)

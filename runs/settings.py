@@ -181,6 +181,9 @@ RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
 )
 # A run's ledger holds at most this many steps: a call that would add one more stops the run
 # as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
+# The engine's step writes as server-side prepared statements on PostgreSQL (one parse and
+# plan per connection). Turn off (0) behind a pooler in transaction mode (PgBouncer < 1.21).
+RUNLEDGER_PG_PREPARE = env_bool("RUNLEDGER_PG_PREPARE", True)
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
 
 # --- the dashboard -----------------------------------------------------------------------
