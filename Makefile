@@ -30,12 +30,15 @@ $(PEERS):
 
 ## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
-## size and concurrent runs; then the SQLite default. Figures go to bench-results.json.
+## size and concurrent runs, and each lever on the step write; then the SQLite default.
+## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
 BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
 	rm -f bench-results.json
-	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py $(PY) manage.py bench_engine \
-		--peers $(PEERS) --json bench-results.json --profile bench-profile.txt $(BENCH_ARGS)
+	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
+			--profile bench-profile.txt $(BENCH_ARGS) && \
+		$(PY) manage.py bench_levers --json bench-results.json'
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 

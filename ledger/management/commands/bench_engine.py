@@ -34,7 +34,7 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import llm, registry, transitions, worker
+from ledger import canonical, llm, transitions, worker
 from ledger.agents import agent, tool
 from ledger.models import Run, Step
 
@@ -247,25 +247,50 @@ class Command(BaseCommand):
         return statistics.median(samples) * 1000
 
     def _resume(self, figures: Figures, steps: int) -> None:
-        """Record a ``steps``-step run, then resume it in a fresh worker process."""
+        """A recorded ``steps``-step run, resumed in a fresh worker process."""
         t = time.perf_counter()
-        name = self._execute("read", steps, "bench-resume")
-        run_id = self._created[-1]
-        figures.add(f"record_{steps}_steps", time.perf_counter() - t, "s")
-        Run.objects.filter(pk=run_id).update(status="failed")
-        transitions.run_resume(run_id=run_id, by="bench", reason="bench", seen_version=None)
+        run_id = self._recorded_run(steps)
+        figures.add(f"seed_{steps}_steps", time.perf_counter() - t, "s")
         child = subprocess.run(
             [sys.executable, sys.argv[0], "bench_engine", "--resume-only", run_id,
              "--resume-steps", str(steps)],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         answer = json.loads(child.stdout.strip().splitlines()[-1])
-        registry.unregister_agent(name)
         figures.add(f"resume_{steps}_steps", answer["seconds"], "s", goal="<= 0.5")
         figures.add("resume_ledger_queries", answer["ledger_queries"], "queries", goal="1")
         figures.add("resume_queries", answer["queries"], "queries")
         figures.add("resume_worker_peak_rss", answer["peak_rss_mb"], "MB")
         figures.add("resume_worker_rss_before", answer["rss_before_mb"], "MB")
+
+    def _recorded_run(self, steps: int) -> str:
+        """A failed run of ``steps`` succeeded read steps, resumable, as the engine records it.
+
+        Its first 10 steps are written by the engine; the rest are copied in bulk with the
+        same inputs hashing and linking (recording 10,000 steps one commit at a time would take
+        most of the bench's time on a busy machine). The resume checks the copy: it asserts
+        that every step replays, which a wrong hash or link would break.
+        """
+        head = min(steps, 10)
+        self._execute("read", head, "bench-resume")
+        run_id = self._created[-1]
+        model = Step.objects.get(run_id=run_id, step_id="s0")
+        Step.objects.filter(run_id=run_id, step_id=f"s{head - 1}").update(next_step_id=f"s{head}")
+        now = timezone.now()
+        rows = []
+        for i in range(head, steps):
+            data, text = canonical.canonical({"i": i}, step_id=f"s{i}")
+            row = Step(
+                run_id=run_id, step_id=f"s{i}", input_hash=canonical.hash_text(text),
+                status="succeeded", result={"i": i}, kind="read", tool=model.tool,
+                seq=i + 1, inputs=data, updated_at=now, started_at=now, finished_at=now,
+                next_step_id=f"s{i + 1}" if i + 1 < steps else None,
+            )  # fmt: skip
+            rows.append(row)
+        Step.objects.bulk_create(rows, batch_size=2000)
+        Run.objects.filter(pk=run_id).update(status="failed")
+        transitions.run_resume(run_id=run_id, by="bench", reason="bench", seen_version=None)
+        return run_id
 
     def _resume_child(self, run_id: str, steps: int) -> None:
         """In a fresh process: the worker's resume of a recorded run, as one JSON line."""
@@ -366,6 +391,13 @@ def _median_of(rounds: list[dict[str, float]]) -> Any:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM: since its exec, unlike ru_maxrss, which
+    keeps the forking parent's peak)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

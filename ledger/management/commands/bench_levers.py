@@ -26,6 +26,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,7 +36,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger import transitions
-from ledger.management.commands.bench_engine import _bench_agent
+from ledger.management.commands.bench_engine import _bench_agent, _merge_json
 from ledger.models import Run, Step
 from ledger.transitions import steps as sql
 
@@ -82,6 +83,7 @@ class Command(BaseCommand):
             help="wait for the WAL flush at each commit (default: synchronous_commit off, so "
             "that the disk's noise does not hide the statements' own cost)",
         )
+        parser.add_argument("--json", default="", help="add the figures to this file")
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", verbosity=0)
@@ -101,13 +103,18 @@ class Command(BaseCommand):
         finally:
             Step.objects.filter(run_id__in=self._runs).delete()
             Run.objects.filter(run_id__in=self._runs).delete()
-        floor = statistics.median(r["floor"] for r in rounds)
-        self.stdout.write(f"lever_floor: {floor:.3f} ms")
+        figures = {"lever_floor": (statistics.median(r["floor"] for r in rounds), "ms")}
         for variant in VARIANTS:
             ms = statistics.median(r[variant] for r in rounds)
             ratio = statistics.median(r[variant] / r["floor"] for r in rounds)
-            self.stdout.write(f"lever_{variant}: {ms:.3f} ms")
-            self.stdout.write(f"lever_{variant}_vs_floor: {ratio:.3f} x")
+            figures[f"lever_{variant}"] = (ms, "ms")
+            figures[f"lever_{variant}_vs_floor"] = (ratio, "x")
+        for name, (value, unit) in figures.items():
+            self.stdout.write(f"{name}: {value:.3f} {unit}")
+        if options["json"]:
+            values: dict[str, Any] = {n: {"value": v, "unit": u} for n, (v, u) in figures.items()}
+            values["rounds"] = {"value": rounds, "unit": "ms per write, per round"}
+            _merge_json(Path(options["json"]), "postgresql_levers", values)
 
     def _round(self, n: int) -> dict[str, float]:
         """One write of each variant in turn, ``n`` times, so that load hits all alike; the
