@@ -43,7 +43,7 @@ bench: $(STAMP) $(PEERS)
 	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
-		$(PY) manage.py bench_levers --json bench-results.json'
+		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json'
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 
