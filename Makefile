@@ -47,6 +47,12 @@ bench: $(STAMP) $(PEERS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 
+## Throughput with real workers: 1,000 runs x 20 steps on 2 Celery worker processes (4 pool
+## children each) over the default filesystem broker and over a private redis-server.
+bench-workers: $(STAMP)
+	RUNLEDGER_HARNESS=1 WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+		$(PY) manage.py migrate -v0 && $(PY) manage.py bench_workers $(BENCH_ARGS)'
+
 ## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
 KILLTEST_TRIALS ?= 200
