@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest bench bench-dashboard screenshots clean
+.PHONY: demo test lint typecheck check killtest bench bench-workers bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
