@@ -4,7 +4,17 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 
-from runs.dashboard.views import audit, bulk, run_actions, run_list, run_page, settle, stale
+from runs.dashboard.views import (
+    audit,
+    bulk,
+    deploy,
+    effects,
+    run_actions,
+    run_list,
+    run_page,
+    settle,
+    stale,
+)
 
 
 class RunIdConverter:
@@ -64,6 +74,10 @@ dashboard = [
     path("bulk/", bulk.bulk_preview, name="bulk"),
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
+    path("deploy/", deploy.deploy_page, name="deploy"),
+    path("effects/", effects.effect_audits, name="effect_audits"),
+    path("effects/run/", effects.effect_audit_run, name="effect_audit_run"),
+    path("effects/<int:pk>/", effects.effect_audits, name="effect_audit"),
 ]
 
 urlpatterns = [

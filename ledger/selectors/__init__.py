@@ -7,7 +7,8 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``operator``: the settlement queue and evidence, proposals waiting, the audit, admin-edit
   marks;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
-- ``ledger``: the engine's read of a run's whole ledger in one query.
+- ``ledger``: the engine's read of a run's whole ledger in one query;
+- ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
 """
@@ -21,6 +22,7 @@ from ledger.selectors.bulk import (
     BulkPlanItem,
     bulk_preview,
 )
+from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
     EditMark,
@@ -35,6 +37,7 @@ from ledger.selectors.operator import (
     settlement_queue_steps,
     settlements_waiting,
 )
+from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
     LEASE_EXPIRED,
     ORDERS,
@@ -87,14 +90,18 @@ __all__ = [
     "audit_page",
     "bulk_preview",
     "edited_upstream",
+    "effect_audits",
+    "findings_for_run",
     "ledger_export",
     "load_steps",
+    "run_archive",
     "run_children",
     "run_detail",
     "run_status_counts",
     "runs_filtered",
     "runs_lost_in_queue",
     "runs_page",
+    "runs_to_prune",
     "runs_with_expired_leases",
     "settlement_detail",
     "settlement_evidence",

@@ -12,7 +12,8 @@ nothing.
 - ``actions``: a person's resume, retry, cancel and fork of a run; ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
-- ``edits``: admins' edits of ledger rows.
+- ``edits``: admins' edits of ledger rows;
+- ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 ``on_commit(run_id)`` arguments run after the commit that queued a run (the dashboard passes a
 function that enqueues the Celery task: ``ledger`` never imports ``runs``). Permission checks
@@ -48,6 +49,7 @@ from ledger.transitions.lifecycle import (
     run_requeue_lost,
     run_start,
 )
+from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -80,6 +82,7 @@ __all__ = [
     "lease_renew",
     "parse_result_text",
     "run_admin_edit",
+    "run_archive_record",
     "run_block",
     "run_cancel",
     "run_continue_as_new",
@@ -101,5 +104,6 @@ __all__ = [
     "step_reconcile_again",
     "step_update",
     "step_write",
+    "steps_delete_archived",
     "validate_result",
 ]

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from django import template
 
+from ledger.loops import transcript
 from runs.dashboard.presenting import pretty_capped
 
 register = template.Library()
@@ -78,3 +79,9 @@ def short(value: str | None, length: int = 12) -> str:
 def pretty(value: object) -> str:
     """JSON as indented text (capped; the template escapes it)."""
     return pretty_capped(value, limit=8000)
+
+
+@register.filter
+def turn_anchor(step_id: str) -> str:
+    """The step id of the tool-use loop turn a step belongs to, or "" (not a loop step)."""
+    return transcript.turn_anchor(step_id or "")
