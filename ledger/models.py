@@ -61,6 +61,10 @@ class Run(models.Model):
     run_id = models.CharField(primary_key=True, max_length=64, default=new_run_id)
     agent = models.CharField(max_length=200, db_index=True)
     inputs = models.JSONField(default=dict)
+    # One line an operator recognises, and searchable key/value labels: both made from the
+    # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
+    title = models.CharField(max_length=200, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     reason = models.CharField(max_length=20, choices=Reason.choices, default="", blank=True)
     blocked_step_id = models.CharField(max_length=255, blank=True, default="")

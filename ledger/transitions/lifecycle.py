@@ -47,7 +47,9 @@ def run_start(
     by: Actor | None = None,
     reason: str = "",
 ) -> Run:
-    """Create a queued run of a registered agent. Inputs must be JSON (checked here).
+    """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
+    ``requires`` (``InvalidInput`` otherwise: nothing is written). The run's title and labels
+    are made from the inputs by the agent's declaration.
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
@@ -57,11 +59,14 @@ def run_start(
     if definition is None:
         raise LookupError(f"no agent named {agent!r} is registered")
     data = canonical.normalize(inputs, step_id="<run inputs>")
+    definition.check_inputs(data)
     now = clock()
     budget = max_resumes if max_resumes is not None else definition.max_resumes
     run = Run(
         agent=agent,
         inputs=data,
+        title=definition.title_for(data),
+        labels=definition.labels_for(data),
         status=RunStatus.QUEUED,
         plan_version=definition.plan_version,
         tool_schema_hash=definition.tool_schema_hash,

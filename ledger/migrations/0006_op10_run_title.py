@@ -1,0 +1,59 @@
+"""Run.title and Run.labels: what a run is about, made from its inputs when it starts.
+
+On PostgreSQL the title gets a trigram index (``pg_trgm``) so that a search for any part of it
+stays an index scan at 100k+ runs, and the labels a GIN index for ``key:value`` containment.
+Where ``pg_trgm`` cannot be created (no privilege) the title search still works, by scanning.
+Other databases get neither index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations, models
+
+
+def _indexes(apps: Any, schema_editor: Any) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    schema_editor.execute(
+        "CREATE INDEX run_labels_gin ON ledger_run USING gin (labels jsonb_path_ops)"
+    )
+    try:
+        with schema_editor.connection.cursor() as cursor, _savepoint(schema_editor):
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    except Exception:  # noqa: BLE001 - no privilege: the search scans instead
+        return
+    schema_editor.execute(
+        "CREATE INDEX run_title_trgm ON ledger_run USING gin (UPPER(title) gin_trgm_ops)"
+    )
+
+
+def _savepoint(schema_editor: Any) -> Any:
+    from django.db import transaction
+
+    return transaction.atomic(using=schema_editor.connection.alias)
+
+
+def _drop(apps: Any, schema_editor: Any) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("DROP INDEX IF EXISTS run_title_trgm")
+        schema_editor.execute("DROP INDEX IF EXISTS run_labels_gin")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("ledger", "0005_settlement_step_row")]
+
+    operations = [
+        migrations.AddField(
+            model_name="run",
+            name="title",
+            field=models.CharField(blank=True, default="", max_length=200),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="labels",
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.RunPython(_indexes, _drop),
+    ]
