@@ -273,8 +273,10 @@ def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[fetch_invoice, refund_charge, send_email],
-    title=lambda inputs: f"Refund {len(inputs['invoice_ids'])} invoices: "
-    + ", ".join(map(str, inputs["invoice_ids"])),
+    title=lambda inputs: (
+        f"Refund {len(inputs['invoice_ids'])} invoices: "
+        + ", ".join(map(str, inputs["invoice_ids"]))
+    ),
     requires=("invoice_ids",),
 )
 def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -312,8 +314,9 @@ def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[lookup_record, send_email],
-    title=lambda inputs: f"Paged survey: records {inputs.get('start', 0)}"
-    f"–{inputs.get('records', 100)}",
+    title=lambda inputs: (
+        f"Paged survey: records {inputs.get('start', 0)} to {inputs.get('records', 100)}"
+    ),
 )
 def paged_survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Survey a long data set a page per run: each run continues as a new one (bounded ledgers)."""
