@@ -243,6 +243,7 @@ class AuditAction(models.TextChoices):
     RUN_RETRY = "run_retry"
     RUN_CANCEL = "run_cancel"
     RUN_FORK = "run_fork"
+    RUN_CLEAN = "run_clean"  # a clean run replaces a stopped one (same inputs, empty ledger)
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
 

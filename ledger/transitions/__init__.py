@@ -9,7 +9,8 @@ nothing.
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
 - ``lifecycle``: create, lease claim/renew, count a resume, replan, block, finish, continue as
   new, re-queue by the sweep (the workers' side);
-- ``actions``: a person's resume, retry, cancel and fork of a run; ``bulk``: the same on many;
+- ``actions``: a person's resume, retry, cancel, fork of a run, and a clean run replacing it;
+  ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
 - ``edits``: admins' edits of ledger rows.
@@ -32,7 +33,13 @@ from ledger.transitions._common import (
     parse_result_text,
     validate_result,
 )
-from ledger.transitions.actions import run_cancel, run_fork, run_resume, run_retry
+from ledger.transitions.actions import (
+    run_cancel,
+    run_fork,
+    run_resume,
+    run_retry,
+    run_start_clean,
+)
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
 from ledger.transitions.lifecycle import (
@@ -93,6 +100,7 @@ __all__ = [
     "run_resume",
     "run_retry",
     "run_start",
+    "run_start_clean",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

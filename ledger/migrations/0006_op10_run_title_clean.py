@@ -1,4 +1,5 @@
-"""Run.title and Run.labels: what a run is about, made from its inputs when it starts.
+"""Run.title and Run.labels: what a run is about, made from its inputs when it starts; and the
+audit action ``run_clean`` (a clean run replacing a stopped one).
 
 On PostgreSQL the title gets a trigram index (``pg_trgm``) so that a search for any part of it
 stays an index scan at 100k+ runs, and the labels a GIN index for ``key:value`` containment.
@@ -56,4 +57,29 @@ class Migration(migrations.Migration):
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.RunPython(_indexes, _drop),
+        migrations.AlterField(
+            model_name="auditevent",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("settlement_propose", "Settlement Propose"),
+                    ("settlement_approve", "Settlement Approve"),
+                    ("settlement_reject", "Settlement Reject"),
+                    ("settlement_apply", "Settlement Apply"),
+                    ("reconcile_lookup", "Reconcile Lookup"),
+                    ("run_start", "Run Start"),
+                    ("stale_accept", "Stale Accept"),
+                    ("reexecute_from", "Reexecute From"),
+                    ("run_resume", "Run Resume"),
+                    ("run_retry", "Run Retry"),
+                    ("run_cancel", "Run Cancel"),
+                    ("run_fork", "Run Fork"),
+                    ("run_clean", "Run Clean"),
+                    ("step_admin_edit", "Step Admin Edit"),
+                    ("run_admin_edit", "Run Admin Edit"),
+                ],
+                db_index=True,
+                max_length=40,
+            ),
+        ),
     ]
