@@ -57,6 +57,7 @@ dashboard = [
         name="stale_reexecute",
     ),
     path("runs/<run_id:run_id>/fork/", run_actions.run_fork, name="fork"),
+    path("runs/<run_id:run_id>/clean/", run_actions.run_clean, name="clean"),
     *[
         path(f"runs/<run_id:run_id>/{a}/", run_actions.run_action, {"action": a}, name=a)
         for a in run_actions.RUN_ACTIONS

@@ -220,6 +220,20 @@ def run_detail(*, run_id: str) -> Run:
     return Run.objects.select_related("parent").get(pk=run_id)
 
 
+def effects_of_run(*, run_id: str, limit: int = 50) -> list[Step]:
+    """The run's effect rows that were sent or may have been (succeeded, started), in order:
+    what a clean run would do again under its own keys."""
+    return list(
+        Step.objects.filter(
+            run_id=run_id,
+            kind="effect",
+            status__in=(StepStatus.SUCCEEDED, StepStatus.STARTED),
+        )
+        .only("run_id", "step_id", "status", "effect_key", "tool", "seq")
+        .order_by("seq")[:limit]
+    )
+
+
 def run_children(*, run_id: str, limit: int = 20) -> list[Run]:
     """Forks and continuations of a run, oldest first (at most ``limit`` + 1, to show 'more')."""
     return list(

@@ -130,7 +130,7 @@ _PG_UPDATE = (
     + """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s,
     errors = %(errors)s::jsonb, finished_at = %(now)s, updated_at = %(now)s,
-    expires_at = %(expires_at)s, version = version + 1
+    expires_at = %(expires_at)s, settled_by = %(settled_by)s, version = version + 1
 WHERE id = %(pk)s AND run_id IN (SELECT run_id FROM lease)
 RETURNING id"""
 )
@@ -170,7 +170,7 @@ RETURNING id"""
 _SQLITE_UPDATE = """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s, error = %(error)s,
     errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s,
-    version = version + 1
+    settled_by = %(settled_by)s, version = version + 1
 WHERE id = %(pk)s AND run_id = %(run_id)s
 RETURNING id"""
 
@@ -238,8 +238,10 @@ def step_update(
     error: str = "",
     errors_json: str = "[]",
     expires_at: datetime | None = None,
+    settled_by: str = "",
 ) -> None:
-    """Second commit of an effect (or a settled reconcile): one fenced UPDATE."""
+    """Second commit of an effect (or a settled reconcile): one fenced UPDATE. ``settled_by``
+    says who settled a started effect's outcome (the tool's lookup, on a resume); "" otherwise."""
     params = {
         "run_id": run_id,
         "token": token,
@@ -250,6 +252,7 @@ def step_update(
         "errors": errors_json,
         "now": _dt(now),
         "expires_at": _dt(expires_at),
+        "settled_by": settled_by[:150],
     }
     if _is_pg():
         with connection.cursor() as cur:

@@ -111,6 +111,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         "run": run,
         "final": run.status in FINAL_STATUSES,
         "blocked_step": blocked,
+        "has_lookup": blocked is not None and presenting.tool_has_lookup(blocked.tool),
         "waiting_proposal": selectors.settlements_waiting().filter(run_id=run.run_id).first(),
         "now": now,
         "code": presenting.code_check(run),
