@@ -13,7 +13,8 @@ nothing.
   ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
-- ``edits``: admins' edits of ledger rows.
+- ``edits``: admins' edits of ledger rows;
+- ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
 
 ``on_commit(run_id)`` arguments run after the commit that queued a run (the dashboard passes a
 function that enqueues the Celery task: ``ledger`` never imports ``runs``). Permission checks
@@ -55,6 +56,12 @@ from ledger.transitions.lifecycle import (
     run_requeue_lost,
     run_start,
 )
+from ledger.transitions.notify import (
+    notification_claim,
+    notification_failed,
+    notification_sent,
+    notifications_remind,
+)
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -85,6 +92,10 @@ __all__ = [
     "cli_actor",
     "lease_claim",
     "lease_renew",
+    "notification_claim",
+    "notification_failed",
+    "notification_sent",
+    "notifications_remind",
     "parse_result_text",
     "run_admin_edit",
     "run_block",

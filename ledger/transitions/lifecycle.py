@@ -24,6 +24,7 @@ from ledger import canonical, registry, signals
 from ledger.errors import LeaseLost, RunBlocked
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
+from ledger.transitions import notify
 from ledger.transitions._common import Actor, actor_name, record
 
 log = logging.getLogger(__name__)
@@ -172,19 +173,22 @@ def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
 
 
 def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezone.now) -> None:
-    """Stop a running run as needs_attention with the reason, the step and the detail."""
+    """Stop a running run as needs_attention with the reason, the step and the detail; the
+    notification that a person is needed is queued in the same transaction (an outbox)."""
     now = clock()
-    _fenced(
-        run_id,
-        token,
-        status=RunStatus.NEEDS_ATTENTION,
-        reason=why.reason,
-        blocked_step_id=why.step_id,
-        detail=why.detail,
-        **_RELEASED,
-        updated_at=now,
-        status_changed_at=now,
-    )
+    with transaction.atomic():
+        _fenced(
+            run_id,
+            token,
+            status=RunStatus.NEEDS_ATTENTION,
+            reason=why.reason,
+            blocked_step_id=why.step_id,
+            detail=why.detail,
+            **_RELEASED,
+            updated_at=now,
+            status_changed_at=now,
+        )
+        notify.notify_run_blocked(run_id=run_id, at=now)
 
 
 def run_finish(

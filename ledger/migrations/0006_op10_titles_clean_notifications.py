@@ -1,5 +1,5 @@
 """Run.title and Run.labels: what a run is about, made from its inputs when it starts; and the
-audit action ``run_clean`` (a clean run replacing a stopped one).
+audit action ``run_clean`` (a clean run replacing a stopped one); the notification outbox.
 
 On PostgreSQL the title gets a trigram index (``pg_trgm``) so that a search for any part of it
 stays an index scan at 100k+ runs, and the labels a GIN index for ``key:value`` containment.
@@ -81,5 +81,33 @@ class Migration(migrations.Migration):
                 db_index=True,
                 max_length=40,
             ),
+        ),
+
+        migrations.CreateModel(
+            name='Notification',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('event_key', models.CharField(max_length=200)),
+                ('channel', models.CharField(max_length=50)),
+                ('kind', models.CharField(choices=[('needs_attention', 'a run needs a person'), ('approval_waiting', 'a settlement waits for approval'), ('reminder', 'still waiting')], max_length=30)),
+                ('run_id', models.CharField(db_index=True, max_length=64)),
+                ('settlement_id', models.BigIntegerField(blank=True, null=True)),
+                ('waiting_since', models.DateTimeField(blank=True, null=True)),
+                ('subject', models.CharField(max_length=300)),
+                ('payload', models.JSONField(default=dict)),
+                ('idempotency_key', models.CharField(max_length=64, unique=True)),
+                ('status', models.CharField(choices=[('pending', 'Pending'), ('sending', 'Sending'), ('sent', 'Sent'), ('failed', 'Failed')], default='pending', max_length=20)),
+                ('attempts', models.PositiveIntegerField(default=0)),
+                ('next_attempt_at', models.DateTimeField()),
+                ('claimed_until', models.DateTimeField(blank=True, null=True)),
+                ('claim_token', models.CharField(blank=True, default='', max_length=64)),
+                ('last_error', models.TextField(blank=True, default='')),
+                ('created_at', models.DateTimeField()),
+                ('sent_at', models.DateTimeField(blank=True, null=True)),
+            ],
+            options={
+                'indexes': [models.Index(fields=['status', 'next_attempt_at'], name='notification_due'), models.Index(fields=['created_at', 'id'], name='notification_created')],
+                'constraints': [models.UniqueConstraint(fields=('event_key', 'channel'), name='notification_once')],
+            },
         ),
     ]
