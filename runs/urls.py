@@ -4,7 +4,16 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 
-from runs.dashboard.views import audit, bulk, run_actions, run_list, run_page, settle, stale
+from runs.dashboard.views import (
+    audit,
+    bulk,
+    notifications,
+    run_actions,
+    run_list,
+    run_page,
+    settle,
+    stale,
+)
 
 
 class RunIdConverter:
@@ -65,6 +74,7 @@ dashboard = [
     path("bulk/", bulk.bulk_preview, name="bulk"),
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
+    path("notifications/", notifications.notifications, name="notifications"),
 ]
 
 urlpatterns = [

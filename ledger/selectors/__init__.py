@@ -23,12 +23,15 @@ from ledger.selectors.bulk import (
 )
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
+    NOTIFICATION_STATUSES,
     EditMark,
     Evidence,
     QueueItem,
     approval_required,
     audit_events,
     edited_upstream,
+    notifications_of_run,
+    notifications_page,
     settlement_evidence,
     settlement_is_outdated,
     settlement_queue,
@@ -69,6 +72,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
+    "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
     "BulkPlan",
@@ -92,6 +96,8 @@ __all__ = [
     "effects_of_run",
     "ledger_export",
     "load_steps",
+    "notifications_of_run",
+    "notifications_page",
     "run_children",
     "run_detail",
     "run_status_counts",

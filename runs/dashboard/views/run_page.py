@@ -135,6 +135,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         **_step_table_context(request, run, compare=compare),
         "can_export": request.user.has_perm(EXPORT_LEDGER),
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
+        "told": selectors.notifications_of_run(run_id=run.run_id),
         "audit_shown": RUN_AUDIT_SHOWN,
     }
     return render(request, "runs/run_detail.html", context)
