@@ -21,6 +21,7 @@ INVOICES = {
 SUBSCRIPTIONS = {
     "cus_hopper": {"plan": "team", "amount_cents": 24900},
     "cus_knuth": {"plan": "solo", "amount_cents": 900},
+    "cus_lovelace": {"plan": "team", "amount_cents": 24900},
 }
 
 # The prompt is code: editing it between a crash and a resume makes the model step stale. The

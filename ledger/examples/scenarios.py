@@ -96,7 +96,7 @@ SCENARIOS = (
         "plan-divergence",
         "renewal",
         {
-            "customer": "cus_knuth",
+            "customer": "cus_lovelace",
             "story": "Killed while it fetched the subscription under plan 1 (before any step "
             "was recorded); the code now runs plan 2, which adds a fraud check. The agent refuses "
             "to resume into a different plan: start a clean run.",
