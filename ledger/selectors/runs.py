@@ -220,6 +220,25 @@ def run_detail(*, run_id: str) -> Run:
     return Run.objects.select_related("parent").get(pk=run_id)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a running run has got: its recorded steps and the row written last."""
+
+    count: int
+    last: Step | None
+
+
+def run_progress(*, run_id: str) -> Progress:
+    """Two index reads: the run's step count and its most recently written row."""
+    rows = Step.objects.filter(run_id=run_id)
+    last = (
+        rows.only("run_id", "step_id", "status", "kind", "updated_at", "started_at")
+        .order_by("-updated_at", "-id")
+        .first()
+    )
+    return Progress(count=rows.count(), last=last)
+
+
 def effects_of_run(*, run_id: str, limit: int = 50) -> list[Step]:
     """The run's effect rows that were sent or may have been (succeeded, started), in order:
     what a clean run would do again under its own keys."""

@@ -792,7 +792,7 @@ def test_the_run_page_polls_while_the_run_is_queued_and_stops_when_it_ends(
     )
     page = text(olive.get(f"/runs/{run.run_id}/"))
     assert re.search(r'id="run-header"[^>]*data-poll', page)
-    assert re.search(r'id="step-table"[^>]*data-poll', page)
+    assert re.search(r'id="step-table"[^>]*hx-trigger="run-changed from:body"', page)
     execute(run.run_id)
     page = text(olive.get(f"/runs/{run.run_id}/steps/", HTTP_HX_REQUEST="true"))
     assert "data-poll" not in page and "succeeded" in page

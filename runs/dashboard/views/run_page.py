@@ -117,6 +117,9 @@ def _header_context(run: Run) -> dict[str, Any]:
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),
         "lease_expired": run.lease_expires_at is not None and run.lease_expires_at < now,
+        "progress": selectors.run_progress(run_id=run.run_id)
+        if run.status in ACTIVE_STATUSES
+        else None,
         "active": run.status in ACTIVE_STATUSES,
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "inputs_text": presenting.pretty_capped(run.inputs),
@@ -146,7 +149,13 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_header(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_for(request, run_id, perm=VIEW_DASHBOARD)
-    return render(request, "runs/partials/run_header.html", _header_context(run))
+    context = {**_header_context(run), "polled": bool(request.htmx)}
+    response = render(request, "runs/partials/run_header.html", context)
+    if request.htmx:
+        # The step table refreshes right after the header (one clock for both); once the run
+        # has stopped this is the last header poll, and the table's last refresh.
+        response["HX-Trigger"] = "run-changed"
+    return response
 
 
 @require_GET
