@@ -6,22 +6,19 @@ takes it once."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 from django.db import connection
+from loopback import Mailbox, Receiver, free_port
 
 from ledger import notify, transitions
 from ledger.models import DeliveryStatus, Notification, Run, Settlement, Step
@@ -29,52 +26,6 @@ from ledger.models import DeliveryStatus, Notification, Run, Settlement, Step
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Receiver:
-    """A webhook receiver on loopback that keeps each request and dedupes by idempotency key."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.requests.append((self.headers["Idempotency-Key"], json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def taken(self) -> dict[str, dict[str, Any]]:
-        """What a receiver that honours the key processes: one message per key."""
-        return dict(self.requests)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(envelope)
-        return "250 OK"
 
 
 @pytest.fixture

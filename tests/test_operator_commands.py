@@ -14,11 +14,10 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import plan_change
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger import registry
-from ledger.agents import agent, tool
 from ledger.examples.models import GatewayCharge
 from ledger.models import AuditEvent, Run, Settlement, Step
 from runs.management.commands.list_runs import Command as ListRuns
@@ -26,33 +25,14 @@ from runs.management.commands.list_runs import Command as ListRuns
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAN = {"second": "b", "fail": True}
-
-
-@tool(kind="read", retries=0)
-def first_read() -> int:
-    return 1
-
-
-@tool(kind="read", retries=0)
-def flaky_read() -> int:
-    if PLAN["fail"]:
-        raise RuntimeError("the upstream is down")
-    return 2
 
 
 @pytest.fixture
 def replanned() -> Iterator[None]:
     """An agent whose second step is renamed by a 'deploy' (refuse: a divergence)."""
-
-    @agent("cli-plan-agent", divergence="refuse", title="Plan for {who}", requires=("who",))
-    def plan_agent(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        ctx.call(first_read, step="a")
-        return {"second": ctx.call(flaky_read, step=PLAN["second"])}
-
-    PLAN.update(second="b", fail=True)
+    plan_change.register()
     yield
-    registry.unregister_agent("cli-plan-agent")
+    plan_change.unregister()
 
 
 def run_cmd(*args: str) -> tuple[int, str]:
@@ -135,10 +115,10 @@ def test_fork_run_copies_the_ledger_to_a_step_and_finishes_the_fork() -> None:
 
 
 def test_a_diverged_run_is_not_resumed_but_replaced_by_a_clean_run(replanned) -> None:
-    code, _ = run_cmd("start_run", "cli-plan-agent", "--inputs", '{"who": "ada"}', "--inline")
+    code, _ = run_cmd("start_run", plan_change.NAME, "--inputs", '{"who": "ada"}', "--inline")
     old = Run.objects.get()
     assert (code, old.status) == (3, "failed")
-    PLAN.update(second="c", fail=False)  # the deploy renamed step b to c
+    plan_change.deploy()  # the deploy renamed step b to c
     code, out = run_cmd("resume_run", old.run_id, "--inline")
     old.refresh_from_db()
     assert code == 1 and "diverges" in out and "start a clean run" in out
@@ -162,8 +142,8 @@ def test_a_diverged_run_is_not_resumed_but_replaced_by_a_clean_run(replanned) ->
 
 
 def test_a_clean_run_cancels_the_blocked_run_it_replaces(replanned) -> None:
-    run_cmd("start_run", "cli-plan-agent", "--inputs", '{"who": "ada"}', "--inline")
-    PLAN.update(second="c", fail=False)
+    run_cmd("start_run", plan_change.NAME, "--inputs", '{"who": "ada"}', "--inline")
+    plan_change.deploy()
     old = Run.objects.get()
     run_cmd("resume_run", old.run_id, "--anyway", "--inline")
     code, _ = run_cmd("clean_run", old.run_id, "--reason", "the plan changed")
@@ -174,8 +154,8 @@ def test_a_clean_run_cancels_the_blocked_run_it_replaces(replanned) -> None:
 
 
 def test_resume_anyway_spends_a_resume_the_preview_advised_against(replanned) -> None:
-    run_cmd("start_run", "cli-plan-agent", "--inputs", '{"who": "ada"}', "--inline")
-    PLAN.update(second="c", fail=False)
+    run_cmd("start_run", plan_change.NAME, "--inputs", '{"who": "ada"}', "--inline")
+    plan_change.deploy()
     old = Run.objects.get()
     code, _ = run_cmd("resume_run", old.run_id, "--anyway", "--inline")
     old.refresh_from_db()

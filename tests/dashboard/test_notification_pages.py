@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from dashboard_support import restore_roles, start, user_in
 from django.test import Client
+from loopback import free_port
 
 from ledger import notify
 from ledger.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def blocked_renewal(execute, crash_at, clock) -> Run:

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
+import plan_change
 import pytest
 from aiosmtpd.controller import Controller
 from dashboard_support import (
@@ -29,30 +26,17 @@ from dashboard_support import (
 from django.conf import settings as django_settings
 from django.db import connection
 from django.utils import timezone
+from loopback import Mailbox, Receiver, free_port
 from playwright.sync_api import Page, expect
 
 from harness.cluster import Cluster, wait_for
-from ledger import registry, transitions, worker
-from ledger.agents import agent, tool
+from ledger import transitions, worker
 from ledger.models import DeliveryStatus, Notification, Run
 from runs import tasks
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
-PLAN = {"second": "b", "fail": True}
-
-
-@tool(kind="read", retries=0)
-def ob_first() -> int:
-    return 1
-
-
-@tool(kind="read", retries=0)
-def ob_flaky() -> int:
-    if PLAN["fail"]:
-        raise RuntimeError("the upstream is down")
-    return 2
 
 
 @pytest.fixture
@@ -69,14 +53,9 @@ def _clean(clock, settings) -> Iterator[None]:
     restore_roles()
     rewind(clock)
 
-    @agent("ob-plan-agent", divergence="refuse", title="Plan for {who}")
-    def plan_agent(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        ctx.call(ob_first, step="a")
-        return {"second": ctx.call(ob_flaky, step=PLAN["second"])}
-
-    PLAN.update(second="b", fail=True)
+    plan_change.register()
     yield
-    registry.unregister_agent("ob-plan-agent")
+    plan_change.unregister()
 
 
 def sign_in(page: Page, base: str, username: str) -> None:
@@ -93,9 +72,9 @@ def test_titles_a_clean_run_from_a_divergence_and_a_live_step_count(
 ) -> None:
     hopper = renewal_run(execute, crash_at, customer="cus_hopper")
     renewal_run(execute, crash_at, point="gateway.before_effect", customer="cus_knuth")
-    diverged = start("ob-plan-agent", {"who": "ada"}, clock)
+    diverged = start(plan_change.NAME, {"who": "ada"}, clock)
     assert execute(diverged.run_id).status == "failed"
-    PLAN.update(second="c", fail=False)
+    plan_change.deploy()
     transitions.run_resume(  # resumed anyway: it diverges
         run_id=diverged.run_id, by="olive", reason="try", seen_version=None, clock=clock
     )
@@ -137,48 +116,6 @@ def test_titles_a_clean_run_from_a_divergence_and_a_live_step_count(
 # --- notifications with a real worker -------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Receiver:
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                import json
-
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append((self.headers["Idempotency-Key"], body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def events(self) -> list[str]:
-        return sorted(
-            b["event"] + (":" + b["waiting"] if b.get("waiting") else "") for _, b in self.requests
-        )
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(envelope)
-        return "250 OK"
-
-
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 def test_webhook_and_email_arrive_once_per_event_then_a_reminder(
     page: Page, live_server, execute, crash_at, clock, settings, tmp_path
@@ -196,7 +133,8 @@ def test_webhook_and_email_arrive_once_per_event_then_a_reminder(
     settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = notify_env["RUNLEDGER_NOTIFY_WEBHOOK_URL"]
     settings.RUNLEDGER_NOTIFY_EMAIL_TO = ["oncall@example.com"]
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", smtp.port
-    clock.now = timezone.now()  # real time here: the reminder's age is measured by the worker
+    # The run blocks on the rewound test clock, hours ago: it is reminded of at once; the
+    # proposal is made on the live server's real clock and reminded of after 4 s.
     path = os.pathsep.join([str(django_settings.BASE_DIR), str(TESTS_DIR)])
     try:
         with Cluster(
@@ -226,7 +164,7 @@ def test_webhook_and_email_arrive_once_per_event_then_a_reminder(
             expect(page.locator("#run-told")).to_contain_text("sent")
     finally:
         smtp.stop()
-        receiver.server.shutdown()
+        receiver.stop()
         connection.close()
     assert receiver.events() == [
         "approval_waiting",

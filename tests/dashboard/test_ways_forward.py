@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import plan_change
 import pytest
 from dashboard_support import (
     budget_run,
@@ -19,26 +20,10 @@ from dashboard_support import (
 )
 from django.test import Client
 
-from ledger import registry
-from ledger.agents import agent, tool
 from ledger.engine.live import SETTLED_BY_LOOKUP
 from ledger.models import AuditEvent, Run, Step
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
-
-PLAN = {"second": "b", "fail": True}
-
-
-@tool(kind="read", retries=0)
-def wf_first() -> int:
-    return 1
-
-
-@tool(kind="read", retries=0)
-def wf_flaky() -> int:
-    if PLAN["fail"]:
-        raise RuntimeError("the upstream is down")
-    return 2
 
 
 @pytest.fixture
@@ -53,14 +38,9 @@ def _clean(clock, settings) -> Iterator[None]:
     restore_roles()
     rewind(clock)
 
-    @agent("wf-plan-agent", divergence="refuse", title="Plan for {who}")
-    def plan_agent(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        ctx.call(wf_first, step="a")
-        return {"second": ctx.call(wf_flaky, step=PLAN["second"])}
-
-    PLAN.update(second="b", fail=True)
+    plan_change.register()
     yield
-    registry.unregister_agent("wf-plan-agent")
+    plan_change.unregister()
 
 
 def operator() -> Client:
@@ -71,9 +51,9 @@ def operator() -> Client:
 
 def diverged_run(execute: Any) -> Run:
     """Failed at step b under the old code; the deploy renamed b to c; a resume diverged."""
-    run = start("wf-plan-agent", {"who": "ada"}, execute.clock)
+    run = start(plan_change.NAME, {"who": "ada"}, execute.clock)
     assert execute(run.run_id).status == "failed"
-    PLAN.update(second="c", fail=False)
+    plan_change.deploy()
     return run
 
 
