@@ -127,7 +127,7 @@ def test_the_queue_lists_waiting_effects_oldest_first_with_read_path_and_proposa
     assert rows == [str(charge.pk), str(pay.pk)]  # oldest first
     first = page[page.index(f'id="queue-{charge.pk}"') : page.index(f'id="queue-{pay.pk}"')]
     assert renewal.run_id in first and "renewal" in first and "charge_card_legacy" in first
-    assert charge.effect_key in first and "no lookup" in first
+    assert charge.effect_key in first.replace("<wbr>", "") and "no lookup" in first
     assert "has a lookup" in page[page.index(f'id="queue-{pay.pk}"') :]
 
     propose(olive, charge, outcome="abandon", reason="customer cancelled by phone")
