@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest bench bench-dashboard screenshots clean
+# serve: the production stack on one machine (see README, Deploy at scale).
+.PHONY: demo serve test lint typecheck check killtest bench bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +16,12 @@ $(STAMP): pyproject.toml
 ## The main job on the embedded defaults (SQLite file, no server needed).
 demo: $(STAMP)
 	$(PY) manage.py migrate -v0
-	$(PY) manage.py demo
+	RUNLEDGER_LOG_FORMAT=$${RUNLEDGER_LOG_FORMAT:-plain} $(PY) manage.py demo
+
+## The production stack on this machine: migrate, collectstatic, then gunicorn, a Celery worker
+## and Celery beat until Ctrl-C, configured by the same environment variables as a deployment.
+serve: $(STAMP)
+	$(PY) manage.py serve
 
 ## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
 test: $(STAMP)

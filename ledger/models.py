@@ -246,6 +246,7 @@ class AuditAction(models.TextChoices):
     RUN_CLEAN = "run_clean"  # a clean run replaces a stopped one (same inputs, empty ledger)
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
+    RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
 
 
 class AppendOnly(Exception):
@@ -369,3 +370,85 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id} → {self.channel} ({self.status})"
+
+
+class Difference(models.TextChoices):
+    MISSING_DOWNSTREAM = (
+        "missing_downstream",
+        "the ledger says done; the downstream system has nothing",
+    )
+    UNEXPECTED_DOWNSTREAM = (
+        "unexpected_downstream",
+        "the ledger says failed or abandoned; the downstream system has it",
+    )
+    RESULT_DIFFERS = "result_differs", "the ledger's result differs from the downstream system's"
+    UNKNOWN_TO_LEDGER = "unknown_to_ledger", "the downstream system holds a key the ledger lacks"
+
+
+class EffectAudit(models.Model):
+    """One pass of the effect audit (``ledger.effect_audit``): the ledger's effects compared
+    with what the downstream systems hold. Kept, with its findings, and resumable from
+    ``cursor`` (the last step row asked about). Writes nothing to runs or steps."""
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    by = models.CharField(max_length=150, blank=True, default="")
+    agent = models.CharField(max_length=100, blank=True, default="")
+    since = models.DateTimeField(null=True, blank=True)
+    cursor = models.BigIntegerField(default=0)
+    checked = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    unanswered = models.PositiveIntegerField(default=0)
+    listed = models.PositiveIntegerField(default=0)
+    finished = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"effect audit {self.pk} ({self.checked} checked)"
+
+
+class EffectAuditFinding(models.Model):
+    audit = models.ForeignKey(EffectAudit, on_delete=models.CASCADE, related_name="findings")
+    difference = models.CharField(max_length=30, choices=Difference.choices)
+    run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    step_id = models.CharField(max_length=255, blank=True, default="")
+    tool = models.CharField(max_length=200, blank=True, default="")
+    effect_key = models.CharField(max_length=200)
+    ledger_status = models.CharField(max_length=20, blank=True, default="")
+    ledger_result = models.JSONField(null=True, blank=True)
+    downstream = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.difference} {self.effect_key}"
+
+
+class RunArchive(models.Model):
+    """Where retention put a finished run's step rows (``manage.py prune_runs``).
+
+    Written by ``ledger.transitions.retention`` only, before the first step row is deleted:
+    the archive file is complete and its digest recorded first, so a prune interrupted at any
+    point leaves every row either in the table, in the file, or both. ``run_version`` is the
+    run's version when it was archived; a run that changed since (an operator's retry) has no
+    rows deleted. Steps that a settlement points at stay in the table (they are the audit's
+    evidence); ``kept`` counts them.
+    """
+
+    run = models.OneToOneField(
+        Run, primary_key=True, on_delete=models.PROTECT, related_name="archive", db_column="run_id"
+    )
+    location = models.CharField(max_length=1000)
+    sha256 = models.CharField(max_length=64)
+    steps = models.PositiveIntegerField()
+    deleted = models.PositiveIntegerField(default=0)
+    kept = models.PositiveIntegerField(default=0)
+    run_version = models.PositiveIntegerField()
+    archived_at = models.DateTimeField()
+    archived_by = models.CharField(max_length=150)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} -> {self.location}"

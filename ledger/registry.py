@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError, InvalidInput
+from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
 class _NotHappened:
@@ -25,6 +26,8 @@ NOT_HAPPENED = _NotHappened()
 
 ToolKind = Literal["pure", "read", "effect"]
 Reconcile = Callable[[str], Any]
+#: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
+ListKeys = Callable[[str], Iterable[str]]
 RESERVED_PARAMS = {"step"}
 TITLE_CHARS = 200
 LABEL_CHARS = 100
@@ -39,19 +42,27 @@ class Tool:
     retries: int = 0
     ttl_seconds: float | None = None
     description: str = ""
+    list_keys: ListKeys | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        params = [p for p in inspect.signature(self.fn).parameters if p != "idempotency_key"]
+        """What the tool-schema hash covers: name, kind, parameters (names, JSON types and
+        defaults, as a model sees them), whether it can be reconciled, and its description."""
+        params = [p for p in inspect.signature(self.fn).parameters if p not in HIDDEN_PARAMS]
         return {
             "name": self.name,
             "kind": self.kind,
             "params": params,
+            "parameters": self.parameters(),
             "reconcile": self.reconcile is not None,
             "description": self.description,
         }
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the tool's parameters, derived from its signature."""
+        return parameters_schema(self.fn)
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,7 @@ def tool(
     reconcile: Reconcile | None = None,
     retries: int | None = None,
     ttl_seconds: float | None = None,
+    list_keys: ListKeys | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -133,6 +145,8 @@ def tool(
     attempts) and should pass ``reconcile``: a function of the effect key that asks the
     downstream system what happened (the result, ``NOT_HAPPENED``, or ``None`` for unknown).
     Reads and model calls retry twice by default; effects do not retry unless told to.
+    ``list_keys(prefix)`` (effects only, optional) lists the keys the downstream system holds
+    under a prefix, so the effect audit can find effects the ledger does not know at all.
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
@@ -148,6 +162,8 @@ def tool(
             )
         if kind != "effect" and reconcile is not None:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
+        if kind != "effect" and list_keys is not None:
+            raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a list_keys")
         default_retries = 0 if kind == "effect" else 2
         registered = Tool(
             name=tool_name,
@@ -157,6 +173,7 @@ def tool(
             retries=default_retries if retries is None else retries,
             ttl_seconds=ttl_seconds,
             description=(inspect.getdoc(fn) or "").split("\n")[0],
+            list_keys=list_keys,
         )
         _tools[tool_name] = registered
         return registered
@@ -219,6 +236,10 @@ def agents() -> dict[str, Agent]:
 
 def get_tool(name: str) -> Tool | None:
     return _tools.get(name)
+
+
+def tools() -> dict[str, Tool]:
+    return dict(_tools)
 
 
 def unregister_agent(name: str) -> None:

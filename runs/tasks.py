@@ -18,7 +18,7 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
-from ledger import notify, transitions, worker
+from ledger import logcontext, notify, transitions, worker
 from ledger.models import Run
 from ledger.signals import notifications_queued
 
@@ -36,6 +36,11 @@ def _worker_name(task: Task) -> str:
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
     """Execute the run if this worker can claim it; the outcome's status, or None."""
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+        return _execute_bound(task, run_id, why)
+
+
+def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if status is None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
@@ -76,6 +81,26 @@ def sweep() -> list[str]:
     for run_id in run_ids:
         enqueue_resume(run_id)
     return run_ids
+
+
+@shared_task(name="runledger.prune")
+def prune() -> int:
+    """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step
+    rows of runs finished longer ago than that; the number of runs pruned."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from ledger import retention
+
+    done = retention.prune_finished(
+        finished_before=timezone.now() - timedelta(days=settings.RUNLEDGER_PRUNE_AFTER_DAYS),
+        directory=settings.RUNLEDGER_ARCHIVE_DIR,
+        by="beat:prune",
+    )
+    log.info("retention: %s runs pruned, %s rows deleted", done.runs, done.deleted)
+    return done.runs
 
 
 def enqueue_start(run_id: str) -> None:

@@ -7,6 +7,8 @@ from django.urls import include, path, register_converter
 from runs.dashboard.views import (
     audit,
     bulk,
+    deploy,
+    effects,
     notifications,
     run_actions,
     run_list,
@@ -75,6 +77,10 @@ dashboard = [
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
     path("notifications/", notifications.notifications, name="notifications"),
+    path("deploy/", deploy.deploy_page, name="deploy"),
+    path("effects/", effects.effect_audits, name="effect_audits"),
+    path("effects/run/", effects.effect_audit_run, name="effect_audit_run"),
+    path("effects/<int:pk>/", effects.effect_audits, name="effect_audit"),
 ]
 
 urlpatterns = [

@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, connections
 
-from ledger import canonical, transitions
+from ledger import canonical, observe, transitions
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.walk import Walk
@@ -158,19 +158,26 @@ class LiveSteps:
         """A started effect: ask the downstream system through the effect key."""
         assert row.effect_key is not None
         if call.reconcile is None:
+            observe.emit("reconciled", answer="no_read_path")
             raise NeedsReconciliation(
                 call.step_id,
                 f"effect {call.tool!r} was started under key {row.effect_key} and the crash "
                 "left its outcome unknown; the tool has no read path to ask",
             )
         answer = call.reconcile(row.effect_key)
+        observe.emit("reconciled", answer=_answer_name(answer))
         if answer is None:
             raise NeedsReconciliation(
                 call.step_id,
                 f"{call.tool!r} could not say whether key {row.effect_key} took effect",
             )
         if answer is NOT_HAPPENED:
-            log.info("run %s: %s did not happen; executing with the same key", self.run_id, row)
+            log.info(
+                "run %s: %s did not happen; executing with the same key",
+                self.run_id,
+                row,
+                extra={"step_id": call.step_id},
+            )
             return NOT_HAPPENED
         try:
             data, text = canonical.canonical(answer, step_id=call.step_id)
@@ -456,6 +463,13 @@ def _stale_detail(call: Call, row: StepRow) -> str:
     return template.format(
         stored=row.input_hash[:12], today=call.input_hash[:12], key=row.effect_key
     )
+
+
+def _answer_name(answer: Any) -> str:
+    """A reconcile answer as a metric label: the effect happened, did not, or nobody knows."""
+    if answer is None:
+        return "unknown"
+    return "not_happened" if answer is NOT_HAPPENED else "happened"
 
 
 def _threads_possible() -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from ledger import llm
 from ledger.agents import RunContext, agent, tool
 from ledger.examples import faults, simulators
+from ledger.loops import Limits, chat, messages
 
 INVOICES = {
     "inv_1001": {"customer": "cus_ada", "total_cents": 4200, "reason": "double billed"},
@@ -52,7 +53,7 @@ def fetch_invoice(invoice_id: str) -> dict[str, Any]:
     return {"invoice_id": invoice_id, **INVOICES[invoice_id]}
 
 
-@tool(kind="effect", reconcile=simulators.provider_lookup)
+@tool(kind="effect", reconcile=simulators.provider_lookup, list_keys=simulators.provider_keys)
 def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
     """Refund through the payment provider (idempotency keys, lookup by key)."""
     return simulators.provider_charge(
@@ -60,7 +61,7 @@ def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> 
     )
 
 
-@tool(kind="effect", reconcile=simulators.outbox_search)
+@tool(kind="effect", reconcile=simulators.outbox_search, list_keys=simulators.outbox_keys)
 def send_email(to: str, subject: str, body: str, *, idempotency_key: str) -> dict[str, Any]:
     """Email the customer through the outbox (search by message id)."""
     return simulators.outbox_send(
@@ -153,6 +154,39 @@ def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         "message_id": email["message_id"],
         "decided_at": decided_at.isoformat(),
     }
+
+
+REFUND_LOOP_SYSTEM = (
+    "You settle refund requests for the billing team. Fetch every invoice named, refund each "
+    "with refund_charge (the invoice's customer and total_cents), then email each customer "
+    "once with send_email naming the charge id. Call independent tools in the same turn. "
+    "Finish with a one-line summary."
+)
+REFUND_LOOP_MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4.1-mini"}
+
+
+@agent(
+    "refund_loop",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge, send_email],
+)
+def refund_loop(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Refund invoices as a tool-use loop on a model SDK (inputs: invoice_ids, api, model)."""
+    api = inputs.get("api", "anthropic")
+    if api not in REFUND_LOOP_MODELS:
+        raise ValueError(f"api must be anthropic or openai, not {api!r}")
+    loop = messages.messages_loop if api == "anthropic" else chat.chat_loop
+    answer = loop(
+        ctx,
+        model=inputs.get("model") or REFUND_LOOP_MODELS[api],
+        system=REFUND_LOOP_SYSTEM,
+        tools=[fetch_invoice, refund_charge, send_email],
+        user="Please refund invoices " + ", ".join(inputs["invoice_ids"]) + ".",
+        limits=Limits(max_turns=8).merged(inputs.get("limits")),
+    )
+    return {k: answer[k] for k in ("text", "stop_reason", "usage")}
 
 
 @tool(kind="read")

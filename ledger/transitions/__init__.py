@@ -15,6 +15,7 @@ nothing.
 - ``stale``: accept a stale step's stored result, re-execute from a step;
 - ``edits``: admins' edits of ledger rows;
 - ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
+- ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 ``on_commit(run_id)`` arguments run after the commit that queued a run (the dashboard passes a
 function that enqueues the Celery task: ``ledger`` never imports ``runs``). Permission checks
@@ -62,6 +63,7 @@ from ledger.transitions.notify import (
     notification_sent,
     notifications_remind,
 )
+from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -98,6 +100,7 @@ __all__ = [
     "notifications_remind",
     "parse_result_text",
     "run_admin_edit",
+    "run_archive_record",
     "run_block",
     "run_cancel",
     "run_continue_as_new",
@@ -120,5 +123,6 @@ __all__ = [
     "step_reconcile_again",
     "step_update",
     "step_write",
+    "steps_delete_archived",
     "validate_result",
 ]

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.errors import NotAllowed
-from ledger.models import FINAL_STATUSES, AuditAction, Run, RunStatus, Step, StepStatus
+from ledger.models import FINAL_STATUSES, AuditAction, Run, RunArchive, RunStatus, Step, StepStatus
 from ledger.transitions._common import (
     STOPPED_STATUSES,
     Actor,
@@ -107,6 +107,7 @@ def _requeue(
     with transaction.atomic():
         locked = lock_run(run_id)
         check_run_version(locked, seen_version)
+        _refuse_archived(locked.run_id)
         if locked.status not in allowed:
             raise NotAllowed(
                 f"run {locked.run_id} is {locked.status}; {action.replace('run_', '')} applies "
@@ -127,6 +128,16 @@ def _requeue(
             run_id = locked.run_id
             transaction.on_commit(lambda: on_commit(run_id))
     return locked
+
+
+def _refuse_archived(run_id: str) -> None:
+    """A run whose steps retention archived has no ledger to replay: resuming or retrying it
+    would execute every step again (effects included), and a fork would copy nothing."""
+    if RunArchive.objects.filter(pk=run_id).exists():
+        raise NotAllowed(
+            f"run {run_id}'s ledger was archived by retention (manage.py prune_runs): it can be "
+            "inspected from its archive, not resumed, retried or forked"
+        )
 
 
 def run_cancel(
@@ -181,6 +192,7 @@ def run_fork(
     name = actor_name(by)
     text = require_reason(reason)
     source = Run.objects.get(pk=run_id)
+    _refuse_archived(run_id)
     path = _path_to(source, step_id)  # one SELECT: a consistent snapshot of the ledger
     now = clock()
     with transaction.atomic():

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from time import perf_counter
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 
-from ledger import canonical
+from ledger import canonical, observe
 from ledger.errors import LeaseLost
 
 
@@ -178,8 +179,23 @@ RETURNING id"""
 def step_write(w: StepWrite) -> int:
     """Insert or overwrite a step row, point the previous step at it, abandon a diverged branch.
 
-    All in one transaction that holds the run's lease; returns the row's primary key.
+    All in one transaction that holds the run's lease; returns the row's primary key. Reports
+    ``step_written`` (ledger.observe) after the commit.
     """
+    started = perf_counter()
+    pk = _step_write(w)
+    observe.emit(
+        "step_written",
+        run_id=w.run_id,
+        step_id=w.step_id,
+        kind=str(w.kind),
+        status=str(w.status),
+        seconds=perf_counter() - started,
+    )
+    return pk
+
+
+def _step_write(w: StepWrite) -> int:
     params = {
         "run_id": w.run_id,
         "token": w.token,
@@ -241,7 +257,35 @@ def step_update(
     settled_by: str = "",
 ) -> None:
     """Second commit of an effect (or a settled reconcile): one fenced UPDATE. ``settled_by``
-    says who settled a started effect's outcome (the tool's lookup, on a resume); "" otherwise."""
+    says who settled a started effect's outcome (the tool's lookup, on a resume); "" otherwise.
+
+    Reports ``step_written`` (kind ``effect``) after the commit."""
+    started = perf_counter()
+    _step_update(
+        run_id, token, pk, status, now, result_json, error, errors_json, expires_at, settled_by
+    )
+    observe.emit(
+        "step_written",
+        run_id=run_id,
+        step_id=None,
+        kind="effect",
+        status=str(status),
+        seconds=perf_counter() - started,
+    )
+
+
+def _step_update(
+    run_id: str,
+    token: str,
+    pk: int,
+    status: str,
+    now: datetime,
+    result_json: str | None,
+    error: str,
+    errors_json: str,
+    expires_at: datetime | None,
+    settled_by: str,
+) -> None:
     params = {
         "run_id": run_id,
         "token": token,

@@ -14,6 +14,7 @@ from django import template
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
+from ledger.loops import transcript
 from runs.dashboard.presenting import pretty_capped
 
 register = template.Library()
@@ -92,3 +93,9 @@ def breakable(value: object) -> str:
     so that keys and ids wrap at their own joints on a narrow screen, not mid-token."""
     text = escape("" if value is None else str(value))
     return mark_safe(_BREAK_AFTER.sub(r"\1<wbr>", text))
+
+
+@register.filter
+def turn_anchor(step_id: str) -> str:
+    """The step id of the tool-use loop turn a step belongs to, or "" (not a loop step)."""
+    return transcript.turn_anchor(step_id or "")

@@ -23,7 +23,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Run
+from ledger.loops import transcript
+from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.models import EXPORT_LEDGER, VIEW_DASHBOARD
@@ -140,8 +141,16 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
         "told": selectors.notifications_of_run(run_id=run.run_id),
         "audit_shown": RUN_AUDIT_SHOWN,
+        "transcripts": transcript.transcripts(run_id=run.run_id, stale_step_ids=_stale(run)),
+        "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
+        "archive": selectors.run_archive(run_id=run.run_id),
     }
     return render(request, "runs/run_detail.html", context)
+
+
+def _stale(run: Run) -> frozenset[str]:
+    """The step a stale run is blocked on (the transcript marks it)."""
+    return frozenset([run.blocked_step_id]) if run.reason == Reason.STALE else frozenset()
 
 
 @require_GET
