@@ -181,7 +181,7 @@ _PG_UPDATE = (
     + """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s,
     errors = %(errors)s::jsonb, finished_at = %(now)s, updated_at = %(now)s,
-    expires_at = %(expires_at)s, version = version + 1
+    expires_at = %(expires_at)s, settled_by = %(settled_by)s, version = version + 1
 WHERE id = %(pk)s AND run_id IN (SELECT run_id FROM lease)
 RETURNING id"""
 )
@@ -221,7 +221,7 @@ RETURNING id"""
 _SQLITE_UPDATE = """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s, error = %(error)s,
     errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s,
-    version = version + 1
+    settled_by = %(settled_by)s, version = version + 1
 WHERE id = %(pk)s AND run_id = %(run_id)s
 RETURNING id"""
 
@@ -304,12 +304,16 @@ def step_update(
     error: str = "",
     errors_json: str = "[]",
     expires_at: datetime | None = None,
+    settled_by: str = "",
 ) -> None:
-    """Second commit of an effect (or a settled reconcile): one fenced UPDATE.
+    """Second commit of an effect (or a settled reconcile): one fenced UPDATE. ``settled_by``
+    says who settled a started effect's outcome (the tool's lookup, on a resume); "" otherwise.
 
     Reports ``step_written`` (kind ``effect``) after the commit."""
     started = perf_counter()
-    _step_update(run_id, token, pk, status, now, result_json, error, errors_json, expires_at)
+    _step_update(
+        run_id, token, pk, status, now, result_json, error, errors_json, expires_at, settled_by
+    )
     observe.emit(
         "step_written",
         run_id=run_id,
@@ -330,6 +334,7 @@ def _step_update(
     error: str,
     errors_json: str,
     expires_at: datetime | None,
+    settled_by: str,
 ) -> None:
     params = {
         "run_id": run_id,
@@ -341,6 +346,7 @@ def _step_update(
         "errors": errors_json,
         "now": _dt(now),
         "expires_at": _dt(expires_at),
+        "settled_by": settled_by[:150],
     }
     if _is_pg():
         with _pg_cursor() as cur:
