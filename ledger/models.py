@@ -61,6 +61,10 @@ class Run(models.Model):
     run_id = models.CharField(primary_key=True, max_length=64, default=new_run_id)
     agent = models.CharField(max_length=200, db_index=True)
     inputs = models.JSONField(default=dict)
+    # One line an operator recognises, and searchable key/value labels: both made from the
+    # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
+    title = models.CharField(max_length=200, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     reason = models.CharField(max_length=20, choices=Reason.choices, default="", blank=True)
     blocked_step_id = models.CharField(max_length=255, blank=True, default="")
@@ -118,7 +122,10 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id")
+    # No index of its own: the unique (run_id, step_id) index and step_run_seq lead with run_id.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id", db_index=False
+    )
     step_id = models.CharField(max_length=255)
     input_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=StepStatus.choices)
@@ -243,6 +250,7 @@ class AuditAction(models.TextChoices):
     RUN_RETRY = "run_retry"
     RUN_CANCEL = "run_cancel"
     RUN_FORK = "run_fork"
+    RUN_CLEAN = "run_clean"  # a clean run replaces a stopped one (same inputs, empty ledger)
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
     RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
@@ -309,6 +317,66 @@ class Beacon(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+# --- notifications (an outbox) ---------------------------------------------------------------
+
+
+class NotificationKind(models.TextChoices):
+    NEEDS_ATTENTION = "needs_attention", "a run needs a person"
+    APPROVAL_WAITING = "approval_waiting", "a settlement waits for approval"
+    REMINDER = "reminder", "still waiting"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"  # to send (first time, or again after a failure's back-off)
+    SENDING = "sending"  # claimed by a deliverer until ``claimed_until``
+    SENT = "sent"
+    FAILED = "failed"  # gave up after RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+
+
+class Notification(models.Model):
+    """One message for one channel about one event, written in the transaction of the event.
+
+    ``(event_key, channel)`` is unique: an event is queued once per channel however often the
+    code that records it runs. ``idempotency_key`` goes to the receiver with every attempt (the
+    webhook's ``Idempotency-Key`` header, the email's Message-ID), so a retry after a deliverer
+    died mid-send is recognisable as the same message. Written only by ``ledger.transitions``.
+    """
+
+    event_key = models.CharField(max_length=200)
+    channel = models.CharField(max_length=50)
+    kind = models.CharField(max_length=30, choices=NotificationKind.choices)
+    run_id = models.CharField(max_length=64, db_index=True)
+    settlement_id = models.BigIntegerField(null=True, blank=True)
+    # For reminders: the moment the waiting began (a run's status_changed_at, a proposal's
+    # created_at), so a wait is reminded of once.
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    subject = models.CharField(max_length=300)
+    payload = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    status = models.CharField(
+        max_length=20, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claim_token = models.CharField(max_length=64, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event_key", "channel"], name="notification_once"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+            models.Index(fields=["created_at", "id"], name="notification_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} → {self.channel} ({self.status})"
 
 
 class Difference(models.TextChoices):

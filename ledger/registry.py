@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
-from ledger.errors import AgentDefinitionError
+from ledger.errors import AgentDefinitionError, InvalidInput
 from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
@@ -29,6 +29,8 @@ Reconcile = Callable[[str], Any]
 #: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
 ListKeys = Callable[[str], Iterable[str]]
 RESERVED_PARAMS = {"step"}
+TITLE_CHARS = 200
+LABEL_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,42 @@ class Agent:
     max_resumes: int | None
     tools: tuple[Tool, ...] = field(default=())
     description: str = ""
+    title: str | Callable[[dict[str, Any]], str] = ""
+    labels: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    def check_inputs(self, inputs: Any) -> None:
+        """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
+        every key in ``requires`` (checked before a run is written, never by a failed run)."""
+        if not self.requires:
+            return
+        if not isinstance(inputs, dict):
+            raise InvalidInput(
+                f"agent {self.name!r} takes a JSON object as inputs "
+                f"(with {', '.join(self.requires)}), not {type(inputs).__name__}"
+            )
+        missing = [k for k in self.requires if inputs.get(k) in (None, "")]
+        if missing:
+            raise InvalidInput(f"agent {self.name!r} needs inputs {', '.join(missing)}")
+
+    def title_for(self, inputs: Any) -> str:
+        """The run's one-line title from its inputs; "" when none is declared or it cannot be
+        made (a title never stops a run from starting)."""
+        data = inputs if isinstance(inputs, dict) else {}
+        try:
+            text = self.title(data) if callable(self.title) else self.title.format_map(data)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+            return ""
+        return " ".join(str(text).split())[:TITLE_CHARS]
+
+    def labels_for(self, inputs: Any) -> dict[str, str]:
+        """The declared input keys whose values are scalars, as text: a run's labels."""
+        data = inputs if isinstance(inputs, dict) else {}
+        return {
+            key: str(data[key])[:LABEL_CHARS]
+            for key in self.labels
+            if isinstance(data.get(key), str | int | float) and not isinstance(data[key], bool)
+        }
 
     @property
     def tool_schema_hash(self) -> str:
@@ -162,8 +200,15 @@ def agent(
     divergence: Literal["refuse", "replan"] = "refuse",
     max_resumes: int | None = None,
     tools: tuple[Tool, ...] | list[Tool] = (),
+    title: str | Callable[[dict[str, Any]], str] = "",
+    labels: tuple[str, ...] | list[str] = (),
+    requires: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
+
+    ``title`` names each run in one line an operator recognises: a format string over the
+    inputs (``"Refund {invoice_id}"``) or a function of them. ``labels`` are input keys shown
+    and searchable as ``key:value``. ``requires`` are input keys a run cannot start without.
 
     ``plan_version`` and the hash of ``tools`` are stored on each run; a resume under a
     different one follows ``divergence``: ``refuse`` blocks the run, ``replan`` goes on and keeps
@@ -183,6 +228,9 @@ def agent(
             max_resumes=max_resumes,
             tools=tuple(tools),
             description=(inspect.getdoc(fn) or "").split("\n")[0],
+            title=title,
+            labels=tuple(labels),
+            requires=tuple(requires),
         )
         _agents[name] = registered
         return registered

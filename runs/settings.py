@@ -310,6 +310,9 @@ RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
 )
 # A run's ledger holds at most this many steps: a call that would add one more stops the run
 # as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
+# The engine's step writes as server-side prepared statements on PostgreSQL (one parse and
+# plan per connection). Turn off (0) behind a pooler in transaction mode (PgBouncer < 1.21).
+RUNLEDGER_PG_PREPARE = env_bool("RUNLEDGER_PG_PREPARE", True)
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
 # The same bound by size: the stored results (canonical JSON bytes) of the steps a run has
 # walked. A new step past it stops the run (budget); agents compare ctx.history_bytes.
@@ -391,6 +394,37 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- notifications: off unless a channel is configured (issue 10) ---------------------------
+# A webhook (JSON POST, or a Slack-compatible {"text": …} payload) and/or email through Django's
+# mail framework (SMTP). Each notification is an outbox row written with its event, delivered by
+# the beat task runledger.notifications (and at once after the event), with retries and back-off.
+RUNLEDGER_NOTIFY_WEBHOOK_URL = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_URL", "")
+RUNLEDGER_NOTIFY_WEBHOOK_FORMAT = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_FORMAT", "json")
+RUNLEDGER_NOTIFY_EMAIL_TO = [
+    a.strip() for a in os.environ.get("RUNLEDGER_NOTIFY_EMAIL_TO", "").split(",") if a.strip()
+]
+RUNLEDGER_NOTIFY_EMAIL_FROM = os.environ.get("RUNLEDGER_NOTIFY_EMAIL_FROM", "runledger@localhost")
+RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS = float(
+    os.environ.get("RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS", "3600")
+)
+RUNLEDGER_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("RUNLEDGER_NOTIFY_MAX_ATTEMPTS", "8"))
+RUNLEDGER_NOTIFY_BACKOFF_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_BACKOFF_SECONDS", "10"))
+RUNLEDGER_NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_TIMEOUT_SECONDS", "10"))
+RUNLEDGER_NOTIFY_EVERY_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_EVERY_SECONDS", "15"))
+# Links in notifications point here.
+RUNLEDGER_PUBLIC_URL = os.environ.get("RUNLEDGER_PUBLIC_URL", "http://127.0.0.1:8000")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+CELERY_BEAT_SCHEDULE["runledger-notifications"] = {
+    "task": "runledger.notifications",
+    "schedule": RUNLEDGER_NOTIFY_EVERY_SECONDS,
+    "options": {"expires": max(RUNLEDGER_NOTIFY_EVERY_SECONDS * 2, 1.0)},
+}
 
 # --- health and metrics (runs/probes.py) -------------------------------------------------
 # /readyz fails when the sweep beacon is older than this (three sweep intervals and a minute).

@@ -15,9 +15,12 @@ from functools import partial
 
 from celery import Task, shared_task
 from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
 
-from ledger import logcontext, worker
+from ledger import logcontext, notify, transitions, worker
 from ledger.models import Run
+from ledger.signals import notifications_queued
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +119,19 @@ def _send(task: Task, run_id: str) -> None:
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)
+
+
+@shared_task(name="runledger.notifications")
+def notifications() -> int:
+    """Queue reminders for long waits, then deliver every due notification (beat runs it every
+    RUNLEDGER_NOTIFY_EVERY_SECONDS; an event also sends it after its commit)."""
+    transitions.notifications_remind(now=timezone.now())
+    return sum(1 for d in notify.deliver_due() if d.ok)
+
+
+@receiver(notifications_queued)
+def _deliver_soon(sender: object, **kwargs: object) -> None:
+    try:
+        notifications.delay()
+    except Exception:
+        log.exception("could not enqueue the notification delivery; beat delivers them")

@@ -50,7 +50,10 @@ def _start_local(bindir: Path, root: Path) -> tuple[str, list[str]]:
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    # Tests run with fsync off (speed, nothing to keep); a benchmark asks for fsync on
+    # (WITH_POSTGRES_FSYNC=on) so that a commit costs what it costs in production.
+    fsync = os.environ.get("WITH_POSTGRES_FSYNC", "off")
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync={fsync}"
     subprocess.run(
         _as_user(
             [

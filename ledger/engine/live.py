@@ -55,6 +55,9 @@ from ledger.transitions.steps import StepWrite, stored_inputs
 
 log = logging.getLogger(__name__)
 
+#: ``Step.settled_by`` of a started effect whose outcome the tool's lookup answered on a resume.
+SETTLED_BY_LOOKUP = "lookup (the tool's reconcile, on resume)"
+
 Clock = Callable[[], datetime]
 
 
@@ -201,6 +204,7 @@ class LiveSteps:
             now=self._clock(),
             result_json=text,
             errors_json=canonical.dumps(row.errors),
+            settled_by=SETTLED_BY_LOOKUP,
         )
         row.status, row.result = StepStatus.SUCCEEDED, data
 

@@ -22,6 +22,7 @@ INVOICES = {
 SUBSCRIPTIONS = {
     "cus_hopper": {"plan": "team", "amount_cents": 24900},
     "cus_knuth": {"plan": "solo", "amount_cents": 900},
+    "cus_lovelace": {"plan": "team", "amount_cents": 24900},
 }
 
 # The prompt is code: editing it between a crash and a resume makes the model step stale. The
@@ -119,6 +120,9 @@ def _decide(prompt: str, system: str) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[fetch_invoice, refund_charge, send_email, notify_team],
+    title="Refund invoice {invoice_id}",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
 )
 def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Refund an invoice: fetch it, ask the model, refund, email the customer, tell the team."""
@@ -219,6 +223,7 @@ def _summarize(prompt: str, system: str) -> dict[str, Any]:
     divergence="replan",
     max_resumes=20,
     tools=[lookup_record, send_email],
+    title=lambda inputs: f"Survey of {inputs.get('records', 10)} records",
 )
 def survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Read N records, summarise every 10th with the model, email one report (long runs)."""
@@ -271,7 +276,14 @@ if RENEWAL_PLAN != "1":
 
 
 @agent(
-    "renewal", plan_version=RENEWAL_PLAN, divergence="refuse", max_resumes=5, tools=_RENEWAL_TOOLS
+    "renewal",
+    plan_version=RENEWAL_PLAN,
+    divergence="refuse",
+    max_resumes=5,
+    tools=_RENEWAL_TOOLS,
+    title="Renew the subscription of {customer}",
+    labels=("customer",),
+    requires=("customer",),
 )
 def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Renew a subscription: fetch it, (plan 2: check fraud), charge the card, email a receipt."""
@@ -309,6 +321,11 @@ def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[fetch_invoice, refund_charge, send_email],
+    title=lambda inputs: (
+        f"Refund {len(inputs['invoice_ids'])} invoices: "
+        + ", ".join(map(str, inputs["invoice_ids"]))
+    ),
+    requires=("invoice_ids",),
 )
 def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Refund several invoices at once: fetch them and refund them in parallel, email a summary."""
@@ -345,6 +362,9 @@ def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[lookup_record, send_email],
+    title=lambda inputs: (
+        f"Paged survey: records {inputs.get('start', 0)} to {inputs.get('records', 100)}"
+    ),
 )
 def paged_survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Survey a long data set a page per run: each run continues as a new one (bounded ledgers)."""

@@ -1,4 +1,5 @@
-"""A person's actions on whole runs: resume, retry, cancel, fork. Each is audited.
+"""A person's actions on whole runs: resume, retry, cancel, fork, start a clean run. Each is
+audited.
 
 Each is one transaction: the run row locked, the version the person saw compared, one
 compare-and-set, the audit row. The dashboard, the commands (as ``cli:<login>``) and bulk
@@ -226,6 +227,69 @@ def run_fork(
             fork_id = fork.run_id
             transaction.on_commit(lambda: on_commit(fork_id))
     return fork
+
+
+def run_start_clean(
+    *,
+    run_id: str,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    on_commit: OnCommit = None,
+    clock: Clock = timezone.now,
+) -> Run:
+    """Replace a stopped run by a clean run of the same agent and inputs with an empty ledger
+    (the way forward from a divergence under ``refuse``): the new run's parent is the old one
+    (``parent_kind='clean'``), the old run is cancelled if it had not finished, both in one
+    transaction with an audit row on each run. ``on_commit(new_run_id)`` runs after the commit.
+
+    Refused while a worker executes the old run, and while it holds an effect whose outcome
+    nobody knows (``started``): settle that first, or the clean run could do it twice.
+    """
+    name = actor_name(by)
+    text = require_reason(reason)
+    with transaction.atomic():
+        old = lock_run(run_id)
+        check_run_version(old, seen_version)
+        if old.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            raise NotAllowed(
+                f"run {old.run_id} is {old.status}; a clean run replaces a run that has stopped"
+            )
+        started = Step.objects.filter(run=old, status=StepStatus.STARTED)
+        unknown = list(started.values_list("step_id", flat=True))
+        if unknown:
+            raise NotAllowed(
+                "settle the started effects first (nobody knows whether they happened, and a "
+                "clean run could do them again): " + ", ".join(unknown)
+            )
+        before = run_snapshot(old)
+        try:
+            new = run_start(
+                agent=old.agent,
+                inputs=old.inputs,
+                clock=clock,
+                parent=old,
+                parent_kind="clean",
+            )
+        except LookupError as exc:
+            raise NotAllowed(f"cannot start a clean run: {exc}") from None
+        if old.status not in FINAL_STATUSES:
+            cancel(old, detail=f"replaced by clean run {new.run_id} ({name}: {text})", clock=clock)
+        now = clock()
+        for event_run, other in ((old.run_id, new.run_id), (new.run_id, old.run_id)):
+            record(
+                by=name,
+                action=AuditAction.RUN_CLEAN,
+                at=now,
+                run_id=event_run,
+                before=before if event_run == old.run_id else {"replaces": old.run_id},
+                after={"clean_run_id": new.run_id, "other_run_id": other, "old": run_snapshot(old)},
+                reason=text,
+            )
+        if on_commit is not None:
+            new_id = new.run_id
+            transaction.on_commit(lambda: on_commit(new_id))
+    return new
 
 
 def _path_to(run: Run, step_id: str) -> list[Step]:

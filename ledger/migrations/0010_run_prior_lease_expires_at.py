@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0007_merge_agent13_prod11'),
+        ('ledger', '0009_merge_op10_perf12'),
     ]
 
     operations = [
