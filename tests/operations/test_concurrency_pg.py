@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction  # noqa: F401 (skipif)
 from ledger_support import wait_for_lock_waiters
 
 from ledger import transitions
