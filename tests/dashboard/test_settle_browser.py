@@ -28,6 +28,7 @@ from dashboard_support import (
     rewind,
     succeeded_run,
     user_in,
+    wait_for_held_polls,
 )
 from django.conf import settings as django_settings
 from django.db import connection
@@ -205,13 +206,14 @@ def test_bulk_resume_of_ticked_runs_previews_then_the_worker_resumes_each(
     def table_poll(request: Any) -> bool:
         return request.headers.get("hx-target") == "run-table"
 
-    with page.expect_request(table_poll, timeout=15_000):
+    with page.expect_request(table_poll, timeout=60_000):
         pass  # unticked, the table refreshes itself
-    polls: list[str] = []
-    page.on("request", lambda r: polls.append(r.url) if table_poll(r) else None)
     for run in (*stopped, done):
         page.check(f"input[data-pick][value={run.run_id}]")
-    page.wait_for_timeout(3_000)  # three refresh intervals: a table with ticked rows holds still
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if table_poll(r) else None)
+    # Three refreshes came due and were held back: a table with ticked rows holds still.
+    wait_for_held_polls(page, "#run-table", 3)
     assert polls == []
 
     page.select_option("#bulk-form select[name=action]", "resume")
