@@ -152,7 +152,7 @@ def test_it_happened_proposed_approved_and_resumed_by_the_worker_charges_once(
 
     # The page follows the run while the worker resumes it: queued → running → succeeded.
     header = page.locator("#run-header")
-    expect(header.locator(".title-row")).to_contain_text("succeeded", timeout=60_000)
+    expect(header.locator(".title-row")).to_contain_text("succeeded", timeout=120_000)
     expect(page.locator("#step-table")).to_contain_text("receipt")
     expect(page.locator("#step-table")).to_contain_text("settled by olive, approved by amy")
     expect(page.locator("#run-audit")).to_contain_text("settlement_approve")
@@ -184,7 +184,7 @@ def test_did_not_happen_approved_is_sent_again_under_the_same_key_once(
     sign_out(page)
     approve_as(page, base, run, "amy")
 
-    expect(page.locator("#run-header .title-row")).to_contain_text("succeeded", timeout=60_000)
+    expect(page.locator("#run-header .title-row")).to_contain_text("succeeded", timeout=120_000)
     charge = Step.objects.get(run=run, step_id="charge")
     assert (charge.status, charge.attempt) == ("succeeded", 2)
     assert charge.effect_key == intent.effect_key
@@ -206,7 +206,7 @@ def test_bulk_resume_of_ticked_runs_previews_then_the_worker_resumes_each(
     def table_poll(request: Any) -> bool:
         return request.headers.get("hx-target") == "run-table"
 
-    with page.expect_request(table_poll, timeout=60_000):
+    with page.expect_request(table_poll, timeout=120_000):
         pass  # unticked, the table refreshes itself
     for run in (*stopped, done):
         page.check(f"input[data-pick][value={run.run_id}]")
@@ -231,7 +231,7 @@ def test_bulk_resume_of_ticked_runs_previews_then_the_worker_resumes_each(
     expect(page.locator("#refused-count")).to_have_text("0")
 
     for run in stopped:
-        assert wait_for(lambda r=run: _status(r) == "succeeded", timeout=60), worker.log("w1")
+        assert wait_for(lambda r=run: _status(r) == "succeeded", timeout=120), worker.log("w1")
         run.refresh_from_db()
         assert (run.max_resumes, run.resume_count) == (2, 1)
     assert AuditEvent.objects.filter(action="run_resume", actor="olive").count() == 2
