@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest bench bench-dashboard clean
+.PHONY: demo test test-under-load lint typecheck check killtest bench bench-dashboard clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ test: $(STAMP)
 	tests/ensure_chromium.sh
 	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
+
+## The whole `make test` while a CPU hog keeps every core busy (stress-ng from Debian, or a
+## Python busy loop per core); the hog is stopped when the suite ends or fails.
+test-under-load: $(STAMP)
+	$(PY) tests/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
 
 PEERS := .venv-peers/bin/python
 $(PEERS):
