@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
 from ledger import worker
-
-
-class _Constant(ValueError):
-    pass
-
-
-def _no_constants(name: str) -> Any:
-    # Python's json accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) do not.
-    raise _Constant(f"{name} is not a JSON value")
+from ledger.errors import InvalidInput
+from ledger.inputs import parse_json_text, parse_whole_number, queryable
 
 
 def parse_json(text: str, *, what: str) -> Any:
+    """JSON from a command-line argument, or ``CommandError`` saying what is wrong with it
+    (syntax, NaN, too deep, too long a number, a NUL byte: ``ledger.inputs``)."""
     try:
-        return json.loads(text, parse_constant=_no_constants)
-    except _Constant as exc:
-        raise CommandError(f"{what} is not valid JSON: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} "
-            f"column {exc.colno}: {text[:80]!r}"
-        ) from exc
+        return parse_json_text(text, what=what)
+    except InvalidInput as exc:
+        raise CommandError(f"{exc}: {text[:80]!r}") from None
+
+
+def whole_number(lo: int = 0, hi: int = 100_000) -> Callable[[str], int]:
+    """An argparse type: a whole number in [lo, hi] (never a 5,000-digit ``int()``)."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_whole_number(text, what="the value", lo=lo, hi=hi)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def text_arg(text: str) -> str:
+    """An argparse type: text the database can take (no NUL byte, no lone surrogate)."""
+    if not queryable(text):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} contains a NUL byte or bad Unicode")
+    return text
 
 
 def execute_inline(run_id: str, out: OutputWrapper) -> None:

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from runs.management.commands._common import text_arg
 from runs.models import ROLES
 from runs.roles import user_set_role
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("username")
+        parser.add_argument("username", type=text_arg)
         parser.add_argument("--role", required=True, choices=ROLES)
         parser.add_argument("--password", default=None)
         parser.add_argument("--email", default="")

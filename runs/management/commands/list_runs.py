@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.models import Run, RunStatus
+from runs.management.commands._common import text_arg, whole_number
 
 
 class Command(BaseCommand):
@@ -14,8 +15,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--status", action="append", help="repeat for several statuses")
-        parser.add_argument("--agent")
-        parser.add_argument("--limit", type=int, default=50)
+        parser.add_argument("--agent", type=text_arg)
+        parser.add_argument("--limit", type=whole_number(1, 100_000), default=50)
 
     def handle(self, *args: Any, **options: Any) -> None:
         runs = Run.objects.order_by("-created_at", "-run_id")

@@ -13,16 +13,16 @@ from ledger import transitions
 from ledger.errors import OperationError
 from ledger.models import Run
 from runs import tasks
-from runs.management.commands._common import execute_inline
+from runs.management.commands._common import execute_inline, text_arg, whole_number
 
 
 class Command(BaseCommand):
     help = "Queue a stopped run (needs attention, failed) to resume from its ledger."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=text_arg)
         parser.add_argument(
-            "--max-resumes", type=int, help="raise the run's resume budget to this many"
+            "--max-resumes", type=whole_number(), help="raise the run's resume budget to this many"
         )
         parser.add_argument(
             "--reason",

@@ -10,7 +10,7 @@ from django.db import transaction
 from ledger import registry, transitions
 from ledger.errors import NotJSON
 from runs import tasks
-from runs.management.commands._common import execute_inline, parse_json
+from runs.management.commands._common import execute_inline, parse_json, whole_number
 
 
 class Command(BaseCommand):
@@ -19,8 +19,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("agent", help="a registered agent's name")
         parser.add_argument("--inputs", default="{}", help="the run's inputs as JSON")
-        parser.add_argument("--run-id", help="choose the run id (default: a fresh one)")
-        parser.add_argument("--max-resumes", type=int, help="the run's resume budget")
+        parser.add_argument(
+            "--run-id",
+            help="choose the run id: 1-64 of A-Z a-z 0-9 _ . : - (default: a fresh one)",
+        )
+        parser.add_argument("--max-resumes", type=whole_number(), help="the run's resume budget")
         how = parser.add_mutually_exclusive_group()
         how.add_argument(
             "--enqueue", action="store_true", help="send it to a Celery worker (the default)"
