@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -160,6 +161,11 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
     )
     try:
         printed = _wait_for(demo, "runledger demo: http://", 300)
+        # Keep reading what the demo and its children (web server, worker) print, so a full
+        # pipe never blocks them on a slow machine; the tail explains a failure.
+        later: list[str] = []
+        reader = threading.Thread(target=lambda: later.extend(demo.stdout or []), daemon=True)
+        reader.start()
         users = dict(
             re.findall(r"^\s+(\w+)\s+(\S+)\s+(?:viewer|operator|approver|admin)\s", printed, re.M)
         )
@@ -198,4 +204,5 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(demo.pid, signal.SIGKILL)
             raise
-    assert demo.returncode == 0
+    reader.join(timeout=30)
+    assert demo.returncode == 0, "".join(later)[-4000:]
