@@ -79,7 +79,7 @@ class Fanout:
         self.lock = threading.Lock()
 
     def together(self, parties: int) -> None:
-        self.barrier = threading.Barrier(parties, timeout=20)
+        self.barrier = threading.Barrier(parties, timeout=120)  # generous: a loaded machine
 
     def register(self) -> None:
         fan = self
