@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve test lint typecheck check killtest bench bench-workers bench-dashboard screenshots clean
+.PHONY: demo serve test test-under-load lint typecheck check killtest bench bench-workers bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(STAMP)
 	tests/ensure_chromium.sh
 	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
+
+## The whole `make test` while a CPU hog keeps every core busy (stress-ng from Debian, or a
+## Python busy loop per core); the hog is stopped when the suite ends or fails.
+test-under-load: $(STAMP)
+	$(PY) tests/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
 
 PEERS := .venv-peers/bin/python
 $(PEERS):

@@ -37,7 +37,9 @@ from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
 from runs.tasks import start_run
 
 DONE = (*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION)
-TRIAL_TIMEOUT = 40.0  # plus the lease: a kill is recovered within one lease and one sweep
+# Plus the lease. A kill is recovered within one lease and one sweep; the rest is room for a
+# loaded machine (a trial that finishes early ends its wait early).
+TRIAL_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)

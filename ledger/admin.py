@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -20,7 +21,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ledger import transitions
-from ledger.errors import OperationError
+from ledger.errors import InvalidInput, OperationError
+from ledger.inputs import parse_json_text
 from ledger.models import AuditEvent, Run, Settlement, Step
 
 
@@ -35,7 +37,30 @@ def pretty(value: Any) -> SafeString:
 
 
 class PrettyJSONField(forms.JSONField):
-    """Edits JSON as indented text."""
+    """Edits JSON as indented text. Parsed with ``ledger.inputs.parse_json_text``: too deep,
+    too long a number, NaN, a NUL byte or a lone surrogate is a form error, never a 500."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled:
+            return value
+        if value in self.empty_values:
+            return None
+        if isinstance(value, list | dict | int | float):
+            return value
+        try:
+            return parse_json_text(str(value), what="the value")
+        except InvalidInput as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled:
+            return initial
+        if data is None:
+            return None
+        try:
+            return parse_json_text(str(data), what="the value")
+        except InvalidInput:
+            return forms.fields.InvalidJSONInput(data)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, forms.fields.InvalidJSONInput):
@@ -50,7 +75,7 @@ class LedgerEditForm(forms.ModelForm):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Required. Recorded in the audit with the values before and after.",
     )
-    seen_version = forms.IntegerField(widget=forms.HiddenInput)
+    seen_version = forms.IntegerField(min_value=1, max_value=2**31 - 1, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

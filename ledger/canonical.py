@@ -22,9 +22,15 @@ from typing import Any
 
 from ledger.errors import NotJSON
 
+#: Deepest nesting of lists and objects a value may have: deeper ones are refused as not JSON
+#: here, before Python's recursion limit is met anywhere (parsing, hashing, the database).
+MAX_DEPTH = 100
 
-def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
+
+def normalize(value: Any, *, step_id: str = "", path: str = "$", depth: int = 0) -> Any:
     """Return ``value`` as plain JSON data in its canonical form, or raise ``NotJSON``."""
+    if depth > MAX_DEPTH:
+        raise NotJSON(step_id, path, f"nested deeper than {MAX_DEPTH} levels")
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -40,7 +46,8 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
         return _check_string(value, step_id, path)
     if isinstance(value, list | tuple):
         return [
-            normalize(item, step_id=step_id, path=f"{path}[{i}]") for i, item in enumerate(value)
+            normalize(item, step_id=step_id, path=f"{path}[{i}]", depth=depth + 1)
+            for i, item in enumerate(value)
         ]
     if isinstance(value, dict):
         for key in value:
@@ -48,7 +55,7 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$") -> Any:
                 raise NotJSON(step_id, f"{path}", f"key {key!r} is not a string")
             _check_string(key, step_id, f"{path}.{key}")
         return {
-            key: normalize(value[key], step_id=step_id, path=f"{path}.{key}")
+            key: normalize(value[key], step_id=step_id, path=f"{path}.{key}", depth=depth + 1)
             for key in sorted(value)
         }
     if isinstance(value, bytes | bytearray | memoryview):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
@@ -19,16 +21,26 @@ from runs.dashboard.views import (
 
 
 class RunIdConverter:
-    """A run id in a URL: no slash and no NUL byte (PostgreSQL refuses NUL in a text parameter,
-    so such an id reached the query and answered 500; it names no run, so it is a 404)."""
+    """A run id in a URL, for every id a run may have — also ones stored before run ids were
+    checked (``ledger.inputs.RUN_ID_PATTERN``), which may hold ``/``, ``%`` or be ``..``.
+
+    ``to_url`` escapes ``%`` and ``/`` (and the dots of an all-dots id) as ``%25``, ``%2F``,
+    ``%2E``; Django then quotes the ``%``, so the link reaches the view as the escaped text and
+    ``to_python`` undoes it. New ids need no escaping: their links read as the id. A NUL byte
+    names no run (PostgreSQL refuses it in a query): such a path is a 404.
+    """
 
     regex = r"[^/\x00]+"
+    _ESCAPED = re.compile(r"%(25|2F|2E)", re.IGNORECASE)
 
     def to_python(self, value: str) -> str:
-        return value
+        return self._ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), value)
 
     def to_url(self, value: str) -> str:
-        return value
+        text = str(value).replace("%", "%25").replace("/", "%2F")
+        if text and set(text) == {"."}:
+            text = text.replace(".", "%2E")
+        return text or "%00"  # an empty stored id still gets a link (that finds no run)
 
 
 register_converter(RunIdConverter, "run_id")

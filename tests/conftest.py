@@ -116,6 +116,22 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     }
 
 
+#: How long a browser test's actions and assertions wait for their condition. Playwright's
+#: defaults (5 s for an assertion) race a loaded machine; a condition that holds passes at once.
+BROWSER_WAIT_MS = 60_000
+
+
+@pytest.fixture
+def page(page: Any) -> Any:
+    """pytest-playwright's page, waiting up to ``BROWSER_WAIT_MS`` for every condition."""
+    from playwright.sync_api import expect
+
+    page.set_default_timeout(BROWSER_WAIT_MS)
+    page.set_default_navigation_timeout(BROWSER_WAIT_MS)
+    expect.set_options(timeout=BROWSER_WAIT_MS)
+    return page
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ledger_owner_guard() -> None:
     """Every SQL write to a run or a step row in this process must come from the owner."""

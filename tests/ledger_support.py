@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -26,3 +27,17 @@ def read_write(*, run_id: str, token: str, step_id: str, now: datetime, result_j
         result_json=result_json,
         finished=True,
     )
+
+
+def wait_for_lock_waiters(count: int, *, timeout: float = 120) -> None:
+    """Until ``count`` connections wait for a lock (a condition, not a timing; PostgreSQL)."""
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cur.fetchone()[0] >= count:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} connections never queued behind the lock")

@@ -2,7 +2,8 @@
 
 Every execution of its body appends ``enter``/``exit`` lines (run id, pid, time) to the file
 named in its inputs, so a test can count executors per run. Its ``hold`` step makes the first
-process that reaches it (per gate directory) wait, so a test can freeze that worker mid-run.
+process that reaches it (per gate directory) wait, for a time or until released, so a test
+can freeze that worker mid-run.
 """
 
 from __future__ import annotations
@@ -26,15 +27,23 @@ def _append(path: str, line: str) -> None:
 
 
 @tool(kind="read", name="probe_hold")
-def probe_hold(gate_dir: str, seconds: float) -> dict[str, Any]:
-    """The first process to get here (per gate directory) holds for ``seconds``."""
+def probe_hold(gate_dir: str, seconds: float | None) -> dict[str, Any]:
+    """The first process to get here (per gate directory) holds for ``seconds``, or, when
+    ``seconds`` is None, until a ``release`` file appears in the gate directory (a test freezes
+    it there without racing the hold's end)."""
     try:
         fd = os.open(Path(gate_dir) / "first", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
         return {"pid": os.getpid(), "held": False}
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
-    time.sleep(seconds)
+    if seconds is not None:
+        time.sleep(seconds)
+    else:
+        release = Path(gate_dir) / "release"
+        deadline = time.monotonic() + 600
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     return {"pid": os.getpid(), "held": True}
 
 

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -160,7 +161,12 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
         start_new_session=True,
     )
     try:
-        printed = _wait_for(demo, "runledger demo: http://", 180)
+        printed = _wait_for(demo, "runledger demo: http://", 300)
+        # Keep reading what the demo and its children (web server, worker) print, so a full
+        # pipe never blocks them on a slow machine; the tail explains a failure.
+        later: list[str] = []
+        reader = threading.Thread(target=lambda: later.extend(demo.stdout or []), daemon=True)
+        reader.start()
         users = dict(
             re.findall(r"^\s+(\w+)\s+(\S+)\s+(?:viewer|operator|approver|admin)\s", printed, re.M)
         )
@@ -171,11 +177,14 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
         )
         assert set(EXPECTED) <= set(runs)
         browser = Browser(f"http://127.0.0.1:{port}")
-        for _ in range(60):  # the web server starts beside the worker
+        deadline = time.monotonic() + 120  # the web server starts beside the worker
+        while True:
             try:
                 browser.get("/accounts/login/")
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    raise
                 time.sleep(0.5)
         page = browser.sign_in("viewer", users["viewer"])
         assert "Sign out" in page or "sign out" in page.lower()
@@ -184,17 +193,17 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
             assert rows.get(runs[key]) == expected, (key, rows.get(runs[key]))
         # The long run is picked up by the demo's real worker.
         long_run = runs["long-run-in-progress"]
-        for _ in range(60):
-            if "running" in browser.get(f"/runs/{long_run}/"):
-                break
+        deadline = time.monotonic() + 120
+        while "running" not in browser.get(f"/runs/{long_run}/"):
+            if time.monotonic() > deadline:
+                raise AssertionError("the demo's worker never started the long run")
             time.sleep(0.5)
-        else:
-            raise AssertionError("the demo's worker never started the long run")
     finally:
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
         try:
-            demo.wait(timeout=40)
+            demo.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(demo.pid, signal.SIGKILL)
             raise
-    assert demo.returncode == 0
+    reader.join(timeout=30)
+    assert demo.returncode == 0, "".join(later)[-4000:]

@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from harness.cluster import wait_for
 from ledger import registry, transitions, worker
 from ledger.agents import agent, tool
 from ledger.examples import faults, simulators
@@ -49,10 +49,7 @@ SHORT_LEASE = {"RUNLEDGER_LEASE_SECONDS": "1", "RUNLEDGER_EFFECT_MARGIN_SECONDS"
 
 def wait_for_lapse(run_id: str) -> None:
     """Until the killed process's lease has expired, so that another may claim the run."""
-    deadline = time.monotonic() + 60
-    while Run.objects.filter(pk=run_id, lease_expires_at__gte=timezone.now()).exists():
-        assert time.monotonic() < deadline, f"run {run_id}: the lease never lapsed"
-        time.sleep(0.05)
+    assert wait_for(lambda: _lease_lapsed(run_id), timeout=60), f"{run_id}: the lease never lapsed"
 
 
 RUN_ID = "run_fanout_fixed"
@@ -92,7 +89,7 @@ class Fanout:
         self.lock = threading.Lock()
 
     def together(self, parties: int) -> None:
-        self.barrier = threading.Barrier(parties, timeout=20)
+        self.barrier = threading.Barrier(parties, timeout=120)  # generous: a loaded machine
 
     def register(self) -> None:
         fan = self
@@ -190,18 +187,17 @@ def test_siblings_run_at_once_each_on_its_own_connection_and_chain_in_key_order(
     assert rows["fan.pay_a"].effect_key == f"{RUN_ID}:fan.pay_a"
     assert len(set(fan.pids.values())) == 3 and main_pid not in fan.pids.values()
     assert ProviderCharge.objects.count() == 1
+
     # Each sibling's thread closed its connection when it finished.
-    with connection.cursor() as cur:
-        for _ in range(100):
+    def siblings_gone() -> bool:
+        with connection.cursor() as cur:
             cur.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
                 [list(fan.pids.values())],
             )
-            if cur.fetchone()[0] == 0:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("a sibling's database connection was left open")
+            return cur.fetchone()[0] == 0
+
+    assert wait_for(siblings_gone, timeout=60), "a sibling's database connection was left open"
 
 
 @both
@@ -345,6 +341,22 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
     keys = Counter(ProviderCharge.objects.values_list("idempotency_key", flat=True))
     assert keys == Counter({f"{run_id}:refund.{i}": 1 for i in invoices})
     assert OutboxMessage.objects.filter(message_id=f"{run_id}:summary").count() == 1
+
+
+def _lease_lapsed(run_id: str) -> bool:
+    expires = Run.objects.values_list("lease_expires_at", flat=True).get(pk=run_id)
+    return expires is None or expires < timezone.now()
+
+
+def _sqlite_lease_lapsed(db: sqlite3.Connection, run_id: str) -> bool:
+    """The lease's expiry as the worker process stored it (UTC text) has passed."""
+    (expires,) = db.execute(
+        "SELECT lease_expires_at FROM ledger_run WHERE run_id = ?", [run_id]
+    ).fetchone()
+    if expires is None:
+        return True
+    stored = datetime.fromisoformat(expires)
+    return (stored if stored.tzinfo else stored.replace(tzinfo=UTC)) < timezone.now()
 
 
 def _uninterrupted(inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -585,13 +597,7 @@ def test_threaded_siblings_on_the_sqlite_file_default_survive_a_real_sigkill(tmp
     query = "SELECT step_id, status, attempt, started_at FROM ledger_step WHERE run_id = ?"
     before = {r[0]: r[1:] for r in db.execute(query, [run_id])}
     assert sum(1 for r in before.values() if r[0] == "started") >= 1
-    lapse = time.monotonic() + 60  # the dead worker's lease lapses (SQLite: naive UTC text)
-    while db.execute(
-        "SELECT 1 FROM ledger_run WHERE run_id = ? AND lease_expires_at >= ?",
-        [run_id, datetime.now(UTC).replace(tzinfo=None).isoformat(" ")],
-    ).fetchone():
-        assert time.monotonic() < lapse, "the dead worker's lease never lapsed"
-        time.sleep(0.05)
+    assert wait_for(lambda: _sqlite_lease_lapsed(db, run_id), timeout=60)  # the lease lapses
     resumed = subprocess.run(
         [*manage, "example_execute", run_id],
         env={**env, **SHORT_LEASE},

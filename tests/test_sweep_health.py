@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -41,5 +42,7 @@ def test_a_sweep_that_stopped_running_is_a_warning(viewer, settings) -> None:
     settings.RUNLEDGER_SWEEP_SECONDS = 10
     worker.runs_sweep(clock=lambda: timezone.now() - timedelta(minutes=7))
     page = viewer.get("/").content.decode()
-    assert "has not run for 7 min" in page or "has not run for 6 min" in page
+    # 7 minutes ago on the page's own clock: more if the machine is slow, never less than 6.
+    minutes = re.search(r"has not run for (\d+) min", page)
+    assert minutes is not None and int(minutes.group(1)) >= 6
     assert 'class="sweep warn"' in page

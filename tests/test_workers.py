@@ -38,6 +38,8 @@ pytestmark = [
 
 TESTS_DIR = Path(__file__).resolve().parent
 MODULES = "ledger.examples.agents,probe_agents"
+LEASE = 5.0
+WAIT = 120  # seconds any condition may take on a loaded machine before the test fails
 
 
 def cluster_env(**extra: str) -> dict[str, str]:
@@ -47,8 +49,10 @@ def cluster_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    # A 5 s lease renewed every third of it: a worker starved of CPU for a few seconds on a
+    # busy machine keeps its lease, so these tests see takeovers only where they cause them.
     with Cluster(
-        tmp_path, lease_seconds=2, sweep_seconds=0.5, lost_after=2, env=cluster_env()
+        tmp_path, lease_seconds=LEASE, sweep_seconds=0.5, lost_after=2, env=cluster_env()
     ) as c:
         yield c
     connection.close()
@@ -62,7 +66,7 @@ def finished(run_id: str) -> bool:
     return status(run_id) in ("succeeded", "failed", "needs_attention", "cancelled")
 
 
-def probe_run(tmp_path: Path, hold: float, name: str = "probe") -> Run:
+def probe_run(tmp_path: Path, hold: float | None, name: str = "probe") -> Run:
     gate = tmp_path / f"gate-{uuid.uuid4().hex[:8]}"
     gate.mkdir()
     inputs = {"log": str(tmp_path / f"{name}.log"), "gate": str(gate), "hold": hold}
@@ -88,7 +92,7 @@ def test_a_run_started_from_the_command_runs_on_a_worker_after_the_commit(cluste
     ).stdout
     run_id = out.split()[1].rstrip(":")
     assert out.strip().endswith("queued for a worker")
-    assert wait_for(lambda: finished(run_id), timeout=20), cluster.log("w1")
+    assert wait_for(lambda: finished(run_id), timeout=WAIT), cluster.log("w1")
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.executions, run.resume_count) == ("succeeded", 1, 0)
     assert ProviderCharge.objects.count() == OutboxMessage.objects.count() == 1
@@ -100,7 +104,7 @@ def test_a_lost_start_message_is_sent_again_by_the_sweep(cluster) -> None:
     cluster.beat()
     run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     cluster.send(start_run, run.run_id, queue="a-queue-nobody-reads")
-    assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("w1")
+    assert wait_for(lambda: finished(run.run_id), timeout=WAIT), cluster.log("w1")
     run.refresh_from_db()
     assert (run.status, run.executions) == ("succeeded", 1)
     assert ProviderCharge.objects.count() == 1
@@ -117,7 +121,7 @@ def test_duplicate_resume_tasks_across_workers_execute_each_run_once(cluster, tm
     rng.shuffle(sends)
     for run_id in sends:
         cluster.send(resume_run, run_id)
-    assert wait_for(lambda: all(finished(r.run_id) for r in runs), timeout=40), f"seed={seed}"
+    assert wait_for(lambda: all(finished(r.run_id) for r in runs), timeout=WAIT), f"seed={seed}"
 
     def logs() -> str:
         return "".join(cluster.log(w, tail=100_000) for w in ("w1", "w2", "w3"))
@@ -126,7 +130,7 @@ def test_duplicate_resume_tasks_across_workers_execute_each_run_once(cluster, tm
     def consumed() -> int:
         return len(re.findall(r"Task runledger\.resume_run\[\S+\] succeeded", logs()))
 
-    assert wait_for(lambda: consumed() == len(sends), timeout=30), (seed, consumed(), len(sends))
+    assert wait_for(lambda: consumed() == len(sends), timeout=WAIT), (seed, consumed(), len(sends))
     executions = probe_agents.executions(tmp_path / "probe.log")
     for run in runs:
         run.refresh_from_db()
@@ -142,9 +146,9 @@ def test_a_run_longer_than_its_lease_keeps_it_by_heartbeat(cluster, tmp_path) ->
     cluster.worker("w1")
     cluster.worker("w2")
     cluster.beat()
-    run = probe_run(tmp_path, hold=5.0)  # 2.5 leases long, with the sweep every half second
+    run = probe_run(tmp_path, hold=2.5 * LEASE)  # 2.5 leases long, the sweep every 0.5 s
     cluster.send(start_run, run.run_id)
-    assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("w1")
+    assert wait_for(lambda: finished(run.run_id), timeout=WAIT), cluster.log("w1")
     run.refresh_from_db()
     assert (run.status, run.executions, run.resume_count) == ("succeeded", 1, 0)
     [(pid, _, exited)] = probe_agents.executions(tmp_path / "probe.log")[run.run_id]
@@ -152,14 +156,25 @@ def test_a_run_longer_than_its_lease_keeps_it_by_heartbeat(cluster, tmp_path) ->
 
 
 def freeze_in_hold(cluster: Cluster, tmp_path: Path) -> tuple[Run, Any, int]:
-    """Start a probe run on worker A and SIGSTOP A (parent and child) inside the held step."""
+    """Start a probe run on worker A and SIGSTOP A (parent and child) inside the held step,
+    which holds until released: the freeze never races the hold's end. The release is given
+    at once; A sees it when it wakes."""
     victim = cluster.worker("a")
-    run = probe_run(tmp_path, hold=1.0)
+    run = probe_run(tmp_path, hold=None)
     cluster.send(start_run, run.run_id)
     gate = Path(run.inputs["gate"]) / "first"
-    assert wait_for(lambda: gate.exists() and gate.read_text(), timeout=20), cluster.log("a")
+    assert wait_for(lambda: gate.exists() and gate.read_text(), timeout=WAIT), cluster.log("a")
+    holder = int(gate.read_text())
     Cluster.kill(victim, signal.SIGSTOP)
-    return run, victim, int(gate.read_text())
+    assert wait_for(lambda: _stopped(holder), timeout=WAIT)  # really stopped, then released
+    (Path(run.inputs["gate"]) / "release").touch()
+    return run, victim, holder
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped by a signal (state T in /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 def ledger_state(run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -174,13 +189,13 @@ def test_a_frozen_worker_that_wakes_after_another_finished_writes_nothing(
     run, victim, frozen_pid = freeze_in_hold(cluster, tmp_path)
     cluster.worker("b")
     cluster.beat()
-    assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("b")
+    assert wait_for(lambda: finished(run.run_id), timeout=WAIT), cluster.log("b")
     before = ledger_state(run.run_id)
     assert before[0]["status"] == "succeeded"
     assert before[0]["result"]["hold_pid"] != frozen_pid
 
     Cluster.kill(victim, signal.SIGCONT)
-    assert wait_for(lambda: "lost its lease" in cluster.log("a"), timeout=20), cluster.log("a")
+    assert wait_for(lambda: "lost its lease" in cluster.log("a"), timeout=WAIT), cluster.log("a")
     assert ledger_state(run.run_id) == before
     assert all(step["result"].get("pid") != frozen_pid for step in before[1] if step["result"])
     assert OutboxMessage.objects.filter(message_id__startswith=run.run_id).count() == 1
@@ -196,7 +211,7 @@ def test_a_cancelled_run_stays_cancelled_when_its_frozen_worker_wakes(cluster, t
     transitions.run_cancel(by="test", reason="cancel", seen_version=None, run_id=run.run_id)
     before = ledger_state(run.run_id)
     Cluster.kill(victim, signal.SIGCONT)
-    assert wait_for(lambda: "lost its lease" in cluster.log("a"), timeout=20), cluster.log("a")
+    assert wait_for(lambda: "lost its lease" in cluster.log("a"), timeout=WAIT), cluster.log("a")
     assert ledger_state(run.run_id) == before
     assert before[0]["status"] == "cancelled"
     assert not OutboxMessage.objects.exists()
@@ -229,10 +244,10 @@ def test_an_agent_module_that_fails_to_import_blocks_its_runs_not_the_worker(
         worker = cluster.worker("w1")
         for run in (broken, gone):
             cluster.send(start_run, run.run_id)
-        assert wait_for(lambda: finished(broken.run_id) and finished(gone.run_id), timeout=20)
+        assert wait_for(lambda: finished(broken.run_id) and finished(gone.run_id), timeout=WAIT)
         ok = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
         cluster.send(start_run, ok.run_id)
-        assert wait_for(lambda: finished(ok.run_id), timeout=20), cluster.log("w1")
+        assert wait_for(lambda: finished(ok.run_id), timeout=WAIT), cluster.log("w1")
         assert worker.poll() is None
     for run in (broken, gone):
         run.refresh_from_db()
@@ -265,11 +280,11 @@ def test_on_redis_a_whole_worker_killed_mid_effect_is_recovered_by_the_sweep(tmp
             env={"RUNLEDGER_KILL_AT": "charge.after_effect", "RUNLEDGER_KILL_SCOPE": "group"},
         )
         cluster.send(start_run, run.run_id)
-        assert wait_for(lambda: victim.poll() is not None, timeout=20), cluster.log("victim")
+        assert wait_for(lambda: victim.poll() is not None, timeout=WAIT), cluster.log("victim")
         assert ProviderCharge.objects.count() == 1 and status(run.run_id) == "running"
         cluster.worker("rescuer")
         cluster.beat()
-        assert wait_for(lambda: finished(run.run_id), timeout=30), cluster.log("rescuer")
+        assert wait_for(lambda: finished(run.run_id), timeout=WAIT), cluster.log("rescuer")
     run.refresh_from_db()
     assert (run.status, run.executions, run.resume_count) == ("succeeded", 2, 1)
     assert ProviderCharge.objects.count() == OutboxMessage.objects.count() == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +20,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
 
+from ledger.inputs import queryable
 from ledger.models import (
     AuditEvent,
     Beacon,
@@ -126,10 +127,12 @@ class Cursor:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
             stamp, run_id = raw.split("|", 1)
             at = parse_datetime(stamp)
-        except (ValueError, UnicodeDecodeError) as exc:
+            # The database compares in UTC; a stamp at the calendar's edge has no UTC form.
+            at = at.astimezone(UTC) if at is not None and at.tzinfo is not None else None
+        except (ValueError, UnicodeDecodeError, OverflowError) as exc:
             raise ValueError("not a page cursor") from exc
-        if at is None or at.tzinfo is None or not run_id:
-            raise ValueError("not a page cursor")
+        if at is None or not run_id or not queryable(run_id):
+            raise ValueError("not a page cursor")  # a NUL byte would reach the query
         return cls(at=at, run_id=run_id)
 
 

@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 
 from ledger import canonical
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
+from ledger.inputs import parse_json_text
 from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
@@ -95,12 +96,7 @@ def parse_result_text(text: str) -> Any:
         raise InvalidInput("enter the downstream system's result as JSON")
     if len(text.encode("utf-8")) > 4 * max_result_bytes():
         raise InvalidInput(f"the result is far larger than the {max_result_bytes()} byte limit")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            f"the result is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
+    value = parse_json_text(text, what="the result")
     return validate_result(value)
 
 

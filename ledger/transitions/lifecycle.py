@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ledger import canonical, registry, signals
 from ledger.errors import LeaseLost, RunBlocked
+from ledger.inputs import check_run_id
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
 from ledger.transitions import notify
@@ -49,8 +50,9 @@ def run_start(
     reason: str = "",
 ) -> Run:
     """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
-    ``requires`` (``InvalidInput`` otherwise: nothing is written). The run's title and labels
-    are made from the inputs by the agent's declaration.
+    ``requires``; a chosen ``run_id`` must match ``ledger.inputs.RUN_ID_PATTERN``
+    (``InvalidInput`` otherwise: nothing is written). The run's title and labels are made from
+    the inputs by the agent's declaration.
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
@@ -81,9 +83,7 @@ def run_start(
         forked_from_step_id=forked_from_step_id,
     )
     if run_id is not None:
-        if not run_id or len(run_id) > 64:
-            raise ValueError("a run id is 1 to 64 characters")
-        run.run_id = run_id
+        run.run_id = check_run_id(run_id)  # InvalidInput: the documented set only
     with transaction.atomic():
         run.save(force_insert=True)
         if by is not None:

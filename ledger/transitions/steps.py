@@ -138,11 +138,14 @@ lease AS (
     WHERE run_id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     FOR SHARE
 )"""
+# A write that also changes rows other than its own (the previous step's link, a replan's
+# abandoned branch) takes the run row exclusively instead: fan-out siblings commit from their
+# own connections at once, and two such writes locking the same step rows in different orders
+# would deadlock. Behind the run row they go one at a time; plain sibling writes, which lock
+# only their own row, still share it.
+_PG_LEASE_EXCLUSIVE = _PG_LEASE.replace("FOR SHARE", "FOR NO KEY UPDATE")
 
-_PG_UPSERT = (
-    "WITH"
-    + _PG_LEASE
-    + """,
+_PG_UPSERT_BODY = """,
 prev AS (
     UPDATE ledger_step SET next_step_id = %(step_id)s, version = version + 1
     WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
@@ -173,7 +176,8 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
     model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = '',
     version = ledger_step.version + 1
 RETURNING id"""
-)
+_PG_UPSERT = "WITH" + _PG_LEASE + _PG_UPSERT_BODY
+_PG_UPSERT_EXCLUSIVE = "WITH" + _PG_LEASE_EXCLUSIVE + _PG_UPSERT_BODY
 
 _PG_UPDATE = (
     "WITH"
@@ -272,8 +276,9 @@ def _step_write(w: StepWrite) -> int:
         "next_step_id": w.next_step_id,
     }
     if _is_pg():
+        touches_others = w.prev_step_id is not None or bool(w.abandon)
         with _pg_cursor() as cur:
-            cur.execute(_PG_UPSERT, params)
+            cur.execute(_PG_UPSERT_EXCLUSIVE if touches_others else _PG_UPSERT, params)
             row = cur.fetchone()
         if row is None:
             raise LeaseLost(w.run_id)

@@ -3,13 +3,15 @@ person saw (``seen_version``), so an action on a row that moved since is refused
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
 from django.utils import timezone
 
 from ledger import selectors, transitions
+from ledger.errors import InvalidInput
+from ledger.inputs import parse_whole_number, queryable
 from ledger.models import AuditAction, SettlementOutcome
 from ledger.selectors import Cursor
 
@@ -29,8 +31,14 @@ def _reason(required: bool = True) -> forms.CharField:
     )
 
 
+#: The largest row version (a 32-bit integer column): a bigger one is a damaged form.
+MAX_VERSION = 2**31 - 1
+#: The dates the audit filter takes: the ends of the calendar have no bounds in UTC.
+FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9999, 12, 30)
+
+
 class VersionedForm(forms.Form):
-    seen_version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    seen_version = forms.IntegerField(min_value=1, max_value=MAX_VERSION, widget=forms.HiddenInput)
 
 
 class SettleForm(VersionedForm):
@@ -116,10 +124,14 @@ class BulkApplyForm(forms.Form):
         out: dict[str, int] = {}
         for raw in self.data.getlist("target") if hasattr(self.data, "getlist") else []:
             run_id, _, version = str(raw).rpartition(":")
-            if not run_id or not version.isdigit() or len(run_id) > 64 or "\x00" in run_id:
+            try:
+                number = parse_whole_number(version, what="version", lo=1, hi=MAX_VERSION)
+            except InvalidInput:
+                number = None
+            if number is None or not run_id or len(run_id) > 64 or not queryable(run_id):
                 self.target_errors.append(f"ignored a damaged target {str(raw)[:80]!r}")
                 continue
-            out[run_id] = int(version)
+            out[run_id] = number
         return out
 
 
@@ -133,6 +145,12 @@ class AuditFilterForm(forms.Form):
     since = forms.DateField(required=False, label="from", help_text="YYYY-MM-DD")
     until = forms.DateField(required=False, label="to (inclusive)", help_text="YYYY-MM-DD")
     before = forms.CharField(max_length=200, required=False)
+
+    def clean_since(self) -> date | None:
+        return _in_calendar(self.cleaned_data.get("since"))
+
+    def clean_until(self) -> date | None:
+        return _in_calendar(self.cleaned_data.get("until"))
 
     def clean_before(self) -> tuple[datetime, int] | None:
         text = self.cleaned_data.get("before", "")
@@ -161,6 +179,12 @@ class AuditFilterForm(forms.Form):
         ]
 
 
+def _in_calendar(day: date | None) -> date | None:
+    if day is not None and not FIRST_DAY <= day <= LAST_DAY:
+        raise forms.ValidationError(f"choose a date from {FIRST_DAY} to {LAST_DAY}")
+    return day
+
+
 def encode_audit_cursor(at: datetime, pk: int) -> str:
     """The audit page's keyset cursor: the runs list's ``Cursor`` encoding, the pk as its key."""
     return Cursor(at=at, run_id=str(pk)).encode()
@@ -170,6 +194,6 @@ def decode_audit_cursor(text: str) -> tuple[datetime, int]:
     """Raises ValueError for anything that is not a cursor ``encode_audit_cursor`` wrote."""
     try:
         cursor = Cursor.decode(text)
-        return cursor.at, int(cursor.run_id)
+        return cursor.at, parse_whole_number(cursor.run_id, what="an audit event id")
     except ValueError:
         raise ValueError("not an audit cursor") from None

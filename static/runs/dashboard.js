@@ -11,14 +11,21 @@
     return elt._poll;
   }
 
+  // A poll held back (tab hidden, rows ticked) is counted on the element, so a test (or a
+  // curious operator) can see that polls came due and were not sent.
+  function hold(elt, evt) {
+    evt.preventDefault();
+    elt.dataset.heldPolls = String((parseInt(elt.dataset.heldPolls || "0", 10) || 0) + 1);
+  }
+
   document.addEventListener("htmx:confirm", function (evt) {
     var elt = evt.detail.elt;
     if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
     if (evt.detail.triggeringEvent && evt.detail.triggeringEvent.type === "refresh") return;
     var s = state(elt);
-    if (document.hidden) { evt.preventDefault(); return; }
+    if (document.hidden) { hold(elt, evt); return; }
     // A table with rows ticked for a bulk action holds still until they are unticked.
-    if (elt.querySelector("input[data-pick]:checked")) { evt.preventDefault(); return; }
+    if (elt.querySelector("input[data-pick]:checked")) { hold(elt, evt); return; }
     if (s.skip > 0) { s.skip -= 1; evt.preventDefault(); }
   });
 

@@ -209,3 +209,19 @@ def lookup_down_run(
         "refund",
     )
     return Run.objects.get(pk=run.run_id)
+
+
+def held_polls(page: Any, selector: str) -> int:
+    """How many polls of a ``data-poll`` element dashboard.js has held back so far."""
+    return int(page.eval_on_selector(selector, "e => +(e.dataset.heldPolls || 0)"))
+
+
+def wait_for_held_polls(page: Any, selector: str, count: int) -> None:
+    """Until ``count`` more polls of the element came due and were held back: a condition
+    (the page's own timer ticked that often), not a fixed wait."""
+    target = held_polls(page, selector) + count
+    page.wait_for_function(
+        "([sel, n]) => +(document.querySelector(sel).dataset.heldPolls || 0) >= n",
+        arg=[selector, target],
+        timeout=120_000,
+    )

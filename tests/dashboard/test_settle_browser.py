@@ -29,6 +29,7 @@ from dashboard_support import (
     rewind,
     succeeded_run,
     user_in,
+    wait_for_held_polls,
 )
 from django.conf import settings as django_settings
 from django.db import connection
@@ -154,7 +155,7 @@ def test_it_happened_proposed_approved_and_resumed_by_the_worker_charges_once(
 
     # The page follows the run while the worker resumes it: queued → running → succeeded.
     header = page.locator("#run-header")
-    expect(header.locator(".title-row")).to_contain_text("succeeded", timeout=60_000)
+    expect(header.locator(".title-row")).to_contain_text("succeeded", timeout=120_000)
     expect(page.locator("#step-table")).to_contain_text("receipt")
     expect(page.locator("#step-table")).to_contain_text("settled by olive, approved by amy")
     expect(page.locator("#run-audit")).to_contain_text("settlement_approve")
@@ -186,7 +187,7 @@ def test_did_not_happen_approved_is_sent_again_under_the_same_key_once(
     sign_out(page)
     approve_as(page, base, run, "amy")
 
-    expect(page.locator("#run-header .title-row")).to_contain_text("succeeded", timeout=60_000)
+    expect(page.locator("#run-header .title-row")).to_contain_text("succeeded", timeout=120_000)
     charge = Step.objects.get(run=run, step_id="charge")
     assert (charge.status, charge.attempt) == ("succeeded", 2)
     assert charge.effect_key == intent.effect_key
@@ -208,13 +209,14 @@ def test_bulk_resume_of_ticked_runs_previews_then_the_worker_resumes_each(
     def table_poll(request: Any) -> bool:
         return request.headers.get("hx-target") == "run-table"
 
-    with page.expect_request(table_poll, timeout=15_000):
+    with page.expect_request(table_poll, timeout=120_000):
         pass  # unticked, the table refreshes itself
-    polls: list[str] = []
-    page.on("request", lambda r: polls.append(r.url) if table_poll(r) else None)
     for run in (*stopped, done):
         page.check(f"input[data-pick][value={run.run_id}]")
-    page.wait_for_timeout(3_000)  # three refresh intervals: a table with ticked rows holds still
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if table_poll(r) else None)
+    # Three refreshes came due and were held back: a table with ticked rows holds still.
+    wait_for_held_polls(page, "#run-table", 3)
     assert polls == []
 
     page.select_option("#bulk-form select[name=action]", "resume")
@@ -232,7 +234,7 @@ def test_bulk_resume_of_ticked_runs_previews_then_the_worker_resumes_each(
     expect(page.locator("#refused-count")).to_have_text("0")
 
     for run in stopped:
-        assert wait_for(lambda r=run: _status(r) == "succeeded", timeout=60), worker.log("w1")
+        assert wait_for(lambda r=run: _status(r) == "succeeded", timeout=120), worker.log("w1")
         run.refresh_from_db()
         assert (run.max_resumes, run.resume_count) == (2, 1)
     assert AuditEvent.objects.filter(action="run_resume", actor="olive").count() == 2

@@ -4,12 +4,12 @@ connections: exactly one wins, the others get Conflict, and nothing is half-appl
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, connections, transaction  # noqa: F401 (skipif)
+from ledger_support import wait_for_lock_waiters
 
 from ledger import transitions
 from ledger.examples.models import ProviderCharge
@@ -30,7 +30,7 @@ def start_race(n: int, act: Callable[[int], Any]) -> Callable[[], list[Any]]:
 
     def body(i: int) -> None:
         try:
-            barrier.wait(timeout=30)
+            barrier.wait(timeout=120)
             results[i] = ("ok", act(i))
         except Exception as exc:
             results[i] = ("error", exc)
@@ -43,7 +43,7 @@ def start_race(n: int, act: Callable[[int], Any]) -> Callable[[], list[Any]]:
 
     def join() -> list[Any]:
         for t in threads:
-            t.join(timeout=60)
+            t.join(timeout=180)
         assert not any(t.is_alive() for t in threads)
         return results
 
@@ -52,18 +52,6 @@ def start_race(n: int, act: Callable[[int], Any]) -> Callable[[], list[Any]]:
 
 def race(n: int, act: Callable[[int], Any]) -> list[Any]:
     return start_race(n, act)()
-
-
-def wait_for_lock_waiters(count: int) -> None:
-    """Until ``count`` other connections wait for a row lock (a condition, not a timing)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            if cur.fetchone()[0] >= count:
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"{count} connections never queued behind the lock")
 
 
 def test_many_approvers_at_once_exactly_one_applies(

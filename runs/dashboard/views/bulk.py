@@ -14,6 +14,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
+from ledger.errors import InvalidInput
+from ledger.inputs import parse_whole_number
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
@@ -26,9 +28,10 @@ def _max_resumes(text: str) -> tuple[int | None, str]:
     text = (text or "").strip()
     if not text:
         return None, ""
-    if not text.isdigit() or int(text) > 100_000:
-        return None, f"ignored the resume budget {text[:20]!r}: write a whole number"
-    return int(text), ""
+    try:
+        return parse_whole_number(text, what="the resume budget", hi=100_000), ""
+    except InvalidInput as exc:
+        return None, f"ignored the resume budget {text[:20]!r}: {exc}"
 
 
 def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from ledger import preview, worker
-from ledger.errors import OperationError
+from ledger.errors import InvalidInput, OperationError
+from ledger.inputs import parse_json_text, parse_whole_number, queryable
 from ledger.models import Run, RunStatus, Settlement
 
 EXIT_REFUSED = 1
@@ -65,16 +66,14 @@ def act(run_id: str, fn: Callable[[], T]) -> T:
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: an integer from ``low`` to ``high`` (a clear usage error otherwise)."""
+    """An argparse type: an integer from ``low`` to ``high`` (a clear usage error otherwise;
+    never a 5,000-digit ``int()``)."""
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
-        return value
+            return parse_whole_number(text, what="the value", lo=low, hi=high)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
@@ -100,25 +99,20 @@ def add_where(parser: CommandParser) -> None:
     )
 
 
-class _Constant(ValueError):
-    pass
-
-
-def _no_constants(name: str) -> Any:
-    # Python's json accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) do not.
-    raise _Constant(f"{name} is not a JSON value")
-
-
 def parse_json(text: str, *, what: str) -> Any:
+    """JSON from a command-line argument, or ``CommandError`` saying what is wrong with it
+    (syntax, NaN, too deep, too long a number, a NUL byte: ``ledger.inputs``)."""
     try:
-        return json.loads(text, parse_constant=_no_constants)
-    except _Constant as exc:
-        raise CommandError(f"{what} is not valid JSON: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} "
-            f"column {exc.colno}: {text[:80]!r}"
-        ) from exc
+        return parse_json_text(text, what=what)
+    except InvalidInput as exc:
+        raise CommandError(f"{exc}: {text[:80]!r}") from None
+
+
+def text_arg(text: str) -> str:
+    """An argparse type: text the database can take (no NUL byte, no lone surrogate)."""
+    if not queryable(text):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} contains a NUL byte or bad Unicode")
+    return text
 
 
 def refuse_if_it_blocks_again(run_id: str) -> None:
@@ -156,7 +150,7 @@ def execute_inline(run_id: str, out: OutputWrapper) -> None:
 
 
 def add_requeue_arguments(parser: CommandParser) -> None:
-    parser.add_argument("run_id")
+    parser.add_argument("run_id", type=text_arg)
     parser.add_argument(
         "--max-resumes",
         type=bounded_int(0, 1_000_000),

@@ -11,14 +11,14 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ledger import transitions
-from runs.management.commands._common import OperatorCommand, act, add_reason
+from runs.management.commands._common import OperatorCommand, act, add_reason, text_arg
 
 
 class Command(OperatorCommand):
     help = "Cancel a run that has not finished (a reason is required, for the audit)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=text_arg)
         add_reason(parser, None)
 
     def handle(self, *args: Any, **options: Any) -> None:

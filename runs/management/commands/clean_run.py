@@ -20,6 +20,7 @@ from runs.management.commands._common import (
     add_reason,
     add_where,
     execute_inline,
+    text_arg,
 )
 
 
@@ -27,7 +28,7 @@ class Command(OperatorCommand):
     help = "Start a clean run with a stopped run's inputs (lineage-linked); cancel the old one."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=text_arg)
         add_reason(parser, None)
         add_where(parser)
 

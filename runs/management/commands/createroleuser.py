@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from runs.management.commands._common import text_arg
 from runs.models import ROLES
 from runs.roles import user_set_role
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("username")
+        parser.add_argument("username", type=text_arg)
         parser.add_argument("--role", required=True, choices=ROLES)
         parser.add_argument("--password", default=None)
         parser.add_argument("--email", default="")

@@ -19,6 +19,7 @@ from runs.management.commands._common import (
     add_reason,
     add_where,
     execute_inline,
+    text_arg,
 )
 
 
@@ -26,7 +27,7 @@ class Command(OperatorCommand):
     help = "Start a new run whose ledger is this run's up to a step (copied effects replay)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=text_arg)
         parser.add_argument("--step", required=True, help="the last step to copy")
         add_reason(parser, None)
         add_where(parser)

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ledger import selectors
 from ledger.models import Run, RunStatus
-from runs.management.commands._common import OperatorCommand, bounded_int
+from runs.management.commands._common import OperatorCommand, bounded_int, text_arg
 
 
 class Command(OperatorCommand):
@@ -16,7 +16,7 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--status", action="append", help="repeat for several statuses")
-        parser.add_argument("--agent")
+        parser.add_argument("--agent", type=text_arg)
         parser.add_argument(
             "--search",
             default="",

@@ -28,6 +28,7 @@ from runs.management.commands._common import (
     add_reason,
     bounded_int,
     parse_json,
+    text_arg,
 )
 
 
@@ -40,7 +41,7 @@ class Command(OperatorCommand):
         )
         acts.add_parser("list", help="effects waiting for a person, and proposals waiting")
         propose = acts.add_parser("propose", help="say how a started effect ended")
-        propose.add_argument("run_id")
+        propose.add_argument("run_id", type=text_arg)
         propose.add_argument("step_id")
         propose.add_argument("--outcome", required=True, choices=SettlementOutcome.values)
         propose.add_argument("--result", help="the downstream system's result as JSON (happened)")

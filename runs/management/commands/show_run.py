@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ledger.models import Run
-from runs.management.commands._common import OperatorCommand
+from runs.management.commands._common import OperatorCommand, text_arg
 
 
 def _preview(value: Any, width: int = 60) -> str:
@@ -20,7 +20,7 @@ class Command(OperatorCommand):
     help = "Show a run's status, lease and every step of its ledger in order."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=text_arg)
 
     def handle(self, *args: Any, **options: Any) -> None:
         run = Run.objects.filter(pk=options["run_id"]).first()
