@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest bench bench-dashboard clean
+.PHONY: demo test lint typecheck check killtest soak bench bench-dashboard clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ bench: $(STAMP) $(PEERS)
 KILLTEST_TRIALS ?= 200
 killtest: $(STAMP)
 	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+
+## The soak: SOAK_TRIALS (1000) trials mixing SIGKILL at every crash point and at random,
+## SIGSTOP zombies and database connection cuts, on the filesystem broker and a private Redis;
+## no batch starts after SOAK_MINUTES (45). The last line is the summary.
+SOAK_TRIALS ?= 1000
+SOAK_MINUTES ?= 45
+soak: $(STAMP)
+	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py soak --trials $(SOAK_TRIALS) --minutes $(SOAK_MINUTES)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -29,7 +29,7 @@ from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.celery import app
 
-_STRIPPED = ("RUNLEDGER_KILL_AT", "RUNLEDGER_KILL_SCOPE", "RUNLEDGER_KILL_MARK", "CELERY_")
+_STRIPPED = ("RUNLEDGER_KILL_", "CELERY_")
 
 
 def database_url(settings_dict: Mapping[str, Any] | None = None) -> str:

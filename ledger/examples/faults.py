@@ -11,6 +11,10 @@ the point dies (as when the OOM killer takes one pool child). ``RUNLEDGER_KILL_M
 writes the point and the time of death to that file first, so a kill test can measure recovery,
 and makes the point fire once per mark file: a pool child that replaces a killed one (and gets
 the same task again) does not die at the same point again.
+
+``RUNLEDGER_KILL_SIGNAL=STOP`` freezes instead of killing (SIGSTOP, to the process or the
+group): a zombie that a test wakes later with SIGCONT, and that then goes on from the point as
+if nothing had happened — after another worker has taken its run over.
 """
 
 from __future__ import annotations
@@ -54,9 +58,11 @@ def _die(name: str) -> None:
             return  # another process already died here
         os.write(fd, f"{name} {time.time()!r}\n".encode())
         os.close(fd)
+    sig = signal.SIGSTOP if os.environ.get("RUNLEDGER_KILL_SIGNAL") == "STOP" else signal.SIGKILL
     if os.environ.get("RUNLEDGER_KILL_SCOPE") == "group":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpgrp(), sig)
+    else:
+        os.kill(os.getpid(), sig)
 
 
 def set_hook(name: str, hook: Callable[[], None]) -> None:
