@@ -357,6 +357,8 @@ def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
         # The victim reaches the database through a proxy of its own; recovery goes direct.
         trial.proxy = Proxy.for_url(cluster.env["DATABASE_URL"])
         env["DATABASE_URL"] = trial.proxy.url(cluster.env["DATABASE_URL"])
+        # The simulated provider, outbox and notifier stand for other systems: not behind the cut.
+        env["RUNLEDGER_DOWNSTREAM_DATABASE_URL"] = cluster.env["DATABASE_URL"]
         if trial.mode == "cut":
             trial.proxy.arm(commit_cut(trial.point))
     elif trial.mode != "external":
@@ -501,9 +503,8 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
         trial.kinds.add("mismatch")
     if trial.problems:
         for name in ("recovery", f"victim-{trial.index}"):
-            lines = [
-                line for line in cluster.log(name, tail=5000).splitlines() if trial.run_id in line
-            ]
+            log = cluster.log(name, tail=5000).splitlines()
+            lines = [line for line in log if trial.run_id in line] or log[-15:]
             trial.problems.append(f"{name} on this run:\n      " + "\n      ".join(lines[-10:]))
 
 

@@ -13,8 +13,9 @@ per connection. A test cuts the line in one of two ways:
     back, before the client reads it: the client cannot know whether it committed;
   - ``after``: the whole answer (up to ReadyForQuery) reaches the client, then the line is cut.
 
-A reset is a TCP RST (``SO_LINGER`` 0), as a dropped route or a killed middlebox gives. New
-connections are accepted after a cut: the client reconnects as it would to a real server.
+A cut shuts both sockets of the line down and closes them (``SO_LINGER`` 0): each end sees its
+connection end mid-conversation, as when a middlebox or a route drops it. New connections are
+accepted after a cut: the client reconnects as it would to a real server.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class _Line:
         for sock in (self.client, self.server):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # shutdown first: close() alone would not wake the pump thread blocked in recv()
+            # on this socket, and the socket would stay open (no one told) while it waits.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 sock.close()
 

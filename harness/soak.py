@@ -43,12 +43,15 @@ def run(
     brokers: tuple[str, ...] = BROKERS,
     parallel: int = 4,
     progress: Callable[[str], None] | None = None,
+    only: int | None = None,
 ) -> killtest.Report:
     started = time.monotonic()
-    chosen = killtest.plan(trials, seed, killtest.FAULTS)
+    chosen = killtest.plan(max(trials, (only or 0) + 1), seed, killtest.FAULTS)
     done: list[killtest.Trial] = []
     for number, name in enumerate(brokers):
-        share = chosen[number :: len(brokers)]
+        share = [t for t in chosen[number :: len(brokers)] if only in (None, t.index)]
+        if not share:
+            continue
         left = budget_seconds - (time.monotonic() - started)
         # Each broker gets an even part of what is left of the budget.
         budget = left / (len(brokers) - number)

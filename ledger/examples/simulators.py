@@ -11,7 +11,7 @@ import os
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 
 from ledger.examples import faults
 from ledger.examples.models import GatewayCharge, Notification, OutboxMessage, ProviderCharge
@@ -35,7 +35,7 @@ def provider_charge(*, customer: str, amount_cents: int, idempotency_key: str) -
     faults.point("charge.before_effect")
     charge_id = "ch_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20]
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(ProviderCharge)):
             charge = ProviderCharge.objects.create(
                 idempotency_key=idempotency_key,
                 charge_id=charge_id,

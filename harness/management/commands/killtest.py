@@ -31,6 +31,12 @@ def scratch_database(suffix: str) -> Iterator[None]:
     try:
         yield
     finally:
+        # A worker's connection cut by a proxy or a killed process may linger a moment.
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 

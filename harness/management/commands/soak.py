@@ -34,6 +34,7 @@ class Command(BaseCommand):
             help="no batch starts after this many minutes (the soak stops by itself)",
         )
         parser.add_argument("--seed", type=int, help="replay the plan of an earlier soak")
+        parser.add_argument("--only", type=int, help="run just this trial of the plan")
         parser.add_argument("--parallel", type=int, default=4, help="victim workers at once")
         parser.add_argument("--brokers", default=",".join(soak.BROKERS), help="filesystem,redis")
 
@@ -57,6 +58,7 @@ class Command(BaseCommand):
                 brokers=brokers,
                 parallel=options["parallel"],
                 progress=self.stderr.write,
+                only=options["only"],
             )
         print_failures(self.stdout.write, report, f"manage.py soak --seed {seed}")
         self.stdout.write(f"soak: {report.elapsed:.0f}s")
