@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest soak bench bench-dashboard clean
+.PHONY: demo test lint typecheck check killtest soak bench bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ PEERS := .venv-peers/bin/python
 $(PEERS):
 	$(PYTHON) -m venv .venv-peers
 	$(PEERS) -m pip install -q dbos langgraph langgraph-checkpoint-postgres "psycopg[binary]"
+
+## The README's screenshots, taken by the browser tests from real pages.
+screenshots: $(STAMP)
+	tests/ensure_chromium.sh
+	RUNLEDGER_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) tests/with_postgres.py $(PY) -m pytest -q -m browser
 
 ## The engine's write path against the floor and against peers (DBOS, LangGraph) on the same
 ## PostgreSQL, then on the SQLite default.

@@ -6,7 +6,9 @@ test's thread; the live server reads them from the same database.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +37,9 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-#: Where the screenshots go; the README shows them.
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: Where the screenshots go: a temporary folder, or docs/screenshots (the README shows them)
+#: under `make screenshots`, so that running the suite leaves the tree clean.
+SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
 @pytest.fixture
