@@ -78,6 +78,11 @@ class PostgresServer:
         self._ctl("-o", opts, "-w", "-l", str(self.root / "log"), "start")
         return self
 
+    def stop_command(self) -> list[str]:
+        """The command that stops this server at once (for a caller that outlives this object)."""
+        cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
+        return as_postgres_user(cmd)
+
     def stop(self, *, mode: str = "immediate") -> None:
         """Stop the server (``immediate``: as a crash, no checkpoint, every client cut)."""
         self._ctl("-m", mode, "-w", "stop")
@@ -87,11 +92,8 @@ class PostgresServer:
         self.start()
 
     def remove(self) -> None:
-        subprocess.run(
-            as_postgres_user([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m",
-                              "immediate", "stop"]),
-            check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        subprocess.run(self.stop_command(), check=False, **quiet)  # type: ignore[call-overload]
         shutil.rmtree(self.root, ignore_errors=True)
 
 
