@@ -562,8 +562,15 @@ def run(
         chosen = [t for t in chosen if t.index == only]
     baselines = {scenario.name: baseline(scenario) for scenario in SCENARIOS}
     done: list[Trial] = []
+    # Recovery here is by expired lease only: a run that waits in a victim's queue while the
+    # victim starts on a busy machine must not be handed to the recovery worker as "lost".
+    lost_after = TRIAL_TIMEOUT + lease_seconds
     with Cluster(
-        root, lease_seconds=lease_seconds, sweep_seconds=sweep_seconds, broker_url=broker_url
+        root,
+        lease_seconds=lease_seconds,
+        sweep_seconds=sweep_seconds,
+        lost_after=lost_after,
+        broker_url=broker_url,
     ) as cluster:
         cluster.beat("beat")
         cluster.worker("recovery", concurrency=2)

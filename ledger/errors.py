@@ -154,6 +154,8 @@ class LedgerUnavailable(BaseException):
             "result": "the effect was called under its effect key but its outcome was not "
             "recorded; the step stays started, and a retry asks the downstream system (or a "
             "person) through that key before sending anything again",
+            "settlement": "the downstream system's answer about the effect was not recorded; "
+            "the step stays started, and a retry asks it again before sending anything",
         }.get(self.what, "nothing after it ran")
         return (
             f"the database refused the ledger write of step {self.step_id!r} ({self.what}): "
