@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check killtest soak bench bench-dashboard screenshots clean
+# serve: the production stack on one machine (see README, Deploy at scale).
+.PHONY: demo serve test lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +16,12 @@ $(STAMP): pyproject.toml
 ## The main job on the embedded defaults (SQLite file, no server needed).
 demo: $(STAMP)
 	$(PY) manage.py migrate -v0
-	$(PY) manage.py demo
+	RUNLEDGER_LOG_FORMAT=$${RUNLEDGER_LOG_FORMAT:-plain} $(PY) manage.py demo
+
+## The production stack on this machine: migrate, collectstatic, then gunicorn, a Celery worker
+## and Celery beat until Ctrl-C, configured by the same environment variables as a deployment.
+serve: $(STAMP)
+	$(PY) manage.py serve
 
 ## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
 test: $(STAMP)
@@ -33,11 +39,25 @@ screenshots: $(STAMP)
 	tests/ensure_chromium.sh
 	RUNLEDGER_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) tests/with_postgres.py $(PY) -m pytest -q -m browser
 
-## The engine's write path against the floor and against peers (DBOS, LangGraph) on the same
-## PostgreSQL, then on the SQLite default.
+## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
+## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
+## size and concurrent runs, and each lever on the step write; then the SQLite default.
+## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
+BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
-	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py bench_engine && $(PEERS) tests/bench/peers.py "$$DATABASE_URL" 2>/dev/null | grep -E "^peer"'
-	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine
+	rm -f bench-results.json
+	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
+			--profile bench-profile.txt $(BENCH_ARGS) && \
+		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json'
+	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
+		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
+
+## Throughput with real workers: 1,000 runs x 20 steps on 2 Celery worker processes (4 pool
+## children each) over the default filesystem broker and over a private redis-server.
+bench-workers: $(STAMP)
+	RUNLEDGER_HARNESS=1 WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+		$(PY) manage.py migrate -v0 && $(PY) manage.py bench_workers $(BENCH_ARGS)'
 
 ## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.

@@ -53,11 +53,11 @@ def as_postgres_user(cmd: list[str]) -> list[str]:
 class PostgresServer:
     """A throwaway PostgreSQL cluster: ``start()``, ``restart()``, ``stop()``; ``url``."""
 
-    def __init__(self, root: Path, *, bindir: Path | None = None) -> None:
+    def __init__(self, root: Path, *, bindir: Path | None = None, fsync: str = "off") -> None:
         found = bindir or postgres_bindir()
         if found is None:
             raise RuntimeError("no PostgreSQL binaries (initdb, pg_ctl) on this machine")
-        self.bindir, self.root, self.port = found, root, free_port()
+        self.bindir, self.root, self.port, self.fsync = found, root, free_port(), fsync
         self.data = root / "data"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
 
@@ -74,7 +74,7 @@ class PostgresServer:
             subprocess.run(
                 as_postgres_user([*initdb, "-A", "trust"]), check=True, stdout=subprocess.DEVNULL
             )
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync={self.fsync}"
         self._ctl("-o", opts, "-w", "-l", str(self.root / "log"), "start")
         return self
 

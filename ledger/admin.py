@@ -153,6 +153,7 @@ class RunAdmin(LedgerAdmin):
     json_fields = ("inputs", "result")
     list_display = (
         "run_id",
+        "title",
         "agent",
         "status",
         "reason",
@@ -163,7 +164,7 @@ class RunAdmin(LedgerAdmin):
         "status_changed_at",
     )
     list_filter = ("status", "reason", "agent", "parent_kind")
-    search_fields = ("=run_id", "agent", "blocked_step_id", "lease_owner")
+    search_fields = ("=run_id", "title", "agent", "blocked_step_id", "lease_owner")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     sections = (

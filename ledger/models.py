@@ -61,6 +61,10 @@ class Run(models.Model):
     run_id = models.CharField(primary_key=True, max_length=64, default=new_run_id)
     agent = models.CharField(max_length=200, db_index=True)
     inputs = models.JSONField(default=dict)
+    # One line an operator recognises, and searchable key/value labels: both made from the
+    # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
+    title = models.CharField(max_length=200, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     reason = models.CharField(max_length=20, choices=Reason.choices, default="", blank=True)
     blocked_step_id = models.CharField(max_length=255, blank=True, default="")
@@ -114,7 +118,10 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id")
+    # No index of its own: the unique (run_id, step_id) index and step_run_seq lead with run_id.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="steps", db_column="run_id", db_index=False
+    )
     step_id = models.CharField(max_length=255)
     input_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=StepStatus.choices)
@@ -239,8 +246,10 @@ class AuditAction(models.TextChoices):
     RUN_RETRY = "run_retry"
     RUN_CANCEL = "run_cancel"
     RUN_FORK = "run_fork"
+    RUN_CLEAN = "run_clean"  # a clean run replaces a stopped one (same inputs, empty ledger)
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
+    RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
 
 
 class AppendOnly(Exception):
@@ -304,3 +313,145 @@ class Beacon(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+# --- notifications (an outbox) ---------------------------------------------------------------
+
+
+class NotificationKind(models.TextChoices):
+    NEEDS_ATTENTION = "needs_attention", "a run needs a person"
+    APPROVAL_WAITING = "approval_waiting", "a settlement waits for approval"
+    REMINDER = "reminder", "still waiting"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"  # to send (first time, or again after a failure's back-off)
+    SENDING = "sending"  # claimed by a deliverer until ``claimed_until``
+    SENT = "sent"
+    FAILED = "failed"  # gave up after RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+
+
+class Notification(models.Model):
+    """One message for one channel about one event, written in the transaction of the event.
+
+    ``(event_key, channel)`` is unique: an event is queued once per channel however often the
+    code that records it runs. ``idempotency_key`` goes to the receiver with every attempt (the
+    webhook's ``Idempotency-Key`` header, the email's Message-ID), so a retry after a deliverer
+    died mid-send is recognisable as the same message. Written only by ``ledger.transitions``.
+    """
+
+    event_key = models.CharField(max_length=200)
+    channel = models.CharField(max_length=50)
+    kind = models.CharField(max_length=30, choices=NotificationKind.choices)
+    run_id = models.CharField(max_length=64, db_index=True)
+    settlement_id = models.BigIntegerField(null=True, blank=True)
+    # For reminders: the moment the waiting began (a run's status_changed_at, a proposal's
+    # created_at), so a wait is reminded of once.
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    subject = models.CharField(max_length=300)
+    payload = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    status = models.CharField(
+        max_length=20, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claim_token = models.CharField(max_length=64, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event_key", "channel"], name="notification_once"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+            models.Index(fields=["created_at", "id"], name="notification_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} → {self.channel} ({self.status})"
+
+
+class Difference(models.TextChoices):
+    MISSING_DOWNSTREAM = (
+        "missing_downstream",
+        "the ledger says done; the downstream system has nothing",
+    )
+    UNEXPECTED_DOWNSTREAM = (
+        "unexpected_downstream",
+        "the ledger says failed or abandoned; the downstream system has it",
+    )
+    RESULT_DIFFERS = "result_differs", "the ledger's result differs from the downstream system's"
+    UNKNOWN_TO_LEDGER = "unknown_to_ledger", "the downstream system holds a key the ledger lacks"
+
+
+class EffectAudit(models.Model):
+    """One pass of the effect audit (``ledger.effect_audit``): the ledger's effects compared
+    with what the downstream systems hold. Kept, with its findings, and resumable from
+    ``cursor`` (the last step row asked about). Writes nothing to runs or steps."""
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    by = models.CharField(max_length=150, blank=True, default="")
+    agent = models.CharField(max_length=100, blank=True, default="")
+    since = models.DateTimeField(null=True, blank=True)
+    cursor = models.BigIntegerField(default=0)
+    checked = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    unanswered = models.PositiveIntegerField(default=0)
+    listed = models.PositiveIntegerField(default=0)
+    finished = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"effect audit {self.pk} ({self.checked} checked)"
+
+
+class EffectAuditFinding(models.Model):
+    audit = models.ForeignKey(EffectAudit, on_delete=models.CASCADE, related_name="findings")
+    difference = models.CharField(max_length=30, choices=Difference.choices)
+    run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    step_id = models.CharField(max_length=255, blank=True, default="")
+    tool = models.CharField(max_length=200, blank=True, default="")
+    effect_key = models.CharField(max_length=200)
+    ledger_status = models.CharField(max_length=20, blank=True, default="")
+    ledger_result = models.JSONField(null=True, blank=True)
+    downstream = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.difference} {self.effect_key}"
+
+
+class RunArchive(models.Model):
+    """Where retention put a finished run's step rows (``manage.py prune_runs``).
+
+    Written by ``ledger.transitions.retention`` only, before the first step row is deleted:
+    the archive file is complete and its digest recorded first, so a prune interrupted at any
+    point leaves every row either in the table, in the file, or both. ``run_version`` is the
+    run's version when it was archived; a run that changed since (an operator's retry) has no
+    rows deleted. Steps that a settlement points at stay in the table (they are the audit's
+    evidence); ``kept`` counts them.
+    """
+
+    run = models.OneToOneField(
+        Run, primary_key=True, on_delete=models.PROTECT, related_name="archive", db_column="run_id"
+    )
+    location = models.CharField(max_length=1000)
+    sha256 = models.CharField(max_length=64)
+    steps = models.PositiveIntegerField()
+    deleted = models.PositiveIntegerField(default=0)
+    kept = models.PositiveIntegerField(default=0)
+    run_version = models.PositiveIntegerField()
+    archived_at = models.DateTimeField()
+    archived_by = models.CharField(max_length=150)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} -> {self.location}"

@@ -73,6 +73,30 @@ class Preview:
     def diverges(self) -> bool:
         return any(s.action == "diverge" for s in self.steps) or bool(self.plan_changes)
 
+    def blocks_again(self) -> str:
+        """Why a resume now would stop again before anything new runs, in one sentence; ""
+        when it would get further (or the preview cannot tell: it ran out of time)."""
+        if not self.available:
+            return self.unavailable_reason
+        stale = self.by_action("stale")
+        if stale:
+            return (
+                f"step {stale[0].step_id} is stale: accept its stored result or re-execute "
+                "from it first, or the resume stops there again"
+            )
+        unknown = [s for s in self.by_action("settle") if not s.reconcile_available]
+        if unknown:
+            return (
+                f"effect {unknown[0].step_id} has no read path: settle it first, or the resume "
+                "stops there again"
+            )
+        if self.divergence_policy == "refuse" and self.diverges:
+            return (
+                "the recorded path diverges from today's agent and its policy is refuse: "
+                "start a clean run instead, or the resume stops there again"
+            )
+        return ""
+
 
 class DrySteps:
     """The steps of a dry replay: each call is compared with its row, never executed.

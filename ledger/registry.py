@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
-from ledger.errors import AgentDefinitionError
+from ledger.errors import AgentDefinitionError, InvalidInput
+from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
 class _NotHappened:
@@ -25,7 +26,11 @@ NOT_HAPPENED = _NotHappened()
 
 ToolKind = Literal["pure", "read", "effect"]
 Reconcile = Callable[[str], Any]
+#: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
+ListKeys = Callable[[str], Iterable[str]]
 RESERVED_PARAMS = {"step"}
+TITLE_CHARS = 200
+LABEL_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -37,19 +42,27 @@ class Tool:
     retries: int = 0
     ttl_seconds: float | None = None
     description: str = ""
+    list_keys: ListKeys | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        params = [p for p in inspect.signature(self.fn).parameters if p != "idempotency_key"]
+        """What the tool-schema hash covers: name, kind, parameters (names, JSON types and
+        defaults, as a model sees them), whether it can be reconciled, and its description."""
+        params = [p for p in inspect.signature(self.fn).parameters if p not in HIDDEN_PARAMS]
         return {
             "name": self.name,
             "kind": self.kind,
             "params": params,
+            "parameters": self.parameters(),
             "reconcile": self.reconcile is not None,
             "description": self.description,
         }
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the tool's parameters, derived from its signature."""
+        return parameters_schema(self.fn)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,42 @@ class Agent:
     max_resumes: int | None
     tools: tuple[Tool, ...] = field(default=())
     description: str = ""
+    title: str | Callable[[dict[str, Any]], str] = ""
+    labels: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    def check_inputs(self, inputs: Any) -> None:
+        """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
+        every key in ``requires`` (checked before a run is written, never by a failed run)."""
+        if not self.requires:
+            return
+        if not isinstance(inputs, dict):
+            raise InvalidInput(
+                f"agent {self.name!r} takes a JSON object as inputs "
+                f"(with {', '.join(self.requires)}), not {type(inputs).__name__}"
+            )
+        missing = [k for k in self.requires if inputs.get(k) in (None, "")]
+        if missing:
+            raise InvalidInput(f"agent {self.name!r} needs inputs {', '.join(missing)}")
+
+    def title_for(self, inputs: Any) -> str:
+        """The run's one-line title from its inputs; "" when none is declared or it cannot be
+        made (a title never stops a run from starting)."""
+        data = inputs if isinstance(inputs, dict) else {}
+        try:
+            text = self.title(data) if callable(self.title) else self.title.format_map(data)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+            return ""
+        return " ".join(str(text).split())[:TITLE_CHARS]
+
+    def labels_for(self, inputs: Any) -> dict[str, str]:
+        """The declared input keys whose values are scalars, as text: a run's labels."""
+        data = inputs if isinstance(inputs, dict) else {}
+        return {
+            key: str(data[key])[:LABEL_CHARS]
+            for key in self.labels
+            if isinstance(data.get(key), str | int | float) and not isinstance(data[key], bool)
+        }
 
     @property
     def tool_schema_hash(self) -> str:
@@ -88,6 +137,7 @@ def tool(
     reconcile: Reconcile | None = None,
     retries: int | None = None,
     ttl_seconds: float | None = None,
+    list_keys: ListKeys | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -95,6 +145,8 @@ def tool(
     attempts) and should pass ``reconcile``: a function of the effect key that asks the
     downstream system what happened (the result, ``NOT_HAPPENED``, or ``None`` for unknown).
     Reads and model calls retry twice by default; effects do not retry unless told to.
+    ``list_keys(prefix)`` (effects only, optional) lists the keys the downstream system holds
+    under a prefix, so the effect audit can find effects the ledger does not know at all.
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
@@ -110,6 +162,8 @@ def tool(
             )
         if kind != "effect" and reconcile is not None:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
+        if kind != "effect" and list_keys is not None:
+            raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a list_keys")
         default_retries = 0 if kind == "effect" else 2
         registered = Tool(
             name=tool_name,
@@ -119,6 +173,7 @@ def tool(
             retries=default_retries if retries is None else retries,
             ttl_seconds=ttl_seconds,
             description=(inspect.getdoc(fn) or "").split("\n")[0],
+            list_keys=list_keys,
         )
         _tools[tool_name] = registered
         return registered
@@ -133,8 +188,15 @@ def agent(
     divergence: Literal["refuse", "replan"] = "refuse",
     max_resumes: int | None = None,
     tools: tuple[Tool, ...] | list[Tool] = (),
+    title: str | Callable[[dict[str, Any]], str] = "",
+    labels: tuple[str, ...] | list[str] = (),
+    requires: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
+
+    ``title`` names each run in one line an operator recognises: a format string over the
+    inputs (``"Refund {invoice_id}"``) or a function of them. ``labels`` are input keys shown
+    and searchable as ``key:value``. ``requires`` are input keys a run cannot start without.
 
     ``plan_version`` and the hash of ``tools`` are stored on each run; a resume under a
     different one follows ``divergence``: ``refuse`` blocks the run, ``replan`` goes on and keeps
@@ -154,6 +216,9 @@ def agent(
             max_resumes=max_resumes,
             tools=tuple(tools),
             description=(inspect.getdoc(fn) or "").split("\n")[0],
+            title=title,
+            labels=tuple(labels),
+            requires=tuple(requires),
         )
         _agents[name] = registered
         return registered
@@ -171,6 +236,10 @@ def agents() -> dict[str, Agent]:
 
 def get_tool(name: str) -> Tool | None:
     return _tools.get(name)
+
+
+def tools() -> dict[str, Tool]:
+    return dict(_tools)
 
 
 def unregister_agent(name: str) -> None:

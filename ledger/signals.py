@@ -44,3 +44,17 @@ def send_run_queued_on_commit(*, run_id: str, cause: str) -> None:
                 )
 
     transaction.on_commit(send)
+
+
+#: Notifications were written to the outbox (sent after that commit): the workers connect it to
+#: their delivery task, so a message goes out at once rather than on the next beat.
+notifications_queued = Signal()
+
+
+def send_notifications_queued_on_commit() -> None:
+    def send() -> None:
+        for receiver, answer in notifications_queued.send_robust(sender=None):
+            if isinstance(answer, Exception):
+                log.error("notification receiver %r failed: %r; beat delivers", receiver, answer)
+
+    transaction.on_commit(send)

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
-from ledger import canonical, registry, selectors, transitions
+from ledger import canonical, logcontext, observe, registry, selectors, transitions
 from ledger.engine import RunContext, live_context
 from ledger.errors import (
     AgentMissing,
@@ -115,6 +115,13 @@ def run_execute(
     if token is None:
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
+    with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
+        return _execute_leased(run_id, worker, token, seconds, clock, heartbeat)
+
+
+def _execute_leased(
+    run_id: str, worker: str, token: str, seconds: float, clock: Clock, heartbeat: bool
+) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
     try:
         if heartbeat:
@@ -170,6 +177,7 @@ def _execute_claimed(run: Run, token: str, clock: Clock) -> Outcome:
     try:
         if run.executions > 1:
             _count_resume(run, token, clock)
+            observe.emit("run_resumed", run_id=run.run_id)
         definition = registry.get_agent(run.agent)
         if definition is None:
             raise AgentMissing("", registry.missing_agent_message(run.agent))
@@ -305,8 +313,11 @@ def runs_sweep(
         for lease in selectors.runs_with_expired_leases(now=clock(), limit=limit)
         if transitions.run_requeue_expired(lease=lease, clock=clock)
     ]
+    for run_id in ids:
+        observe.emit("lease_expired", run_id=run_id)
     for run_id, seen_at in selectors.runs_lost_in_queue(older_than=wait, now=clock(), limit=limit):
         if transitions.run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
             ids.append(run_id)
     transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
+    observe.emit("sweep", requeued=len(ids))
     return ids

@@ -15,6 +15,11 @@ class RunsConfig(AppConfig):
         from ledger.signals import run_queued
 
         run_queued.connect(_enqueue_start, dispatch_uid="runs.enqueue_queued_run")
+        # The ledger's events counted for Prometheus (/metrics, runs.metrics).
+        from ledger import observe
+        from runs import metrics
+
+        observe.subscribe(metrics.observe)
 
 
 def _enqueue_start(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:

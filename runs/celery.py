@@ -9,7 +9,7 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, after_setup_task_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
 
@@ -24,3 +24,21 @@ def _log_once(logger: logging.Logger, **kwargs: object) -> None:
     # root handler prints their records too (with the task's name), so keep only Celery's.
     for name in ("ledger", "runs"):
         logging.getLogger(name).handlers.clear()
+    _json_lines(logger)
+
+
+@after_setup_task_logger.connect
+def _task_log(logger: logging.Logger, **kwargs: object) -> None:
+    _json_lines(logger)
+
+
+def _json_lines(logger: logging.Logger) -> None:
+    """RUNLEDGER_LOG_FORMAT=json: Celery's own handlers write the project's JSON lines too."""
+    from django.conf import settings
+
+    if settings.RUNLEDGER_LOG_FORMAT != "json":
+        return
+    from runs.logs import use_json
+
+    for handler in logger.handlers:
+        use_json(handler)

@@ -7,6 +7,7 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -81,6 +82,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "ledger",
     *(["ledger.examples"] if RUNLEDGER_EXAMPLES or RUNLEDGER_HARNESS else []),
     "runs",
@@ -88,14 +90,23 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics answer before the host check and the HTTPS redirect: a load
+    # balancer or Prometheus reaches a web process by its address over plain HTTP.
+    "runs.probes.ProbesMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "runs.security.NoStoreForSignedInMiddleware",
+    "runs.logs.ActorMiddleware",
+    # Last: a locked-out sign-in is answered after the other middleware ran (django-axes).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "runs.urls"
@@ -143,12 +154,93 @@ if RUNLEDGER_DOWNSTREAM_DATABASE_URL:
     DATABASE_ROUTERS = ["ledger.examples.routers.DownstreamRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's four validators, applied by the admin, `changepassword` and `createroleuser`.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": int(os.environ.get("RUNLEDGER_PASSWORD_MIN_LENGTH", "12"))},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes first: it refuses a locked-out sign-in before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# --- security (every setting an environment variable; safe defaults when DEBUG is off) -------
+# With DEBUG off, cookies are Secure, HSTS is on and plain HTTP is redirected to HTTPS, so that
+# `manage.py check --deploy` is clean with only SECRET_KEY and ALLOWED_HOSTS set. Development
+# over plain HTTP (the demo, a laptop) sets RUNLEDGER_PLAIN_HTTP=1, which turns all three off.
+RUNLEDGER_PLAIN_HTTP = env_bool("RUNLEDGER_PLAIN_HTTP", DEBUG)
+_https = not RUNLEDGER_PLAIN_HTTP
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _https)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000" if _https else "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _https)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _https)
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto: https`` (the header your proxy sets on HTTPS requests) as Django
+    wants it: ``("HTTP_X_FORWARDED_PROTO", "https")``. Empty: no proxy header is trusted."""
+    if not value.strip():
+        return None
+    name, sep, expected = value.partition(":")
+    if not sep or not name.strip() or not expected.strip():
+        raise ValueError(
+            f"RUNLEDGER_PROXY_SSL_HEADER must read 'Header-Name: value', not {value!r}"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), expected.strip()
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("RUNLEDGER_PROXY_SSL_HEADER", ""))
+USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+X_FRAME_OPTIONS = "DENY"
+# A session lasts RUNLEDGER_SESSION_SECONDS (8 h) from sign-in, and ends with the browser when
+# RUNLEDGER_SESSION_BROWSER_CLOSE is on.
+SESSION_COOKIE_AGE = int(os.environ.get("RUNLEDGER_SESSION_SECONDS", str(8 * 3600)))
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("RUNLEDGER_SESSION_BROWSER_CLOSE", False)
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one user name
+# from one address, that pair is locked out for AXES_COOLOFF_MINUTES (`manage.py axes_reset`,
+# `axes_reset_username NAME` or `axes_reset_ip ADDR` unlock it at once).
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("AXES_COOLOFF_MINUTES", "15")) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_RESET_ON_SUCCESS = True
+# The client address axes counts by: REMOTE_ADDR, or behind a proxy the header it sets
+# (e.g. HTTP_X_FORWARDED_FOR with AXES_IPWARE_PROXY_COUNT=1).
+AXES_IPWARE_META_PRECEDENCE_ORDER = env_list("AXES_IP_HEADERS", "REMOTE_ADDR")
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("AXES_IPWARE_PROXY_COUNT", "0")) or None
+# Content-Security-Policy (django-csp): scripts, styles and connections from this site only;
+# no inline script or style (htmx's own indicator style is turned off in base.html).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        **(
+            {"report-uri": [os.environ["RUNLEDGER_CSP_REPORT_URI"]]}
+            if os.environ.get("RUNLEDGER_CSP_REPORT_URI")
+            else {}
+        ),
+    }
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -157,13 +249,35 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("RUNLEDGER_STATIC_ROOT", VAR_DIR / "staticfiles"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up when it is missing
+# WhiteNoise serves static files from every web process. After `manage.py collectstatic` (the
+# serve stack runs it) the files have hashed, compressed copies served with a one-year immutable
+# cache; before it (the demo, the tests) they are found where they are, under their own names.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "runs.staticfiles.HashedStaticStorage"},
+}
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "staticfiles.json").exists()
 
+# Logs: JSON lines by default (runs/logs.py names the fields), plain text for people with
+# RUNLEDGER_LOG_FORMAT=plain (the demo sets it). Celery's workers use the same format.
+RUNLEDGER_LOG_FORMAT = os.environ.get("RUNLEDGER_LOG_FORMAT", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"ledger_context": {"()": "runs.logs.LedgerContext"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(context)s %(message)s"},
+        "json": {"()": "runs.logs.json_formatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain" if RUNLEDGER_LOG_FORMAT == "plain" else "json",
+            "filters": ["ledger_context"],
+        }
+    },
     "loggers": {
         "ledger": {"handlers": ["console"], "level": os.environ.get("LEDGER_LOG_LEVEL", "INFO")},
         "runs": {"handlers": ["console"], "level": os.environ.get("RUNS_LOG_LEVEL", "INFO")},
@@ -189,7 +303,15 @@ RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
 )
 # A run's ledger holds at most this many steps: a call that would add one more stops the run
 # as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
+# The engine's step writes as server-side prepared statements on PostgreSQL (one parse and
+# plan per connection). Turn off (0) behind a pooler in transaction mode (PgBouncer < 1.21).
+RUNLEDGER_PG_PREPARE = env_bool("RUNLEDGER_PG_PREPARE", True)
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
+# The same bound by size: the stored results (canonical JSON bytes) of the steps a run has
+# walked. A new step past it stops the run (budget); agents compare ctx.history_bytes.
+RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN = int(
+    os.environ.get("RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN", str(50 * 1024 * 1024))
+)
 
 # --- the dashboard -----------------------------------------------------------------------
 # How often the runs list (and an active run's header) re-fetches itself; the page's script
@@ -265,3 +387,56 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- notifications: off unless a channel is configured (issue 10) ---------------------------
+# A webhook (JSON POST, or a Slack-compatible {"text": …} payload) and/or email through Django's
+# mail framework (SMTP). Each notification is an outbox row written with its event, delivered by
+# the beat task runledger.notifications (and at once after the event), with retries and back-off.
+RUNLEDGER_NOTIFY_WEBHOOK_URL = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_URL", "")
+RUNLEDGER_NOTIFY_WEBHOOK_FORMAT = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_FORMAT", "json")
+RUNLEDGER_NOTIFY_EMAIL_TO = [
+    a.strip() for a in os.environ.get("RUNLEDGER_NOTIFY_EMAIL_TO", "").split(",") if a.strip()
+]
+RUNLEDGER_NOTIFY_EMAIL_FROM = os.environ.get("RUNLEDGER_NOTIFY_EMAIL_FROM", "runledger@localhost")
+RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS = float(
+    os.environ.get("RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS", "3600")
+)
+RUNLEDGER_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("RUNLEDGER_NOTIFY_MAX_ATTEMPTS", "8"))
+RUNLEDGER_NOTIFY_BACKOFF_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_BACKOFF_SECONDS", "10"))
+RUNLEDGER_NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_TIMEOUT_SECONDS", "10"))
+RUNLEDGER_NOTIFY_EVERY_SECONDS = float(os.environ.get("RUNLEDGER_NOTIFY_EVERY_SECONDS", "15"))
+# Links in notifications point here.
+RUNLEDGER_PUBLIC_URL = os.environ.get("RUNLEDGER_PUBLIC_URL", "http://127.0.0.1:8000")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+CELERY_BEAT_SCHEDULE["runledger-notifications"] = {
+    "task": "runledger.notifications",
+    "schedule": RUNLEDGER_NOTIFY_EVERY_SECONDS,
+    "options": {"expires": max(RUNLEDGER_NOTIFY_EVERY_SECONDS * 2, 1.0)},
+}
+
+# --- health and metrics (runs/probes.py) -------------------------------------------------
+# /readyz fails when the sweep beacon is older than this (three sweep intervals and a minute).
+RUNLEDGER_READY_SWEEP_LATE_SECONDS = float(
+    os.environ.get("RUNLEDGER_READY_SWEEP_LATE_SECONDS", str(3 * RUNLEDGER_SWEEP_SECONDS + 60))
+)
+# How long /readyz waits for the broker to accept a connection.
+RUNLEDGER_READY_BROKER_SECONDS = float(os.environ.get("RUNLEDGER_READY_BROKER_SECONDS", "2"))
+# /metrics answers requests from these networks, or carrying "Authorization: Bearer <token>".
+RUNLEDGER_METRICS_TOKEN = os.environ.get("RUNLEDGER_METRICS_TOKEN", "")
+RUNLEDGER_METRICS_NETWORKS = [
+    ipaddress.ip_network(net, strict=False)
+    for net in env_list("RUNLEDGER_METRICS_NETWORKS", "127.0.0.0/8,::1/128")
+]
+
+# --- retention (manage.py prune_runs) ------------------------------------------------------
+# Where the step rows of pruned runs go, as <dir>/<YYYY-MM>/<run_id>.jsonl.gz.
+RUNLEDGER_ARCHIVE_DIR = Path(os.environ.get("RUNLEDGER_ARCHIVE_DIR", VAR_DIR / "archive"))
+# Set (in days) to let beat prune runs finished longer ago than that, once a day.
+RUNLEDGER_PRUNE_AFTER_DAYS = int(os.environ.get("RUNLEDGER_PRUNE_AFTER_DAYS", "0"))
+if RUNLEDGER_PRUNE_AFTER_DAYS > 0:
+    CELERY_BEAT_SCHEDULE["runledger-prune"] = {"task": "runledger.prune", "schedule": 24 * 3600.0}

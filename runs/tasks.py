@@ -15,9 +15,12 @@ from functools import partial
 
 from celery import Task, shared_task
 from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
 
-from ledger import worker
+from ledger import logcontext, notify, transitions, worker
 from ledger.models import Run
+from ledger.signals import notifications_queued
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,11 @@ def _worker_name(task: Task) -> str:
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
     """Execute the run if this worker can claim it; the outcome's status, or None."""
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+        return _execute_bound(task, run_id, why)
+
+
+def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if status is None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
@@ -75,6 +83,26 @@ def sweep() -> list[str]:
     return run_ids
 
 
+@shared_task(name="runledger.prune")
+def prune() -> int:
+    """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step
+    rows of runs finished longer ago than that; the number of runs pruned."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from ledger import retention
+
+    done = retention.prune_finished(
+        finished_before=timezone.now() - timedelta(days=settings.RUNLEDGER_PRUNE_AFTER_DAYS),
+        directory=settings.RUNLEDGER_ARCHIVE_DIR,
+        by="beat:prune",
+    )
+    log.info("retention: %s runs pruned, %s rows deleted", done.runs, done.deleted)
+    return done.runs
+
+
 def enqueue_start(run_id: str) -> None:
     """Send start_run once the transaction that created the run commits."""
     transaction.on_commit(partial(_send, start_run, run_id))
@@ -91,3 +119,19 @@ def _send(task: Task, run_id: str) -> None:
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)
+
+
+@shared_task(name="runledger.notifications")
+def notifications() -> int:
+    """Queue reminders for long waits, then deliver every due notification (beat runs it every
+    RUNLEDGER_NOTIFY_EVERY_SECONDS; an event also sends it after its commit)."""
+    transitions.notifications_remind(now=timezone.now())
+    return sum(1 for d in notify.deliver_due() if d.ok)
+
+
+@receiver(notifications_queued)
+def _deliver_soon(sender: object, **kwargs: object) -> None:
+    try:
+        notifications.delay()
+    except Exception:
+        log.exception("could not enqueue the notification delivery; beat delivers them")

@@ -4,7 +4,18 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 
-from runs.dashboard.views import audit, bulk, run_actions, run_list, run_page, settle, stale
+from runs.dashboard.views import (
+    audit,
+    bulk,
+    deploy,
+    effects,
+    notifications,
+    run_actions,
+    run_list,
+    run_page,
+    settle,
+    stale,
+)
 
 
 class RunIdConverter:
@@ -57,6 +68,7 @@ dashboard = [
         name="stale_reexecute",
     ),
     path("runs/<run_id:run_id>/fork/", run_actions.run_fork, name="fork"),
+    path("runs/<run_id:run_id>/clean/", run_actions.run_clean, name="clean"),
     *[
         path(f"runs/<run_id:run_id>/{a}/", run_actions.run_action, {"action": a}, name=a)
         for a in run_actions.RUN_ACTIONS
@@ -64,6 +76,11 @@ dashboard = [
     path("bulk/", bulk.bulk_preview, name="bulk"),
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
+    path("notifications/", notifications.notifications, name="notifications"),
+    path("deploy/", deploy.deploy_page, name="deploy"),
+    path("effects/", effects.effect_audits, name="effect_audits"),
+    path("effects/run/", effects.effect_audit_run, name="effect_audit_run"),
+    path("effects/<int:pk>/", effects.effect_audits, name="effect_audit"),
 ]
 
 urlpatterns = [

@@ -12,6 +12,21 @@ import pytest
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
+def _plain_http() -> None:
+    """The test client and the live server speak plain HTTP, as ``RUNLEDGER_PLAIN_HTTP=1``
+    makes a process do. pytest-django reads the settings before this file is imported, so the
+    environment variable cannot be set here; the production defaults themselves are tested
+    in subprocesses (tests/test_production.py)."""
+    from django.conf import settings
+
+    for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
+        setattr(settings, name, False)
+    settings.SECURE_HSTS_SECONDS = 0
+
+
+_plain_http()
+
+
 class Crash(BaseException):
     """Stands for the process dying at a crash point: nothing in the engine catches it."""
 

@@ -22,6 +22,7 @@ OWNER = "ledger/transitions/"
 #: Tooling that writes fixtures directly, by design: benchmarks and their seeders.
 ALLOWED = {
     "ledger/management/commands/bench_engine.py",  # measures the ORM write beside the SQL one
+    "ledger/management/commands/bench_levers.py",  # variants of the step write, measured
     "runs/management/commands/seed_bulk.py",  # 100,000 runs for the dashboard bench
 }
 WRITES = {"update", "delete", "create", "bulk_create", "bulk_update", "get_or_create",

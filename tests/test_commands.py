@@ -23,6 +23,16 @@ def command(*args: str) -> str:
     return out.getvalue()
 
 
+def exit_code(*args: str) -> tuple[int, str]:
+    """The command's exit code and output (a CommandError carries the code it exits with)."""
+    out = StringIO()
+    try:
+        call_command(*args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue() + f"CommandError: {exc}"
+    return 0, out.getvalue()
+
+
 def test_start_run_inline_executes_the_agent_and_prints_the_result() -> None:
     out = command("start_run", "refund", "--inputs", '{"invoice_id": "inv_1001"}', "--inline")
     run = Run.objects.get()
@@ -52,15 +62,16 @@ def test_start_run_names_the_registered_agents_when_the_agent_is_unknown() -> No
 
 
 def test_resume_run_resumes_a_failed_run_and_raises_its_budget_only_upwards() -> None:
-    command("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
+    code, _ = exit_code("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
     run = Run.objects.get()
-    assert run.status == "failed"
+    assert (run.status, code) == ("failed", 3)
     with pytest.raises(CommandError, match="raised, not lowered"):
         command("resume_run", run.run_id, "--max-resumes", "1", "--inline")
-    out = command("resume_run", run.run_id, "--max-resumes", "9", "--inline")
+    code, out = exit_code("resume_run", run.run_id, "--max-resumes", "9", "--inline")
     run.refresh_from_db()
     assert (run.status, run.resume_count, run.max_resumes) == ("failed", 1, 9)
-    assert f"run {run.run_id}: failed" in out
+    assert f"run {run.run_id}: failed" in out and "ended failed, not succeeded" in out
+    assert code == 3
 
 
 def test_resume_run_refuses_missing_and_unstopped_runs() -> None:
@@ -75,7 +86,7 @@ def test_resume_run_refuses_missing_and_unstopped_runs() -> None:
 
 def test_list_runs_filters_by_status_and_show_run_prints_the_steps_in_order() -> None:
     command("start_run", "refund", "--inputs", '{"invoice_id": "inv_1001"}', "--inline")
-    command("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
+    exit_code("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
     ok = Run.objects.get(status="succeeded")
     failed = Run.objects.get(status="failed")
     listed = command("list_runs", "--status", "failed")
@@ -108,9 +119,9 @@ def test_a_task_for_a_finished_run_logs_and_does_nothing(caplog) -> None:
 
 
 def test_commands_that_change_runs_are_audited_under_the_person_running_them() -> None:
-    command("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
+    exit_code("start_run", "refund", "--inputs", '{"invoice_id": "inv_404"}', "--inline")
     run = Run.objects.get()
-    command("resume_run", run.run_id, "--reason", "the provider is back", "--inline")
+    exit_code("resume_run", run.run_id, "--reason", "the provider is back", "--inline")
     actor = f"cli:{getpass.getuser()}"
     events = list(AuditEvent.objects.filter(run_id=run.run_id).order_by("at", "id"))
     assert [(e.action, e.actor) for e in events] == [("run_start", actor), ("run_resume", actor)]

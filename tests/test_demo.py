@@ -35,7 +35,8 @@ EXPECTED = {
     "recovered-after-email": ("succeeded", ""),
 }
 ROW = re.compile(
-    r'<a class="mono" href="/runs/(?P<run>[^/]+)/">[^<]*</a></td>\s*<td>[^<]*</td>\s*<td>\s*'
+    r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'
+    r'(?:\s*<div class="mono small muted">[^<]*</div>)?</td>\s*<td>[^<]*</td>\s*<td>\s*'
     r'<span class="badge st-[^"]*">(?P<status>[^<]*)</span>\s*'
     r'(?:<span class="badge reason">(?P<reason>[^<]*)</span>)?'
 )

@@ -26,7 +26,10 @@ def _start_local(root: Path) -> tuple[str, list[str]] | None:
     bindir = postgres_bindir()
     if bindir is None:
         return None
-    server = PostgresServer(root, bindir=bindir).start()
+    # Tests run with fsync off (speed, nothing to keep); a benchmark asks for fsync on
+    # (WITH_POSTGRES_FSYNC=on) so that a commit costs what it costs in production.
+    fsync = os.environ.get("WITH_POSTGRES_FSYNC", "off")
+    server = PostgresServer(root, bindir=bindir, fsync=fsync).start()
     return server.url, server.stop_command()
 
 

@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
+from django.conf import settings
+
 from ledger import canonical, llm
 from ledger.engine.calls import Call
 from ledger.engine.walk import Walk
-from ledger.errors import ContinueAsNew, DuplicateStepId
+from ledger.errors import BudgetExhausted, ContinueAsNew, DuplicateStepId
 from ledger.models import StepKind, StepStatus
 from ledger.registry import Agent, Tool
 
@@ -49,6 +51,8 @@ class RunContext:
         self._counter = 0
         self._scope: list[str] = []
         self._used: set[str] = set()
+        self._sized = 0  # how many walked steps history_bytes has counted
+        self._bytes = 0
 
     @property
     def replayed(self) -> int:
@@ -130,6 +134,20 @@ class RunContext:
         """
         return len(self._walk.walked)
 
+    @property
+    def history_bytes(self) -> int:
+        """The size of the stored results (canonical JSON, UTF-8 bytes) of the steps this
+        execution has walked so far. The same on a replay as in the first execution: the
+        other number to compare with a threshold before calling ``continue_as_new``.
+        """
+        walked = self._walk.walked
+        for step_id in walked[self._sized :]:
+            row = self._walk.ledger.get(step_id)
+            if row is not None:
+                self._bytes += len(canonical.dumps(row.result).encode())
+        self._sized = len(walked)
+        return self._bytes
+
     def model(
         self,
         prompt: str,
@@ -161,6 +179,37 @@ class RunContext:
                 retries=retries,
                 model_id=model,
                 prompt_hash=canonical.hash_text(canonical.dumps([system, prompt])),
+            )
+        )
+
+    def model_request(
+        self,
+        request: Mapping[str, Any],
+        *,
+        send: Callable[[dict[str, Any]], Any],
+        model: str,
+        step: str | None = None,
+        retries: int = 0,
+    ) -> Any:
+        """A model call given as the whole request an SDK sends (messages, tools, parameters).
+
+        The step's input hash covers all of ``request``; ``send(request)`` runs only when the
+        step has no succeeded row, and its JSON answer is stored and replayed, never re-derived.
+        ``retries`` are the engine's own attempts on an error ``send`` raises (an SDK that
+        retries transient errors itself needs none). Used by ``ledger.loops``.
+        """
+        step_id = self._step_id(step, "model")
+        data = canonical.normalize(dict(request), step_id=step_id)
+        return self._steps.step(
+            self._prepare(
+                step_id,
+                kind=StepKind.MODEL,
+                tool="model",
+                inputs=data,
+                execute=lambda _key: send(data),
+                retries=retries,
+                model_id=model,
+                prompt_hash=canonical.hash_text(canonical.dumps(data)),
             )
         )
 
@@ -227,12 +276,26 @@ class RunContext:
                 "step ids must be unique within a run"
             )
         self._used.add(step_id)
+        self._check_bytes(step_id)
         return Call(
             step_id=step_id,
             inputs=data,
             inputs_text=text,
             input_hash=canonical.hash_text(text),
             **fields,
+        )
+
+    def _check_bytes(self, step_id: str) -> None:
+        """Bound the history by size: a step the ledger does not hold yet is refused once the
+        walked results pass RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN (the run stops, budget)."""
+        limit = settings.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN
+        if step_id in self._walk.ledger or not limit or self.history_bytes < limit:
+            return
+        raise BudgetExhausted(
+            step_id,
+            f"history limit reached: the steps walked hold {self.history_bytes} bytes of "
+            f"results and RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN is {limit}; the agent should "
+            "continue_as_new (carry its results into a new run) before its ledger grows this big",
         )
 
 

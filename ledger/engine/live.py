@@ -33,7 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from ledger import canonical, transitions
+from ledger import canonical, observe, transitions
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.walk import Walk
@@ -51,6 +51,9 @@ from ledger.registry import NOT_HAPPENED
 from ledger.transitions.steps import StepWrite, stored_inputs
 
 log = logging.getLogger(__name__)
+
+#: ``Step.settled_by`` of a started effect whose outcome the tool's lookup answered on a resume.
+SETTLED_BY_LOOKUP = "lookup (the tool's reconcile, on resume)"
 
 Clock = Callable[[], datetime]
 
@@ -157,19 +160,26 @@ class LiveSteps:
         """A started effect: ask the downstream system through the effect key."""
         assert row.effect_key is not None
         if call.reconcile is None:
+            observe.emit("reconciled", answer="no_read_path")
             raise NeedsReconciliation(
                 call.step_id,
                 f"effect {call.tool!r} was started under key {row.effect_key} and the crash "
                 "left its outcome unknown; the tool has no read path to ask",
             )
         answer = call.reconcile(row.effect_key)
+        observe.emit("reconciled", answer=_answer_name(answer))
         if answer is None:
             raise NeedsReconciliation(
                 call.step_id,
                 f"{call.tool!r} could not say whether key {row.effect_key} took effect",
             )
         if answer is NOT_HAPPENED:
-            log.info("run %s: %s did not happen; executing with the same key", self.run_id, row)
+            log.info(
+                "run %s: %s did not happen; executing with the same key",
+                self.run_id,
+                row,
+                extra={"step_id": call.step_id},
+            )
             return NOT_HAPPENED
         try:
             data, text = canonical.canonical(answer, step_id=call.step_id)
@@ -189,6 +199,7 @@ class LiveSteps:
                 now=self._clock(),
                 result_json=text,
                 errors_json=canonical.dumps(row.errors),
+                settled_by=SETTLED_BY_LOOKUP,
             )
         row.status, row.result = StepStatus.SUCCEEDED, data
 
@@ -471,6 +482,13 @@ def _stale_detail(call: Call, row: StepRow) -> str:
     return template.format(
         stored=row.input_hash[:12], today=call.input_hash[:12], key=row.effect_key
     )
+
+
+def _answer_name(answer: Any) -> str:
+    """A reconcile answer as a metric label: the effect happened, did not, or nobody knows."""
+    if answer is None:
+        return "unknown"
+    return "not_happened" if answer is NOT_HAPPENED else "happened"
 
 
 def _threads_possible() -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from ledger import llm
 from ledger.agents import RunContext, agent, tool
 from ledger.examples import faults, simulators
+from ledger.loops import Limits, chat, messages
 
 INVOICES = {
     "inv_1001": {"customer": "cus_ada", "total_cents": 4200, "reason": "double billed"},
@@ -21,6 +22,7 @@ INVOICES = {
 SUBSCRIPTIONS = {
     "cus_hopper": {"plan": "team", "amount_cents": 24900},
     "cus_knuth": {"plan": "solo", "amount_cents": 900},
+    "cus_lovelace": {"plan": "team", "amount_cents": 24900},
 }
 
 # The prompt is code: editing it between a crash and a resume makes the model step stale. The
@@ -51,7 +53,7 @@ def fetch_invoice(invoice_id: str) -> dict[str, Any]:
     return {"invoice_id": invoice_id, **INVOICES[invoice_id]}
 
 
-@tool(kind="effect", reconcile=simulators.provider_lookup)
+@tool(kind="effect", reconcile=simulators.provider_lookup, list_keys=simulators.provider_keys)
 def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict[str, Any]:
     """Refund through the payment provider (idempotency keys, lookup by key)."""
     return simulators.provider_charge(
@@ -59,7 +61,7 @@ def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> 
     )
 
 
-@tool(kind="effect", reconcile=simulators.outbox_search)
+@tool(kind="effect", reconcile=simulators.outbox_search, list_keys=simulators.outbox_keys)
 def send_email(to: str, subject: str, body: str, *, idempotency_key: str) -> dict[str, Any]:
     """Email the customer through the outbox (search by message id)."""
     return simulators.outbox_send(
@@ -105,6 +107,9 @@ def _decide(prompt: str, system: str) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[fetch_invoice, refund_charge, send_email, notify_team],
+    title="Refund invoice {invoice_id}",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
 )
 def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Refund an invoice: fetch it, ask the model, refund, email the customer, tell the team."""
@@ -151,6 +156,39 @@ def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REFUND_LOOP_SYSTEM = (
+    "You settle refund requests for the billing team. Fetch every invoice named, refund each "
+    "with refund_charge (the invoice's customer and total_cents), then email each customer "
+    "once with send_email naming the charge id. Call independent tools in the same turn. "
+    "Finish with a one-line summary."
+)
+REFUND_LOOP_MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4.1-mini"}
+
+
+@agent(
+    "refund_loop",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge, send_email],
+)
+def refund_loop(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Refund invoices as a tool-use loop on a model SDK (inputs: invoice_ids, api, model)."""
+    api = inputs.get("api", "anthropic")
+    if api not in REFUND_LOOP_MODELS:
+        raise ValueError(f"api must be anthropic or openai, not {api!r}")
+    loop = messages.messages_loop if api == "anthropic" else chat.chat_loop
+    answer = loop(
+        ctx,
+        model=inputs.get("model") or REFUND_LOOP_MODELS[api],
+        system=REFUND_LOOP_SYSTEM,
+        tools=[fetch_invoice, refund_charge, send_email],
+        user="Please refund invoices " + ", ".join(inputs["invoice_ids"]) + ".",
+        limits=Limits(max_turns=8).merged(inputs.get("limits")),
+    )
+    return {k: answer[k] for k in ("text", "stop_reason", "usage")}
+
+
 @tool(kind="read")
 def lookup_record(index: int, delay_ms: int = 0) -> dict[str, Any]:
     """A read of record ``index`` of a synthetic data set (``delay_ms`` makes it slow)."""
@@ -172,6 +210,7 @@ def _summarize(prompt: str, system: str) -> dict[str, Any]:
     divergence="replan",
     max_resumes=20,
     tools=[lookup_record, send_email],
+    title=lambda inputs: f"Survey of {inputs.get('records', 10)} records",
 )
 def survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Read N records, summarise every 10th with the model, email one report (long runs)."""
@@ -224,7 +263,14 @@ if RENEWAL_PLAN != "1":
 
 
 @agent(
-    "renewal", plan_version=RENEWAL_PLAN, divergence="refuse", max_resumes=5, tools=_RENEWAL_TOOLS
+    "renewal",
+    plan_version=RENEWAL_PLAN,
+    divergence="refuse",
+    max_resumes=5,
+    tools=_RENEWAL_TOOLS,
+    title="Renew the subscription of {customer}",
+    labels=("customer",),
+    requires=("customer",),
 )
 def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Renew a subscription: fetch it, (plan 2: check fraud), charge the card, email a receipt."""
@@ -262,6 +308,11 @@ def renewal(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[fetch_invoice, refund_charge, send_email],
+    title=lambda inputs: (
+        f"Refund {len(inputs['invoice_ids'])} invoices: "
+        + ", ".join(map(str, inputs["invoice_ids"]))
+    ),
+    requires=("invoice_ids",),
 )
 def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Refund several invoices at once: fetch them and refund them in parallel, email a summary."""
@@ -298,6 +349,9 @@ def batch_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     divergence="refuse",
     max_resumes=5,
     tools=[lookup_record, send_email],
+    title=lambda inputs: (
+        f"Paged survey: records {inputs.get('start', 0)} to {inputs.get('records', 100)}"
+    ),
 )
 def paged_survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """Survey a long data set a page per run: each run continues as a new one (bounded ledgers)."""

@@ -96,9 +96,10 @@ SCENARIOS = (
         "plan-divergence",
         "renewal",
         {
-            "customer": "cus_knuth",
-            "story": "Killed mid-renewal under plan 1; the code now runs plan 2, which adds a "
-            "fraud check. The agent refuses to resume into a different plan.",
+            "customer": "cus_lovelace",
+            "story": "Killed while it fetched the subscription under plan 1 (before any step "
+            "was recorded); the code now runs plan 2, which adds a fraud check. The agent refuses "
+            "to resume into a different plan: start a clean run.",
         },
         kills=("fetch_subscription",),
         crash_env={"RUNLEDGER_EXAMPLE_PLAN": "1"},
@@ -109,10 +110,12 @@ SCENARIOS = (
         "refund",
         {
             "invoice_id": "inv_1005",
-            "story": "This run crashed on every attempt and used its resume budget of 1. It "
-            "waits until someone raises the budget.",
+            "model": "scripted:refund-decision",  # the crash point is in the scripted model
+            "story": "This run crashed in the model's refund decision on every attempt (the "
+            "invoice and the clock were recorded, then replayed) and used its resume budget of "
+            "1. It waits until someone raises the budget.",
         },
-        kills=("fetch_invoice", "fetch_invoice"),
+        kills=("decide", "decide"),
         max_resumes=1,
         expect=("needs_attention", "budget"),
     ),

@@ -64,6 +64,12 @@ def provider_lookup(idempotency_key: str) -> Any:
     return _charge_view(charge) if charge else NOT_HAPPENED
 
 
+def provider_keys(prefix: str) -> list[str]:
+    """The provider's list of idempotency keys under a prefix (for the effect audit)."""
+    rows = ProviderCharge.objects.filter(idempotency_key__startswith=prefix)
+    return list(rows.values_list("idempotency_key", flat=True)[:10_000])
+
+
 def outbox_send(*, to: str, subject: str, body: str, idempotency_key: str) -> dict[str, Any]:
     """Queue an email; the message id is the idempotency key, so a resend is a no-op."""
     faults.point("email.before_effect")
@@ -77,6 +83,12 @@ def outbox_send(*, to: str, subject: str, body: str, idempotency_key: str) -> di
 def outbox_search(message_id: str) -> Any:
     message = OutboxMessage.objects.filter(message_id=message_id).first()
     return {"message_id": message.message_id, "to": message.to} if message else NOT_HAPPENED
+
+
+def outbox_keys(prefix: str) -> list[str]:
+    """The outbox's message ids under a prefix (for the effect audit)."""
+    rows = OutboxMessage.objects.filter(message_id__startswith=prefix)
+    return list(rows.values_list("message_id", flat=True)[:10_000])
 
 
 def notifier_send(*, channel: str, text: str, idempotency_key: str) -> dict[str, Any]:

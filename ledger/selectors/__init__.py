@@ -7,7 +7,8 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``operator``: the settlement queue and evidence, proposals waiting, the audit, admin-edit
   marks;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
-- ``ledger``: the engine's read of a run's whole ledger in one query.
+- ``ledger``: the engine's read of a run's whole ledger in one query;
+- ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
 """
@@ -21,20 +22,25 @@ from ledger.selectors.bulk import (
     BulkPlanItem,
     bulk_preview,
 )
+from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
+    NOTIFICATION_STATUSES,
     EditMark,
     Evidence,
     QueueItem,
     approval_required,
     audit_events,
     edited_upstream,
+    notifications_of_run,
+    notifications_page,
     settlement_evidence,
     settlement_is_outdated,
     settlement_queue,
     settlement_queue_steps,
     settlements_waiting,
 )
+from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
     LEASE_EXPIRED,
     ORDERS,
@@ -42,19 +48,23 @@ from ledger.selectors.runs import (
     Chain,
     Cursor,
     ExpiredLease,
+    Progress,
     RunFilter,
     RunPage,
     StatusCounts,
     SweepHealth,
     audit_page,
+    effects_of_run,
     ledger_export,
     run_children,
     run_detail,
+    run_progress,
     run_status_counts,
     runs_filtered,
     runs_lost_in_queue,
     runs_page,
     runs_with_expired_leases,
+    search_condition,
     settlement_detail,
     step_chain,
     step_of_run,
@@ -67,6 +77,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
+    "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
     "BulkPlan",
@@ -76,6 +87,7 @@ __all__ = [
     "EditMark",
     "Evidence",
     "ExpiredLease",
+    "Progress",
     "QueueItem",
     "RunFilter",
     "RunPage",
@@ -87,15 +99,24 @@ __all__ = [
     "audit_page",
     "bulk_preview",
     "edited_upstream",
+    "effect_audits",
+    "effects_of_run",
+    "findings_for_run",
     "ledger_export",
     "load_steps",
+    "notifications_of_run",
+    "notifications_page",
+    "run_archive",
     "run_children",
     "run_detail",
+    "run_progress",
     "run_status_counts",
     "runs_filtered",
     "runs_lost_in_queue",
     "runs_page",
+    "runs_to_prune",
     "runs_with_expired_leases",
+    "search_condition",
     "settlement_detail",
     "settlement_evidence",
     "settlement_is_outdated",

@@ -21,6 +21,7 @@ from ledger import registry
 from ledger.models import (
     AuditAction,
     AuditEvent,
+    Notification,
     Run,
     RunStatus,
     Settlement,
@@ -211,3 +212,24 @@ def edited_upstream(*, run_id: str) -> dict[str, EditMark]:
                     event_id=event.pk,
                 )
     return marks
+
+
+NOTIFICATION_STATUSES = ("pending", "sending", "sent", "failed")
+
+
+def notifications_page(
+    *, status: str = "", before_id: int | None = None, limit: int = 50
+) -> list[Notification]:
+    """Notifications newest first (by id: the order they were written), optionally of one
+    delivery status, starting before ``before_id`` (a keyset page)."""
+    qs = Notification.objects.order_by("-id")
+    if status in NOTIFICATION_STATUSES:
+        qs = qs.filter(status=status)
+    if before_id is not None:
+        qs = qs.filter(id__lt=before_id)
+    return list(qs[:limit])
+
+
+def notifications_of_run(*, run_id: str, limit: int = 20) -> list[Notification]:
+    """Who was told about this run, and when: its notifications, newest first."""
+    return list(Notification.objects.filter(run_id=run_id).order_by("-id")[:limit])

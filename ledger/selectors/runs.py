@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
@@ -155,10 +156,27 @@ def runs_filtered(*, flt: RunFilter, now: datetime) -> QuerySet[Run]:
         # filtering; it lets the newest-first scan start at the cutoff instead of the top.
         qs = qs.filter(status_changed_at__lte=cutoff, created_at__lte=cutoff)
     if flt.search:
-        # An id that starts with the prefix sorts at or after it: the second condition lets
-        # PostgreSQL range-scan the primary key when the prefix is rare.
-        qs = qs.filter(run_id__startswith=flt.search, run_id__gte=flt.search)
+        qs = qs.filter(search_condition(flt.search))
     return qs
+
+
+def search_condition(text: str) -> Q:
+    """What the list's search box means, each case served by an index on PostgreSQL:
+
+    - ``run_…``: a run id prefix (a range scan of the primary key: an id that starts with the
+      prefix sorts at or after it);
+    - ``key:value`` (no spaces): a label, exactly (GIN index on ``labels``);
+    - anything else: part of the title, any case (trigram index on ``UPPER(title)``).
+    """
+    text = text.strip()
+    if text.startswith("run_"):
+        return Q(run_id__startswith=text, run_id__gte=text)
+    key, colon, value = text.partition(":")
+    if colon and key and value and " " not in text:
+        if connection.vendor == "postgresql":
+            return Q(labels__contains={key: value})
+        return Q(labels__has_key=key) & Q(**{f"labels__{key}": value})  # no containment here
+    return Q(title__icontains=text)
 
 
 def runs_page(
@@ -200,6 +218,39 @@ def runs_page(
 def run_detail(*, run_id: str) -> Run:
     """The run with its parent; raises Run.DoesNotExist."""
     return Run.objects.select_related("parent").get(pk=run_id)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a running run has got: its recorded steps and the row written last."""
+
+    count: int
+    last: Step | None
+
+
+def run_progress(*, run_id: str) -> Progress:
+    """Two index reads: the run's step count and its most recently written row."""
+    rows = Step.objects.filter(run_id=run_id)
+    last = (
+        rows.only("run_id", "step_id", "status", "kind", "updated_at", "started_at")
+        .order_by("-updated_at", "-id")
+        .first()
+    )
+    return Progress(count=rows.count(), last=last)
+
+
+def effects_of_run(*, run_id: str, limit: int = 50) -> list[Step]:
+    """The run's effect rows that were sent or may have been (succeeded, started), in order:
+    what a clean run would do again under its own keys."""
+    return list(
+        Step.objects.filter(
+            run_id=run_id,
+            kind="effect",
+            status__in=(StepStatus.SUCCEEDED, StepStatus.STARTED),
+        )
+        .only("run_id", "step_id", "status", "effect_key", "tool", "seq")
+        .order_by("seq")[:limit]
+    )
 
 
 def run_children(*, run_id: str, limit: int = 20) -> list[Run]:

@@ -9,10 +9,13 @@ nothing.
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
 - ``lifecycle``: create, lease claim/renew, count a resume, replan, block, finish, continue as
   new, re-queue by the sweep (the workers' side);
-- ``actions``: a person's resume, retry, cancel and fork of a run; ``bulk``: the same on many;
+- ``actions``: a person's resume, retry, cancel, fork of a run, and a clean run replacing it;
+  ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
-- ``edits``: admins' edits of ledger rows.
+- ``edits``: admins' edits of ledger rows;
+- ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
+- ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 ``on_commit(run_id)`` arguments run after the commit that queued a run (the dashboard passes a
 function that enqueues the Celery task: ``ledger`` never imports ``runs``). Permission checks
@@ -32,7 +35,13 @@ from ledger.transitions._common import (
     parse_result_text,
     validate_result,
 )
-from ledger.transitions.actions import run_cancel, run_fork, run_resume, run_retry
+from ledger.transitions.actions import (
+    run_cancel,
+    run_fork,
+    run_resume,
+    run_retry,
+    run_start_clean,
+)
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
 from ledger.transitions.lifecycle import (
@@ -48,6 +57,13 @@ from ledger.transitions.lifecycle import (
     run_requeue_lost,
     run_start,
 )
+from ledger.transitions.notify import (
+    notification_claim,
+    notification_failed,
+    notification_sent,
+    notifications_remind,
+)
+from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -78,8 +94,13 @@ __all__ = [
     "cli_actor",
     "lease_claim",
     "lease_renew",
+    "notification_claim",
+    "notification_failed",
+    "notification_sent",
+    "notifications_remind",
     "parse_result_text",
     "run_admin_edit",
+    "run_archive_record",
     "run_block",
     "run_cancel",
     "run_continue_as_new",
@@ -93,6 +114,7 @@ __all__ = [
     "run_resume",
     "run_retry",
     "run_start",
+    "run_start_clean",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",
@@ -101,5 +123,6 @@ __all__ = [
     "step_reconcile_again",
     "step_update",
     "step_write",
+    "steps_delete_archived",
     "validate_result",
 ]

@@ -1,4 +1,5 @@
-"""A person's actions on whole runs: resume, retry, cancel, fork. Each is audited.
+"""A person's actions on whole runs: resume, retry, cancel, fork, start a clean run. Each is
+audited.
 
 Each is one transaction: the run row locked, the version the person saw compared, one
 compare-and-set, the audit row. The dashboard, the commands (as ``cli:<login>``) and bulk
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.errors import NotAllowed
-from ledger.models import FINAL_STATUSES, AuditAction, Run, RunStatus, Step, StepStatus
+from ledger.models import FINAL_STATUSES, AuditAction, Run, RunArchive, RunStatus, Step, StepStatus
 from ledger.transitions._common import (
     STOPPED_STATUSES,
     Actor,
@@ -106,6 +107,7 @@ def _requeue(
     with transaction.atomic():
         locked = lock_run(run_id)
         check_run_version(locked, seen_version)
+        _refuse_archived(locked.run_id)
         if locked.status not in allowed:
             raise NotAllowed(
                 f"run {locked.run_id} is {locked.status}; {action.replace('run_', '')} applies "
@@ -126,6 +128,16 @@ def _requeue(
             run_id = locked.run_id
             transaction.on_commit(lambda: on_commit(run_id))
     return locked
+
+
+def _refuse_archived(run_id: str) -> None:
+    """A run whose steps retention archived has no ledger to replay: resuming or retrying it
+    would execute every step again (effects included), and a fork would copy nothing."""
+    if RunArchive.objects.filter(pk=run_id).exists():
+        raise NotAllowed(
+            f"run {run_id}'s ledger was archived by retention (manage.py prune_runs): it can be "
+            "inspected from its archive, not resumed, retried or forked"
+        )
 
 
 def run_cancel(
@@ -180,6 +192,7 @@ def run_fork(
     name = actor_name(by)
     text = require_reason(reason)
     source = Run.objects.get(pk=run_id)
+    _refuse_archived(run_id)
     path = _path_to(source, step_id)  # one SELECT: a consistent snapshot of the ledger
     now = clock()
     with transaction.atomic():
@@ -214,6 +227,69 @@ def run_fork(
             fork_id = fork.run_id
             transaction.on_commit(lambda: on_commit(fork_id))
     return fork
+
+
+def run_start_clean(
+    *,
+    run_id: str,
+    by: Actor,
+    reason: str,
+    seen_version: int | None,
+    on_commit: OnCommit = None,
+    clock: Clock = timezone.now,
+) -> Run:
+    """Replace a stopped run by a clean run of the same agent and inputs with an empty ledger
+    (the way forward from a divergence under ``refuse``): the new run's parent is the old one
+    (``parent_kind='clean'``), the old run is cancelled if it had not finished, both in one
+    transaction with an audit row on each run. ``on_commit(new_run_id)`` runs after the commit.
+
+    Refused while a worker executes the old run, and while it holds an effect whose outcome
+    nobody knows (``started``): settle that first, or the clean run could do it twice.
+    """
+    name = actor_name(by)
+    text = require_reason(reason)
+    with transaction.atomic():
+        old = lock_run(run_id)
+        check_run_version(old, seen_version)
+        if old.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            raise NotAllowed(
+                f"run {old.run_id} is {old.status}; a clean run replaces a run that has stopped"
+            )
+        started = Step.objects.filter(run=old, status=StepStatus.STARTED)
+        unknown = list(started.values_list("step_id", flat=True))
+        if unknown:
+            raise NotAllowed(
+                "settle the started effects first (nobody knows whether they happened, and a "
+                "clean run could do them again): " + ", ".join(unknown)
+            )
+        before = run_snapshot(old)
+        try:
+            new = run_start(
+                agent=old.agent,
+                inputs=old.inputs,
+                clock=clock,
+                parent=old,
+                parent_kind="clean",
+            )
+        except LookupError as exc:
+            raise NotAllowed(f"cannot start a clean run: {exc}") from None
+        if old.status not in FINAL_STATUSES:
+            cancel(old, detail=f"replaced by clean run {new.run_id} ({name}: {text})", clock=clock)
+        now = clock()
+        for event_run, other in ((old.run_id, new.run_id), (new.run_id, old.run_id)):
+            record(
+                by=name,
+                action=AuditAction.RUN_CLEAN,
+                at=now,
+                run_id=event_run,
+                before=before if event_run == old.run_id else {"replaces": old.run_id},
+                after={"clean_run_id": new.run_id, "other_run_id": other, "old": run_snapshot(old)},
+                reason=text,
+            )
+        if on_commit is not None:
+            new_id = new.run_id
+            transaction.on_commit(lambda: on_commit(new_id))
+    return new
 
 
 def _path_to(run: Run, step_id: str) -> list[Step]:

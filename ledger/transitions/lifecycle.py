@@ -24,6 +24,7 @@ from ledger import canonical, registry, signals
 from ledger.errors import LeaseLost, RunBlocked
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
+from ledger.transitions import notify
 from ledger.transitions._common import Actor, actor_name, record
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ def run_start(
     by: Actor | None = None,
     reason: str = "",
 ) -> Run:
-    """Create a queued run of a registered agent. Inputs must be JSON (checked here).
+    """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
+    ``requires`` (``InvalidInput`` otherwise: nothing is written). The run's title and labels
+    are made from the inputs by the agent's declaration.
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
@@ -57,11 +60,14 @@ def run_start(
     if definition is None:
         raise LookupError(f"no agent named {agent!r} is registered")
     data = canonical.normalize(inputs, step_id="<run inputs>")
+    definition.check_inputs(data)
     now = clock()
     budget = max_resumes if max_resumes is not None else definition.max_resumes
     run = Run(
         agent=agent,
         inputs=data,
+        title=definition.title_for(data),
+        labels=definition.labels_for(data),
         status=RunStatus.QUEUED,
         plan_version=definition.plan_version,
         tool_schema_hash=definition.tool_schema_hash,
@@ -167,19 +173,22 @@ def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
 
 
 def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezone.now) -> None:
-    """Stop a running run as needs_attention with the reason, the step and the detail."""
+    """Stop a running run as needs_attention with the reason, the step and the detail; the
+    notification that a person is needed is queued in the same transaction (an outbox)."""
     now = clock()
-    _fenced(
-        run_id,
-        token,
-        status=RunStatus.NEEDS_ATTENTION,
-        reason=why.reason,
-        blocked_step_id=why.step_id,
-        detail=why.detail,
-        **_RELEASED,
-        updated_at=now,
-        status_changed_at=now,
-    )
+    with transaction.atomic():
+        _fenced(
+            run_id,
+            token,
+            status=RunStatus.NEEDS_ATTENTION,
+            reason=why.reason,
+            blocked_step_id=why.step_id,
+            detail=why.detail,
+            **_RELEASED,
+            updated_at=now,
+            status_changed_at=now,
+        )
+        notify.notify_run_blocked(run_id=run_id, at=now)
 
 
 def run_finish(

@@ -43,6 +43,7 @@ from ledger.models import (
 )
 from ledger.registry import NOT_HAPPENED
 from ledger.selectors.operator import approval_required
+from ledger.transitions import notify
 from ledger.transitions._common import (
     Actor,
     Clock,
@@ -183,6 +184,7 @@ def settlement_propose(
                 action=AuditAction.SETTLEMENT_APPLY,
             )
         else:
+            notify.notify_settlement_waiting(settlement=settlement, run=run, at=clock())
             record(
                 by=name,
                 action=AuditAction.SETTLEMENT_PROPOSE,

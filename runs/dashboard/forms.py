@@ -39,7 +39,13 @@ class RunFilterForm(forms.Form):
     age = forms.CharField(
         max_length=20, required=False, strip=True, help_text="in state for at least: 30m, 2h, 1d"
     )
-    q = forms.CharField(max_length=64, required=False, strip=True, label="run id")
+    q = forms.CharField(
+        max_length=200,
+        required=False,
+        strip=True,
+        label="search",
+        help_text="a title's words, a label as key:value, or a run id prefix (run_…)",
+    )
     order = forms.ChoiceField(choices=ORDER_CHOICES, required=False)
     after = forms.CharField(max_length=400, required=False)
 

@@ -84,6 +84,15 @@ class RunActionForm(VersionedForm):
         max_value=100_000,
         help_text="Optional: raise the resume budget (never lowered).",
     )
+    anyway = forms.BooleanField(
+        required=False, help_text="Resume even though the preview says it stops again at once."
+    )
+
+
+class CleanRunForm(VersionedForm):
+    """Start a clean run replacing this one; ``seen_version`` is the run's version."""
+
+    reason = _reason()
 
 
 class ForkForm(forms.Form):

@@ -175,3 +175,9 @@ def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
         "downstream": [s for s in preview.steps if s.after_stale],
         "seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
     }
+
+
+def tool_has_lookup(tool_name: str) -> bool:
+    """The tool is registered here with a read path (reconcile): a resume can ask it again."""
+    tool = registry.get_tool(tool_name) if tool_name else None
+    return tool is not None and tool.reconcile is not None

@@ -7,10 +7,14 @@ of the ``runs`` app, not an app of its own, so Django would not find a ``templat
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
+from ledger.loops import transcript
 from runs.dashboard.presenting import pretty_capped
 
 register = template.Library()
@@ -78,3 +82,20 @@ def short(value: str | None, length: int = 12) -> str:
 def pretty(value: object) -> str:
     """JSON as indented text (capped; the template escapes it)."""
     return pretty_capped(value, limit=8000)
+
+
+_BREAK_AFTER = re.compile(r"([:._/,\-])")
+
+
+@register.filter(is_safe=True)
+def breakable(value: object) -> str:
+    """The text escaped, with a line-break opportunity (``<wbr>``) after each ``: . _ / , -``,
+    so that keys and ids wrap at their own joints on a narrow screen, not mid-token."""
+    text = escape("" if value is None else str(value))
+    return mark_safe(_BREAK_AFTER.sub(r"\1<wbr>", text))
+
+
+@register.filter
+def turn_anchor(step_id: str) -> str:
+    """The step id of the tool-use loop turn a step belongs to, or "" (not a loop step)."""
+    return transcript.turn_anchor(step_id or "")

@@ -205,7 +205,7 @@ def test_unknown_run_ids_and_steps_are_404(execute, operator) -> None:
         ("age=-5m", "age"),
         ("age=99999999d", "age"),
         ("age=%00", "age"),
-        ("q=" + "r" * 65, "run id"),
+        ("q=" + "r" * 201, "search"),
         ("agent=" + "a" * 201, "agent"),
         ("order=sideways", "order"),
         ("after=not-a-cursor", "after"),

@@ -97,7 +97,7 @@ def test_an_operator_triages_a_stale_run_in_the_browser(
     expect(rows.first).to_contain_text(stale.run_id)
 
     # Open the blocked run.
-    rows.first.locator("a", has_text=stale.run_id).click()
+    rows.first.locator(f'a[href="/runs/{stale.run_id}/"]').click()  # the title links the run
     expect(page).to_have_url(re.compile(f"/runs/{stale.run_id}/"))
     header = page.locator("#run-header")
     expect(header).to_contain_text("needs_attention")

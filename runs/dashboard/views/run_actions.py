@@ -1,6 +1,7 @@
-"""Operator actions on whole runs: resume, retry, cancel, fork. Each form page shows what will
-happen (the dry replay where one applies) and writes nothing; each POST calls one function of
-``ledger.transitions``.
+"""Operator actions on whole runs: resume, retry, cancel, fork, a clean run. Each form page
+shows what will happen (the dry replay where one applies) and writes nothing; each POST calls
+one function of ``ledger.transitions``. A resume or retry the dry replay says would stop again
+at once is refused unless the operator ticks "resume anyway": no resume is spent silently.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ledger import selectors, transitions
 from ledger.models import FINAL_STATUSES, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
-from runs.dashboard.operator_forms import ForkForm, RunActionForm
+from runs.dashboard.operator_forms import CleanRunForm, ForkForm, RunActionForm
 from runs.models import OPERATE_RUNS
 from runs.tasks import enqueue_resume, enqueue_start
 
@@ -35,7 +36,9 @@ def _run_action_context(
         "suggested_budget": max(run.max_resumes, run.resume_count) + 5,
     }
     if action in ("resume", "retry"):
-        context |= presenting.preview_context(run, presenting.compute_preview(run))
+        preview = presenting.compute_preview(run)
+        context |= presenting.preview_context(run, preview)
+        context["blocks_again"] = preview.blocks_again()
     return context
 
 
@@ -55,6 +58,8 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
         return render(request, "runs/run_action.html", context, status=400)
     data = form.cleaned_data
     try:
+        if action in ("resume", "retry") and not data["anyway"]:
+            _refuse_if_it_blocks_again(run)
         done = _apply_run_action(request, run, action, data)
     except transitions.OperationError as exc:
         fresh = run_for(request, run_id, perm=OPERATE_RUNS)
@@ -69,6 +74,14 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
         return render_refused(request, "runs/run_action.html", context, exc)
     messages.success(request, f"{action.capitalize()}: run {done.run_id} is now {done.status}.")
     return redirect("runs:detail", run_id=run_id)
+
+
+def _refuse_if_it_blocks_again(run: Run) -> None:
+    why = presenting.compute_preview(run).blocks_again()
+    if why:
+        raise transitions.NotAllowed(
+            f'Not resumed, no resume spent: {why}. Tick "resume anyway" to resume regardless.'
+        )
 
 
 def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dict[str, Any]) -> Run:
@@ -112,6 +125,42 @@ def run_fork(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         f"this is the new run, {fork.status}.",
     )
     return redirect("runs:detail", run_id=fork.run_id)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_clean(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """GET: what a clean run replacing this one does. POST: start it and open it."""
+    run = run_for(request, run_id, perm=OPERATE_RUNS)
+    if request.method == "GET":
+        form = CleanRunForm(initial={"seen_version": run.version})
+        return render(request, "runs/run_clean.html", _clean_context(run, form))
+    form = CleanRunForm(request.POST)
+    if not form.is_valid():
+        return render(request, "runs/run_clean.html", _clean_context(run, form), status=400)
+    try:
+        new = transitions.run_start_clean(
+            run_id=run.run_id,
+            by=request.user,
+            reason=form.cleaned_data["reason"],
+            seen_version=form.cleaned_data["seen_version"],
+            on_commit=enqueue_start,
+        )
+    except transitions.OperationError as exc:
+        fresh = run_for(request, run_id, perm=OPERATE_RUNS)
+        return render_refused(request, "runs/run_clean.html", _clean_context(fresh, form), exc)
+    messages.success(request, f"Clean run started, replacing {run.run_id}: this is the new run.")
+    return redirect("runs:detail", run_id=new.run_id)
+
+
+def _clean_context(run: Run, form: CleanRunForm) -> dict[str, Any]:
+    return {
+        "run": run,
+        "form": form,
+        "final": run.status in FINAL_STATUSES,
+        "done_effects": selectors.effects_of_run(run_id=run.run_id),
+    }
 
 
 def _fork_context(run: Run, form: ForkForm) -> dict[str, Any]:

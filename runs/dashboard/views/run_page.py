@@ -23,7 +23,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Run
+from ledger.loops import transcript
+from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.models import EXPORT_LEDGER, VIEW_DASHBOARD
@@ -111,11 +112,15 @@ def _header_context(run: Run) -> dict[str, Any]:
         "run": run,
         "final": run.status in FINAL_STATUSES,
         "blocked_step": blocked,
+        "has_lookup": blocked is not None and presenting.tool_has_lookup(blocked.tool),
         "waiting_proposal": selectors.settlements_waiting().filter(run_id=run.run_id).first(),
         "now": now,
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),
         "lease_expired": run.lease_expires_at is not None and run.lease_expires_at < now,
+        "progress": selectors.run_progress(run_id=run.run_id)
+        if run.status in ACTIVE_STATUSES
+        else None,
         "active": run.status in ACTIVE_STATUSES,
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "inputs_text": presenting.pretty_capped(run.inputs),
@@ -134,9 +139,18 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         **_step_table_context(request, run, compare=compare),
         "can_export": request.user.has_perm(EXPORT_LEDGER),
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
+        "told": selectors.notifications_of_run(run_id=run.run_id),
         "audit_shown": RUN_AUDIT_SHOWN,
+        "transcripts": transcript.transcripts(run_id=run.run_id, stale_step_ids=_stale(run)),
+        "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
+        "archive": selectors.run_archive(run_id=run.run_id),
     }
     return render(request, "runs/run_detail.html", context)
+
+
+def _stale(run: Run) -> frozenset[str]:
+    """The step a stale run is blocked on (the transcript marks it)."""
+    return frozenset([run.blocked_step_id]) if run.reason == Reason.STALE else frozenset()
 
 
 @require_GET
@@ -144,7 +158,13 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def run_header(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_for(request, run_id, perm=VIEW_DASHBOARD)
-    return render(request, "runs/partials/run_header.html", _header_context(run))
+    context = {**_header_context(run), "polled": bool(request.htmx)}
+    response = render(request, "runs/partials/run_header.html", context)
+    if request.htmx:
+        # The step table refreshes right after the header (one clock for both); once the run
+        # has stopped this is the last header poll, and the table's last refresh.
+        response["HX-Trigger"] = "run-changed"
+    return response
 
 
 @require_GET

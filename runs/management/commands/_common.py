@@ -1,15 +1,103 @@
-"""What the operator commands share: JSON parsing with clear errors, and the inline worker."""
+"""What the operator commands share: exit codes, refusals without tracebacks (bad arguments,
+refused actions, a closed pipe), JSON parsing with clear errors, and the inline worker.
+
+Exit codes: 0 the act was done and the run ended as asked; 1 refused or failed (nothing was
+written: the reason is printed); 2 bad arguments (argparse); 3 done, but the run executed inline
+did not end as asked (it stopped again, or failed); 141 the reader of the output went away.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
-from typing import Any
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from ledger import worker
+from ledger import preview, worker
+from ledger.errors import OperationError
+from ledger.models import Run, RunStatus, Settlement
+
+EXIT_REFUSED = 1
+EXIT_NOT_AS_ASKED = 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a process killed by the signal would end
+
+T = TypeVar("T")
+
+
+class OperatorCommand(BaseCommand):
+    """A command whose output may go to a pipe that closes early (``| head``): it stops
+    quietly with 141 instead of printing a BrokenPipeError traceback."""
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        try:
+            super().run_from_argv(argv)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # Nothing more can be written; silence the interpreter's flush at exit too.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
+
+
+@contextmanager
+def refusals(run_id: str = "") -> Iterator[None]:
+    """Turn the ledger's refusals into one-line command errors (exit 1), never tracebacks."""
+    try:
+        yield
+    except Run.DoesNotExist:
+        raise CommandError(f"no run {run_id}", returncode=EXIT_REFUSED) from None
+    except Settlement.DoesNotExist:
+        raise CommandError("no such settlement", returncode=EXIT_REFUSED) from None
+    except (OperationError, LookupError) as exc:
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise CommandError(text, returncode=EXIT_REFUSED) from None
+
+
+def act(run_id: str, fn: Callable[[], T]) -> T:
+    with refusals(run_id):
+        return fn()
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high`` (a clear usage error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def add_reason(parser: CommandParser, default: str | None) -> None:
+    if default is None:
+        parser.add_argument("--reason", required=True, help="why, for the audit")
+    else:
+        parser.add_argument(
+            "--reason", default=default, help="why, for the audit (default: %(default)s)"
+        )
+
+
+def add_where(parser: CommandParser) -> None:
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument(
+        "--enqueue", action="store_true", help="send it to a Celery worker (the default)"
+    )
+    how.add_argument(
+        "--inline",
+        action="store_true",
+        help="execute it in this process; exit 3 unless the run ends succeeded",
+    )
 
 
 class _Constant(ValueError):
@@ -33,13 +121,26 @@ def parse_json(text: str, *, what: str) -> Any:
         ) from exc
 
 
+def refuse_if_it_blocks_again(run_id: str) -> None:
+    """Refuse (exit 1, nothing written) a resume the dry replay says would stop again."""
+    with refusals(run_id):
+        why = preview.preview_resume(run_id=run_id).blocks_again()
+    if why:
+        raise CommandError(
+            f"not resumed: {why} (add --anyway to spend a resume regardless)",
+            returncode=EXIT_REFUSED,
+        )
+
+
 def execute_inline(run_id: str, out: OutputWrapper) -> None:
-    """Execute the run in this process, as a worker would (lease, heartbeat, fencing)."""
+    """Execute the run in this process, as a worker would (lease, heartbeat, fencing); exit 3
+    when it does not end succeeded."""
     name = f"inline:{socket.gethostname()}/pid:{os.getpid()}"
     outcome = worker.run_execute(run_id=run_id, worker=name)
     if outcome is None:
         raise CommandError(
-            f"run {run_id} is not claimable: it is finished or another worker holds its lease"
+            f"run {run_id} is not claimable: it is finished or another worker holds its lease",
+            returncode=EXIT_REFUSED,
         )
     out.write(
         f"run {run_id}: {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else "")
@@ -48,3 +149,50 @@ def execute_inline(run_id: str, out: OutputWrapper) -> None:
         out.write(f"  {outcome.detail}")
     if outcome.result is not None:
         out.write("  result: " + json.dumps(outcome.result, sort_keys=True))
+    if outcome.status != RunStatus.SUCCEEDED:
+        raise CommandError(
+            f"run {run_id} ended {outcome.status}, not succeeded", returncode=EXIT_NOT_AS_ASKED
+        )
+
+
+def add_requeue_arguments(parser: CommandParser) -> None:
+    parser.add_argument("run_id")
+    parser.add_argument(
+        "--max-resumes",
+        type=bounded_int(0, 1_000_000),
+        help="raise the run's resume budget to this many",
+    )
+    parser.add_argument(
+        "--anyway",
+        action="store_true",
+        help="resume even when the dry replay says the run would stop again at once",
+    )
+    add_where(parser)
+
+
+def requeue_command(
+    command: BaseCommand, options: dict[str, Any], *, transition: Any, reason: str
+) -> None:
+    """``resume_run``/``retry_run``: check with the dry replay, queue (audited as
+    ``cli:<login>``), then send to a worker or execute inline."""
+    from ledger import transitions
+    from runs import tasks
+
+    run_id = options["run_id"]
+    if not options["anyway"]:
+        refuse_if_it_blocks_again(run_id)
+    act(
+        run_id,
+        lambda: transition(
+            run_id=run_id,
+            by=transitions.cli_actor(),
+            reason=options["reason"] or reason,
+            seen_version=None,
+            max_resumes=options["max_resumes"],
+            on_commit=None if options["inline"] else tasks.enqueue_resume,
+        ),
+    )
+    if options["inline"]:
+        execute_inline(run_id, command.stdout)
+    else:
+        command.stdout.write(f"run {run_id}: queued to resume")

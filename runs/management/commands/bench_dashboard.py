@@ -56,6 +56,8 @@ class Command(BaseCommand):
             ("list, in state >= 7d", "/?age=7d", {}),
             ("list, lease expired", "/?status=lease_expired", {}),
             ("list, run id prefix search", "/?q=run_ab", {}),
+            ("list, title words search (20 of 100k)", "/?q=for+cus_0042", {}),
+            ("list, label search customer:cus_0042", "/?q=customer:cus_0042", {}),
             ("list, 21st page (keyset)", f"/?{deep}", {}),
             ("list table refresh (htmx), changed", "/", htmx),
             ("list table refresh (htmx), unchanged: 204", f"/?digest={digest}", htmx),

@@ -6,6 +6,8 @@ import secrets
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
@@ -30,6 +32,8 @@ class Command(BaseCommand):
         if not username:
             raise CommandError("a username cannot be empty")
         password: str | None = options["password"]
+        if password is not None:
+            _validate(password, username=username, email=options["email"])
         with transaction.atomic():
             user, created = User.objects.get_or_create(
                 username=username, defaults={"email": options["email"]}
@@ -45,3 +49,12 @@ class Command(BaseCommand):
         self.stdout.write(f"{verb} user {username!r} with role {options['role']}")
         if generated:
             self.stdout.write(f"password: {password}")
+
+
+def _validate(password: str, *, username: str, email: str) -> None:
+    """Django's password validators (AUTH_PASSWORD_VALIDATORS), as the admin applies them."""
+    user = User.objects.filter(username=username).first() or User(username=username, email=email)
+    try:
+        validate_password(password, user=user)
+    except ValidationError as exc:
+        raise CommandError("password refused: " + " ".join(exc.messages)) from exc

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from django.db import transaction
 from ledger import transitions
 from ledger.examples import scenarios
 from ledger.models import Run
+from runs import stack
 
 DEMO_USERS = (
     ("viewer", "viewer", "reads runs and ledgers"),
@@ -103,38 +102,24 @@ class Command(BaseCommand):
     # --- serving ----------------------------------------------------------------------------
 
     def _serve(self, host: str, port: int, started: float) -> None:
-        python = sys.executable
         manage = str(Path(settings.BASE_DIR) / "manage.py")
         commands = {
-            "web": [python, manage, "runserver", f"{host}:{port}", "--noreload", "--insecure"],
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "runs",
-                "worker",
-                "--loglevel=WARNING",
-                "--concurrency=2",
-                "-n",
-                f"demo-worker-{os.getpid()}@%h",
+            "web": [
+                sys.executable,
+                manage,
+                "runserver",
+                f"{host}:{port}",
+                "--noreload",
+                "--insecure",
             ],
-            "beat": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "runs",
-                "beat",
-                "--loglevel=WARNING",
-                "--schedule",
-                str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
-            ],
+            "worker": stack.worker_command(
+                name=f"demo-worker-{os.getpid()}@%h", concurrency=2, loglevel="WARNING"
+            ),
+            "beat": stack.beat_command(loglevel="WARNING"),
         }
-        # Each in a session of its own, so that stopping one stops its pool children too.
-        children = {
-            name: subprocess.Popen(cmd, start_new_session=True) for name, cmd in commands.items()
-        }
+        # The demo is plain HTTP on loopback, for people: no HTTPS redirect, readable logs.
+        env = {"RUNLEDGER_PLAIN_HTTP": "1", "RUNLEDGER_LOG_FORMAT": "plain", **os.environ}
+        children = stack.start(commands, env)
         self._enqueue_queued()
         url = f"http://{host}:{port}/"
         self.stdout.write(
@@ -143,20 +128,8 @@ class Command(BaseCommand):
                 f"(ready in {time.monotonic() - started:.0f} s; Ctrl-C stops it)"
             )
         )
-        stop = {"now": False}
-
-        def on_signal(signum: int, frame: object) -> None:
-            stop["now"] = True
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
         try:
-            while not stop["now"]:
-                for name, child in children.items():
-                    if child.poll() is not None:
-                        self.stderr.write(f"{name} exited with {child.returncode}; stopping")
-                        stop["now"] = True
-                time.sleep(0.5)
+            stack.wait_for_signal(children, say=self.stderr.write)
         finally:
             self._stop(children)
 
@@ -166,20 +139,11 @@ class Command(BaseCommand):
         for run_id in Run.objects.filter(status="queued").values_list("run_id", flat=True):
             enqueue_start(run_id)
 
-    def _stop(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+    def _stop(self, children: stack.Children) -> None:
         """SIGTERM everything; what still runs after a few seconds is killed.
 
         The worker's warm shutdown would wait for the long run to finish; it is killed instead,
         and its run is recovered from the ledger by the next start's sweep, as after any crash.
         """
-        for child in children.values():
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for child in children.values():
-            try:
-                child.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+        stack.stop(children, grace_seconds=5)
         self.stdout.write("demo stopped; its data stays in " + str(settings.VAR_DIR))

@@ -1,56 +1,33 @@
 """Resume a stopped run: `manage.py resume_run run_… [--max-resumes 8] [--reason …] [--inline]`.
 
-Audited like the dashboard's Resume: the audit row names the actor ``cli:<login>``.
+Audited like the dashboard's Resume: the audit row names the actor ``cli:<login>``. Refused
+(exit 1, no resume spent) when the dry replay says the run would stop again at once, unless
+``--anyway``. Exit codes: see ``_common``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from ledger import transitions
-from ledger.errors import OperationError
-from ledger.models import Run
-from runs import tasks
-from runs.management.commands._common import execute_inline
+from runs.management.commands._common import (
+    OperatorCommand,
+    add_reason,
+    add_requeue_arguments,
+    requeue_command,
+)
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Queue a stopped run (needs attention, failed) to resume from its ledger."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
-        parser.add_argument(
-            "--max-resumes", type=int, help="raise the run's resume budget to this many"
-        )
-        parser.add_argument(
-            "--reason",
-            default="resumed from the command line",
-            help="why, for the audit (default: %(default)s)",
-        )
-        how = parser.add_mutually_exclusive_group()
-        how.add_argument(
-            "--enqueue", action="store_true", help="send it to a Celery worker (the default)"
-        )
-        how.add_argument("--inline", action="store_true", help="execute it in this process")
+        add_requeue_arguments(parser)
+        add_reason(parser, "resumed from the command line")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = options["run_id"]
-        try:
-            transitions.run_resume(
-                run_id=run_id,
-                by=transitions.cli_actor(),
-                reason=options["reason"],
-                seen_version=None,
-                max_resumes=options["max_resumes"],
-                on_commit=None if options["inline"] else tasks.enqueue_resume,
-            )
-        except Run.DoesNotExist as exc:
-            raise CommandError(f"no run {run_id}") from exc
-        except OperationError as exc:
-            raise CommandError(str(exc)) from exc
-        if options["inline"]:
-            execute_inline(run_id, self.stdout)
-        else:
-            self.stdout.write(f"run {run_id}: queued to resume")
+        requeue_command(
+            self, options, transition=transitions.run_resume, reason="resumed from the command line"
+        )

@@ -28,7 +28,7 @@ RUN_COLUMNS = (
     "error", "plan_version", "tool_schema_hash", "code_version", "resume_count", "max_resumes",
     "executions", "lease_owner", "lease_token", "lease_expires_at", "heartbeat_at", "parent_id",
     "parent_kind", "forked_from_step_id", "created_at", "updated_at", "status_changed_at",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "title", "labels",
 )  # fmt: skip
 STEP_COLUMNS = (
     "run_id", "step_id", "input_hash", "status", "result", "next_step_id", "attempt",
@@ -49,6 +49,13 @@ TOOLS = [
     ("read", "fetch_invoice"), ("clock", "now"), ("model", "model"), ("read", "lookup_record"),
     ("effect", "refund_charge"), ("effect", "send_email"), ("read", "search_docs"),
 ]  # fmt: skip
+
+
+def _title(i: int) -> tuple[str, str]:
+    """A title and labels as an agent declares them: 5,000 customers, 20 runs each."""
+    customer, invoice = f"cus_{i % 5000:04d}", f"inv_{i:06d}"
+    title = f"Refund invoice {invoice} for {customer}"
+    return title, json.dumps({"customer": customer, "invoice_id": invoice})
 
 
 def _pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
@@ -169,6 +176,7 @@ class Command(BaseCommand):
             parent, rng.choice(["fork", "continue"]) if parent else "", "",
             created, changed, changed, started,
             changed if status in ("succeeded", "failed", "cancelled") else None,
+            *_title(i),
         )  # fmt: skip
         return run_row, step_rows
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ledger.models import Run
+from runs.management.commands._common import OperatorCommand
 
 
 def _preview(value: Any, width: int = 60) -> str:
@@ -15,7 +16,7 @@ def _preview(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Show a run's status, lease and every step of its ledger in order."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,6 +28,10 @@ class Command(BaseCommand):
             raise CommandError(f"no run {options['run_id']}")
         write = self.stdout.write
         write(f"run {run.run_id}  agent {run.agent}  plan {run.plan_version}")
+        if run.title:
+            write(f"title {run.title}")
+        if run.parent_id:
+            write(f"{run.parent_kind or 'child'} of {run.parent_id}")
         write(
             f"status {run.status}"
             + (f" ({run.reason}, step {run.blocked_step_id!r})" if run.reason else "")

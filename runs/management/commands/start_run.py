@@ -1,38 +1,50 @@
-"""Start a run of a registered agent: `manage.py start_run refund --inputs '{"invoice_id": …}'`."""
+"""Start a run of a registered agent: `manage.py start_run refund --inputs '{"invoice_id": …}'`.
+
+The inputs are checked before anything is written (JSON, and what the agent ``requires``).
+Audited as ``cli:<login>``. Exit codes: see ``_common`` (``--inline``: 3 unless it succeeds).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from ledger import registry, transitions
 from ledger.errors import NotJSON
 from runs import tasks
-from runs.management.commands._common import execute_inline, parse_json
+from runs.management.commands._common import (
+    EXIT_REFUSED,
+    OperatorCommand,
+    add_where,
+    bounded_int,
+    execute_inline,
+    parse_json,
+)
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Start a run of an agent with JSON inputs, on a Celery worker (default) or inline."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("agent", help="a registered agent's name")
         parser.add_argument("--inputs", default="{}", help="the run's inputs as JSON")
         parser.add_argument("--run-id", help="choose the run id (default: a fresh one)")
-        parser.add_argument("--max-resumes", type=int, help="the run's resume budget")
-        how = parser.add_mutually_exclusive_group()
-        how.add_argument(
-            "--enqueue", action="store_true", help="send it to a Celery worker (the default)"
+        parser.add_argument(
+            "--max-resumes", type=bounded_int(0, 1_000_000), help="the run's resume budget"
         )
-        how.add_argument("--inline", action="store_true", help="execute it in this process")
+        add_where(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         inputs = parse_json(options["inputs"], what="--inputs")
         name = options["agent"]
         if registry.get_agent(name) is None:
             known = ", ".join(sorted(registry.agents())) or "none"
-            raise CommandError(f"no agent named {name!r} is registered (registered: {known})")
+            raise CommandError(
+                f"no agent named {name!r} is registered (registered: {known})",
+                returncode=EXIT_REFUSED,
+            )
         try:
             with transaction.atomic():
                 run = transitions.run_start(
@@ -45,8 +57,8 @@ class Command(BaseCommand):
                 )
                 if not options["inline"]:
                     tasks.enqueue_start(run.run_id)
-        except (NotJSON, ValueError) as exc:
-            raise CommandError(str(exc)) from exc
+        except (NotJSON, ValueError) as exc:  # InvalidInput is a ValueError
+            raise CommandError(str(exc), returncode=EXIT_REFUSED) from exc
         if options["inline"]:
             execute_inline(run.run_id, self.stdout)
         else:

@@ -1,0 +1,157 @@
+"""Throughput with real workers: ``--runs`` runs of ``--steps`` read steps on ``--workers``
+Celery worker processes, over the default (filesystem) broker and over a private Redis.
+
+Prints, per broker, ``name: value unit`` lines: runs/s and steps/s from the first enqueue to
+the last run's finish, commits/s (PostgreSQL's own count of committed transactions in the
+database over the same span), p50/p99 of one step's latency (the time between two consecutive
+steps' commits in a run, as the ledger recorded them), and how many runs did not succeed
+(the goal: none). Needs PostgreSQL (DATABASE_URL) and RUNLEDGER_HARNESS=1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
+
+from harness import bench_agents  # registers bench-steps here too (run_start checks it)
+from harness.cluster import Cluster, wait_for
+from ledger import transitions
+from ledger.models import FINAL_STATUSES, Run, RunStatus, Step
+from runs.tasks import start_run
+
+AGENTS = f"ledger.examples.agents,{bench_agents.__name__}"
+
+
+class Command(BaseCommand):
+    help = "Runs/s, steps/s, commits/s and step latency with real Celery workers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--runs", type=int, default=1000)
+        parser.add_argument("--steps", type=int, default=20)
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--concurrency", type=int, default=4, help="per worker process")
+        parser.add_argument("--brokers", default="filesystem,redis")
+        parser.add_argument("--timeout", type=float, default=900)
+        parser.add_argument("--json", default="", help="add the figures to this file")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if connection.vendor != "postgresql":
+            self.stdout.write("# bench_workers needs PostgreSQL")
+            return
+        figures: dict[str, Any] = {}
+        for broker in options["brokers"].split(","):
+            figures.update(self._broker(broker, options))
+        if options["json"]:
+            from ledger.management.commands.bench_engine import _merge_json
+
+            _merge_json(Path(options["json"]), "postgresql_workers", figures)
+
+    def _broker(self, broker: str, options: dict[str, Any]) -> dict[str, Any]:
+        root = Path(tempfile.mkdtemp(prefix=f"bench-workers-{broker}-"))
+        redis = _Redis(root) if broker == "redis" else None
+        try:
+            url = redis.url if redis else "filesystem://localhost//"
+            env = {"RUNLEDGER_AGENT_MODULES": AGENTS}
+            with Cluster(root, broker_url=url, lease_seconds=30, env=env) as cluster:
+                for i in range(options["workers"]):
+                    cluster.worker(f"bench-{broker}-{i}", concurrency=options["concurrency"])
+                return self._measure(cluster, broker, options)
+        finally:
+            if redis:
+                redis.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _measure(self, cluster: Cluster, broker: str, options: dict[str, Any]) -> dict[str, Any]:
+        runs, steps = options["runs"], options["steps"]
+        ids = [
+            transitions.run_start(agent="bench-steps", inputs={"steps": steps}).run_id
+            for _ in range(runs)
+        ]
+        commits = _commits()
+        started = time.perf_counter()
+        for run_id in ids:
+            cluster.send(start_run, run_id)
+        finished = Run.objects.filter(run_id__in=ids, status__in=FINAL_STATUSES)
+        wait_for(lambda: finished.count() == runs, timeout=options["timeout"], interval=0.5)
+        elapsed = time.perf_counter() - started
+        commits = _commits() - commits
+        lost = runs - Run.objects.filter(run_id__in=ids, status=RunStatus.SUCCEEDED).count()
+        p50, p99 = _step_latency(ids)
+        out = {
+            f"{broker}_runs_per_s": (runs / elapsed, "runs/s"),
+            f"{broker}_steps_per_s": (runs * steps / elapsed, "steps/s"),
+            f"{broker}_commits_per_s": (commits / elapsed, "commits/s"),
+            f"{broker}_step_latency_p50": (p50, "ms"),
+            f"{broker}_step_latency_p99": (p99, "ms"),
+            f"{broker}_runs_not_succeeded": (lost, "runs"),
+            f"{broker}_elapsed": (elapsed, "s"),
+        }
+        for name, (value, unit) in out.items():
+            self.stdout.write(f"{name}: {value:.3f} {unit}")
+        return {name: {"value": v, "unit": u} for name, (v, u) in out.items()}
+
+
+def _commits() -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        value = int(cur.fetchone()[0])
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+    return value
+
+
+def _step_latency(ids: list[str]) -> tuple[float, float]:
+    """p50 and p99 ms between consecutive steps' commits (finished_at) within each run."""
+    rows = (
+        Step.objects.filter(run_id__in=ids)
+        .order_by("run_id", "seq")
+        .values_list("run_id", "finished_at")
+    )
+    gaps: list[float] = []
+    last: tuple[Any, Any] = (None, None)
+    for run_id, at in rows:
+        if last[0] == run_id and at is not None and last[1] is not None:
+            gaps.append((at - last[1]).total_seconds() * 1000)
+        last = (run_id, at)
+    if not gaps:
+        return 0.0, 0.0
+    gaps.sort()
+    return statistics.median(gaps), gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))]
+
+
+class _Redis:
+    """A private redis-server on a free port, for the length of one measurement."""
+
+    def __init__(self, root: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(root)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if not wait_for(lambda: _answers(port), timeout=30, interval=0.1):
+            raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False

@@ -1,0 +1,192 @@
+"""Measure the levers on the PostgreSQL step write, one against another: `make bench`.
+
+Each variant is the engine's own fenced statement (``ledger.transitions.steps``), changed in one
+way, executed end to end from Python (autocommit: one statement, one commit) on the
+connection Django holds, in alternating rounds beside the floor (one INSERT+COMMIT):
+
+- ``engine``: the statement as the engine sends it (bound on the server, prepared once);
+- ``client``: the same bound on the client, as Django's cursors do (re-sent, re-planned);
+- ``join_prev``: the previous row found through a join on the lease, its ``updated_at`` bumped
+  (the statement before issue 12), prepared;
+- ``no_prev``: prepared, without the update of the previous row's ``next_step_id``;
+- ``no_fence``: prepared, the lease read without ``FOR SHARE`` (unsafe: a lower bound only);
+- ``advisory``: prepared, a shared advisory transaction lock instead of ``FOR SHARE``;
+- ``fat``: the engine's, with the two run_id indexes that migration 0006 dropped put back for
+  a second pass (beside the engine's write again, by which it is scaled);
+- ``before``: all of the above undone (client-bound, join, both indexes): the write before
+  issue 12, in the second pass.
+
+Prints ``name: value unit`` lines (median ms per write, and x floor). Writes only runs it
+creates, and deletes them afterwards; the dropped indexes are recreated after each round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
+from django.utils import timezone
+
+from ledger import transitions
+from ledger.management.commands.bench_engine import _bench_agent, _merge_json
+from ledger.models import Run, Step
+from ledger.transitions import steps as sql
+
+_FENCE = "FOR SHARE"
+_ADVISORY = "AND pg_advisory_xact_lock_shared(hashtextextended(run_id, 0)) IS NOT NULL"
+FIRST = ("engine", "client", "join_prev", "no_prev", "no_fence", "advisory")
+SECOND = ("fat", "before")
+VARIANTS = FIRST + SECOND
+_PREV_NOW = """prev AS (
+    UPDATE ledger_step SET next_step_id = %(step_id)s, version = version + 1
+    WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
+)"""
+_PREV_BEFORE = """prev AS (
+    UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s,
+        version = version + 1
+    WHERE run_id IN (SELECT run_id FROM lease) AND step_id = %(prev_step_id)s
+)"""
+_DROPPED = (
+    'CREATE INDEX "ledger_step_run_id_9b3bd036" ON ledger_step (run_id)',
+    'CREATE INDEX "ledger_step_run_id_9b3bd036_like" ON ledger_step (run_id varchar_pattern_ops)',
+)
+
+
+def _statement(variant: str) -> str:
+    assert _PREV_NOW in sql._PG_UPSERT, "the engine's statement changed: update bench_levers"
+    if variant == "no_fence":
+        return sql._PG_UPSERT.replace(_FENCE, "")
+    if variant == "advisory":
+        return sql._PG_UPSERT.replace(_FENCE, _ADVISORY)
+    if variant in ("join_prev", "before"):
+        return sql._PG_UPSERT.replace(_PREV_NOW, _PREV_BEFORE)
+    return sql._PG_UPSERT
+
+
+class Command(BaseCommand):
+    help = "Measure each lever on the PostgreSQL step write against the floor."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--rounds", type=int, default=5)
+        parser.add_argument("--writes", type=int, default=300, help="writes per variant/round")
+        parser.add_argument(
+            "--flush",
+            action="store_true",
+            help="wait for the WAL flush at each commit (default: synchronous_commit off, so "
+            "that the disk's noise does not hide the statements' own cost)",
+        )
+        parser.add_argument("--json", default="", help="add the figures to this file")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", verbosity=0)
+        if connection.vendor != "postgresql":
+            self.stdout.write("# bench_levers measures PostgreSQL only")
+            return
+        connection.ensure_connection()
+        connection.connection.prepare_threshold = 2**31 - 1  # Django's None never prepares
+        if not options["flush"]:
+            connection.connection.execute("SET synchronous_commit = off")
+        self.stdout.write(f"# synchronous_commit {'on' if options['flush'] else 'off'}")
+        self._runs: list[str] = []
+        rounds: list[dict[str, float]] = []
+        try:
+            for _ in range(options["rounds"]):
+                rounds.append(self._round(options["writes"]))
+        finally:
+            Step.objects.filter(run_id__in=self._runs).delete()
+            Run.objects.filter(run_id__in=self._runs).delete()
+        figures = {"lever_floor": (statistics.median(r["floor"] for r in rounds), "ms")}
+        for variant in VARIANTS:
+            ms = statistics.median(r[variant] for r in rounds)
+            ratio = statistics.median(r[variant] / r["floor"] for r in rounds)
+            figures[f"lever_{variant}"] = (ms, "ms")
+            figures[f"lever_{variant}_vs_floor"] = (ratio, "x")
+        for name, (value, unit) in figures.items():
+            self.stdout.write(f"{name}: {value:.3f} {unit}")
+        if options["json"]:
+            values: dict[str, Any] = {n: {"value": v, "unit": u} for n, (v, u) in figures.items()}
+            values["rounds"] = {"value": rounds, "unit": "ms per write, per round"}
+            _merge_json(Path(options["json"]), "postgresql_levers", values)
+
+    def _round(self, n: int) -> dict[str, float]:
+        """One write of each variant in turn, ``n`` times, so that load hits all alike; the
+        variants with the dropped indexes in a second pass, beside the engine's write again."""
+        raw = connection.connection
+        raw.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer, note text)")
+        try:
+            one = self._interleaved(["floor", *FIRST], n)
+            with _with_dropped_indexes():
+                second = self._interleaved(["engine", *SECOND], n)
+        finally:
+            raw.execute("DROP TABLE bench_floor")
+        for variant in SECOND:  # scaled by the engine's write, measured in both passes
+            one[variant] = second[variant] * one["engine"] / second["engine"]
+        return one
+
+    def _interleaved(self, variants: list[str], n: int) -> dict[str, float]:
+        writers = {v: self._writer(v) for v in variants}
+        samples: dict[str, list[float]] = {v: [] for v in variants}
+        for i in range(n):
+            for variant, write in writers.items():
+                t = time.perf_counter()
+                write(i)
+                samples[variant].append(time.perf_counter() - t)
+        return {v: statistics.median(s) * 1000 for v, s in samples.items()}
+
+    def _writer(self, variant: str) -> Callable[[int], None]:
+        prepared = variant not in ("client", "before")
+        cur = (psycopg.Cursor if prepared else psycopg.ClientCursor)(connection.connection)
+        if variant == "floor":
+
+            def insert(i: int) -> None:
+                cur.execute(_FLOOR, [i, "x"], prepare=True)
+
+            return insert
+        run = transitions.run_start(agent=_bench_agent("read", 0, "bench-lever"), inputs={})
+        self._runs.append(run.run_id)
+        token = transitions.lease_claim(run_id=run.run_id, owner="bench-levers") or ""
+        statement = _statement(variant)
+
+        def write(i: int) -> None:
+            params = _params(run.run_id, token, i, prev=variant != "no_prev")
+            cur.execute(statement, params, prepare=prepared or None)
+            assert cur.fetchone() is not None, "lease lost"
+
+        return write
+
+
+_FLOOR = "INSERT INTO bench_floor VALUES (%s, %s)"
+
+
+def _params(run_id: str, token: str, i: int, *, prev: bool) -> dict[str, Any]:
+    now = timezone.now()
+    return {
+        "run_id": run_id, "token": token, "step_id": f"s{i}", "input_hash": "0" * 64,
+        "status": "succeeded", "result": f'{{"i": {i}}}', "attempt": 1, "effect_key": None,
+        "now": now, "kind": "read", "tool": "bench-read", "seq": i + 1,
+        "inputs": f'{{"i": {i}}}', "inputs_truncated": False, "error": "", "errors": "[]",
+        "finished_at": now, "expires_at": None, "model_id": "", "prompt_hash": "",
+        "prev_step_id": f"s{i - 1}" if prev and i else None, "abandon": [],
+        "next_step_id": None,
+    }  # fmt: skip
+
+
+@contextlib.contextmanager
+def _with_dropped_indexes() -> Iterator[None]:
+    """Put back for a while the two run_id indexes that migration 0006 dropped."""
+    for statement in _DROPPED:
+        connection.connection.execute(statement)
+    try:
+        yield
+    finally:
+        connection.connection.execute(
+            'DROP INDEX "ledger_step_run_id_9b3bd036", "ledger_step_run_id_9b3bd036_like"'
+        )

@@ -1,0 +1,24 @@
+"""The rows a tool-use loop's transcript is built from (``ledger.loops.transcript``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.models import Step
+
+#: Most rows of loop steps a transcript reads (a turn is one row plus one per tool call).
+TRANSCRIPT_ROWS = 2000
+_FIELDS = ("pk", "step_id", "kind", "status", "result", "settled_by", "error", "attempt")
+
+
+def loop_rows(*, run_id: str) -> list[dict[str, Any]]:
+    """The run's rows whose step id has a ``.turn.`` part, in execution order, without their
+    inputs (a turn's inputs hold the whole conversation so far: quadratic in the turns)."""
+    rows = Step.objects.filter(run_id=run_id, step_id__contains=".turn.").order_by("seq")
+    return list(rows.values(*_FIELDS)[:TRANSCRIPT_ROWS])
+
+
+def first_turn_inputs(*, run_id: str, step_ids: list[str]) -> dict[str, Any]:
+    """The stored inputs of the first turns (system prompt and first user message), by id."""
+    rows = Step.objects.filter(run_id=run_id, step_id__in=step_ids)
+    return dict(rows.values_list("step_id", "inputs"))

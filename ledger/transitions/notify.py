@@ -1,0 +1,257 @@
+"""The notification outbox: rows written in the transaction of the event they announce, then
+claimed, marked sent, or failed with back-off by a deliverer (``ledger.notify``).
+
+Events: a run entered needs_attention (``run_block`` calls ``notify_run_blocked``), a settlement
+proposal waits for an approver (``settlement_propose``), and either has waited longer than
+``RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS`` (``notifications_remind``, from the beat task).
+``(event_key, channel)`` is unique and inserts ignore conflicts: one event, one row per channel,
+however often the code that records it runs. A claim lasts ``claim_seconds``: a deliverer that
+dies mid-send leaves the row to be claimed again after that and sent again under the same
+idempotency key (the receiver recognises it). Channels are those configured in the settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q
+
+from ledger import signals
+from ledger.models import (
+    DeliveryStatus,
+    Notification,
+    NotificationKind,
+    Run,
+    RunStatus,
+    Settlement,
+    SettlementStatus,
+)
+
+DETAIL_CHARS = 500
+REMIND_BATCH = 500
+
+
+def channels() -> list[str]:
+    """The configured channels: ``webhook`` and/or ``email``; none by default."""
+    found = []
+    if settings.RUNLEDGER_NOTIFY_WEBHOOK_URL:
+        found.append("webhook")
+    if settings.RUNLEDGER_NOTIFY_EMAIL_TO:
+        found.append("email")
+    return found
+
+
+def idempotency_key(event_key: str, channel: str) -> str:
+    return hashlib.sha256(f"{event_key}|{channel}".encode()).hexdigest()[:40]
+
+
+def _run_url(run_id: str) -> str:
+    return f"{settings.RUNLEDGER_PUBLIC_URL.rstrip('/')}/runs/{run_id}/"
+
+
+def _queue(
+    *,
+    event_key: str,
+    kind: str,
+    run: Run,
+    subject: str,
+    payload: dict[str, Any],
+    at: datetime,
+    settlement: Settlement | None = None,
+    waiting_since: datetime | None = None,
+) -> int:
+    """One row per configured channel (call inside the event's transaction)."""
+    names = channels()
+    if not names:
+        return 0
+    rows = []
+    for channel in names:
+        key = idempotency_key(event_key, channel)
+        rows.append(
+            Notification(
+                event_key=event_key[:200],
+                channel=channel,
+                kind=kind,
+                run_id=run.run_id,
+                settlement_id=settlement.pk if settlement else None,
+                waiting_since=waiting_since,
+                subject=subject[:300],
+                payload={**payload, "idempotency_key": key, "event_key": event_key},
+                idempotency_key=key,
+                next_attempt_at=at,
+                created_at=at,
+            )
+        )
+    created = Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    signals.send_notifications_queued_on_commit()
+    return len(created)
+
+
+def _run_payload(run: Run, kind: str) -> dict[str, Any]:
+    return {
+        "event": kind,
+        "run_id": run.run_id,
+        "title": run.title,
+        "agent": run.agent,
+        "status": run.status,
+        "reason": run.reason,
+        "step_id": run.blocked_step_id,
+        "detail": run.detail[:DETAIL_CHARS],
+        "url": _run_url(run.run_id),
+    }
+
+
+def _name(run: Run) -> str:
+    return run.title or f"{run.agent} {run.run_id}"
+
+
+def notify_run_blocked(*, run_id: str, at: datetime) -> int:
+    """A run entered needs_attention (call in the transaction that blocked it)."""
+    if not channels():
+        return 0
+    run = Run.objects.get(pk=run_id)
+    return _queue(
+        event_key=f"needs_attention:{run.run_id}:{run.status_changed_at.isoformat()}",
+        kind=NotificationKind.NEEDS_ATTENTION,
+        run=run,
+        subject=f"[runledger] needs a person: {_name(run)} ({run.reason})",
+        payload=_run_payload(run, NotificationKind.NEEDS_ATTENTION),
+        at=at,
+        waiting_since=run.status_changed_at,
+    )
+
+
+def notify_settlement_waiting(*, settlement: Settlement, run: Run, at: datetime) -> int:
+    """A proposal waits for an approver (call in the transaction that proposed it)."""
+    payload = _run_payload(run, NotificationKind.APPROVAL_WAITING) | {
+        "step_id": settlement.step_id,
+        "settlement": {
+            "id": settlement.pk,
+            "outcome": settlement.outcome,
+            "proposed_by": settlement.proposed_by_name,
+            "reason": settlement.reason[:DETAIL_CHARS],
+        },
+    }
+    return _queue(
+        event_key=f"approval_waiting:{settlement.pk}",
+        kind=NotificationKind.APPROVAL_WAITING,
+        run=run,
+        settlement=settlement,
+        subject=(
+            f"[runledger] approval wanted: {settlement.get_outcome_display()} for "
+            f"{settlement.step_id} of {_name(run)}, proposed by {settlement.proposed_by_name}"
+        ),
+        payload=payload,
+        at=at,
+        waiting_since=settlement.created_at,
+    )
+
+
+def notifications_remind(*, now: datetime) -> int:
+    """Queue one reminder for each run that has needed attention, and each proposal that has
+    waited, longer than ``RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS`` (0: no reminders)."""
+    age = settings.RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS
+    if age <= 0 or not channels():
+        return 0
+    cutoff = now - timedelta(seconds=age)
+    reminded = Notification.objects.filter(kind=NotificationKind.REMINDER)
+    runs = (
+        Run.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_changed_at__lte=cutoff)
+        .exclude(
+            Exists(
+                reminded.filter(run_id=OuterRef("pk"), waiting_since=OuterRef("status_changed_at"))
+            )
+        )
+        .order_by("status_changed_at")[:REMIND_BATCH]
+    )
+    count = 0
+    for run in runs:
+        with transaction.atomic():
+            count += _queue(
+                event_key=f"reminder:{run.run_id}:{run.status_changed_at.isoformat()}",
+                kind=NotificationKind.REMINDER,
+                run=run,
+                subject=f"[runledger] still needs a person: {_name(run)} ({run.reason})",
+                payload=_run_payload(run, NotificationKind.REMINDER) | {"waiting": "run"},
+                at=now,
+                waiting_since=run.status_changed_at,
+            )
+    waiting = (
+        Settlement.objects.filter(status=SettlementStatus.PROPOSED, created_at__lte=cutoff)
+        .exclude(Exists(reminded.filter(settlement_id=OuterRef("pk"))))
+        .select_related("run")
+        .order_by("created_at")[:REMIND_BATCH]
+    )
+    for s in waiting:
+        with transaction.atomic():
+            count += _queue(
+                event_key=f"reminder:approval:{s.pk}",
+                kind=NotificationKind.REMINDER,
+                run=s.run,
+                settlement=s,
+                subject=f"[runledger] still waiting for approval: {s.step_id} of {_name(s.run)}",
+                payload=_run_payload(s.run, NotificationKind.REMINDER)
+                | {"waiting": "approval", "settlement": {"id": s.pk, "outcome": s.outcome}},
+                at=now,
+                waiting_since=s.created_at,
+            )
+    return count
+
+
+# --- delivery state --------------------------------------------------------------------------
+
+
+def notification_claim(*, now: datetime, claim_seconds: float = 60.0) -> Notification | None:
+    """Claim the oldest due notification (pending and due, or a claim that lapsed): a
+    compare-and-set on its status and token; None when nothing is due."""
+    due = Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now) | Q(
+        status=DeliveryStatus.SENDING, claimed_until__lt=now
+    )
+    for candidate in Notification.objects.filter(due).order_by("next_attempt_at", "id")[:5]:
+        token = secrets.token_hex(16)
+        claimed = Notification.objects.filter(
+            pk=candidate.pk, status=candidate.status, claim_token=candidate.claim_token
+        ).update(
+            status=DeliveryStatus.SENDING,
+            claim_token=token,
+            claimed_until=now + timedelta(seconds=claim_seconds),
+            attempts=F("attempts") + 1,
+        )
+        if claimed == 1:
+            return Notification.objects.get(pk=candidate.pk)
+    return None
+
+
+def notification_sent(*, pk: int, token: str, now: datetime) -> bool:
+    """Mark a claimed notification sent; False when the claim was lost (another deliverer)."""
+    return (
+        Notification.objects.filter(pk=pk, claim_token=token, status=DeliveryStatus.SENDING).update(
+            status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
+        )
+        == 1
+    )
+
+
+def notification_failed(*, pk: int, token: str, error: str, now: datetime) -> bool:
+    """Record a failed attempt: pending again after an exponential back-off (base
+    RUNLEDGER_NOTIFY_BACKOFF_SECONDS, doubling, capped at an hour), or failed for good after
+    RUNLEDGER_NOTIFY_MAX_ATTEMPTS attempts."""
+    row = Notification.objects.filter(pk=pk, claim_token=token).only("attempts").first()
+    if row is None:
+        return False
+    give_up = row.attempts >= settings.RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+    delay = min(settings.RUNLEDGER_NOTIFY_BACKOFF_SECONDS * 2 ** (row.attempts - 1), 3600.0)
+    return (
+        Notification.objects.filter(pk=pk, claim_token=token, status=DeliveryStatus.SENDING).update(
+            status=DeliveryStatus.FAILED if give_up else DeliveryStatus.PENDING,
+            next_attempt_at=now + timedelta(seconds=delay),
+            claimed_until=None,
+            last_error=error[:2000],
+        )
+        == 1
+    )

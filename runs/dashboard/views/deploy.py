@@ -1,0 +1,31 @@
+"""The deploy check page: what the agent code this web process loaded would do to the runs in
+flight (``ledger.deploy``). Reads only; the dry replays run when the page is opened."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from ledger.deploy import deploy_check
+from runs.dashboard.http import HtmxHttpRequest
+from runs.models import VIEW_DASHBOARD
+
+PAGE_LIMIT = 200
+SECONDS_PER_RUN = 2.0
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
+def deploy_page(request: HtmxHttpRequest) -> HttpResponse:
+    agent = str(request.GET.get("agent", "")).strip()[:100] or None
+    verdicts = list(deploy_check(agent=agent, limit=PAGE_LIMIT, seconds=SECONDS_PER_RUN))
+    context = {
+        "verdicts": verdicts,
+        "blocked": sum(v.blocks for v in verdicts),
+        "agent": agent or "",
+        "limit": PAGE_LIMIT,
+    }
+    return render(request, "runs/deploy.html", context)

@@ -1,0 +1,31 @@
+"""gunicorn's configuration for the serve stack (``gunicorn -c python:runs.gunicorn_conf``).
+
+Every value can still be overridden by gunicorn's own environment (``WEB_CONCURRENCY``,
+``GUNICORN_CMD_ARGS``) or command line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+wsgi_app = "runs.wsgi:application"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+# Dashboard pages are short reads; a request slower than this is a bug, not a load.
+timeout = int(os.environ.get("RUNLEDGER_WEB_TIMEOUT", "30"))
+graceful_timeout = 20
+# Load the project once in the arbiter: workers fork with it, and a broken setting fails the
+# start instead of every worker in a loop.
+preload_app = True
+accesslog = os.environ.get("RUNLEDGER_ACCESS_LOG", "-") or None
+# No control socket: its default path is shared by every gunicorn of the user on this machine.
+control_socket_disable = True
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A gunicorn worker's metric files stop counting as live when it exits."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

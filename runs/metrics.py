@@ -1,0 +1,130 @@
+"""Prometheus metrics: counters the ledger reports (ledger.observe) and gauges read at scrape.
+
+Counters and the histogram live in the process that did the work (a gunicorn worker, a Celery
+pool child). With ``PROMETHEUS_MULTIPROC_DIR`` set (the serve stack sets it; it must be set
+before any process starts and be emptied between starts) prometheus_client keeps them in files
+there and ``/metrics`` in any web process adds up every process's files. Without it each
+process counts for itself (one-process set-ups, tests).
+
+The gauges (runs by status and reason, settlements waiting, sweep lag) are read from the ledger
+when ``/metrics`` is scraped: they are true whichever process wrote the rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.db.models import Count, Min
+from django.utils import timezone
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+STEPS_WRITTEN = Counter(
+    "runledger_steps_written",
+    "Ledger step writes committed, by step kind and the status written.",
+    ["kind", "status"],
+)
+STEP_WRITE_SECONDS = Histogram(
+    "runledger_step_write_seconds",
+    "Duration of one fenced step write (one statement and commit on PostgreSQL).",
+    ["kind"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+RESUMES = Counter("runledger_resumes", "Executions of a run after its first (resume or recovery).")
+RECONCILIATIONS = Counter(
+    "runledger_reconciliations",
+    "Started effects asked about through their effect key, by the answer.",
+    ["answer"],
+)
+LEASE_EXPIRIES = Counter(
+    "runledger_lease_expiries", "Runs the sweep re-queued because their lease expired."
+)
+SWEEPS = Counter("runledger_sweeps", "Passes of the recovery sweep.")
+COUNTED = (STEPS_WRITTEN, STEP_WRITE_SECONDS, RESUMES, RECONCILIATIONS, LEASE_EXPIRIES, SWEEPS)
+
+
+_step_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _step_metrics(kind: str, status: str) -> tuple[Any, Any]:
+    """The labelled counter and histogram of one kind and status, looked up once (``labels()``
+    takes a lock and builds a key on every call; this path runs once per step)."""
+    children = _step_children.get((kind, status))
+    if children is None:
+        children = (STEPS_WRITTEN.labels(kind, status), STEP_WRITE_SECONDS.labels(kind))
+        _step_children[(kind, status)] = children
+    return children
+
+
+def observe(event: str, fields: Mapping[str, Any]) -> None:
+    """The ledger's events as counter increments (no I/O: cheap on the engine's hot path)."""
+    if event == "step_written":
+        counter, histogram = _step_metrics(fields["kind"], fields["status"])
+        counter.inc()
+        histogram.observe(fields["seconds"])
+    elif event == "run_resumed":
+        RESUMES.inc()
+    elif event == "reconciled":
+        RECONCILIATIONS.labels(fields["answer"]).inc()
+    elif event == "lease_expired":
+        LEASE_EXPIRIES.inc()
+    elif event == "sweep":
+        SWEEPS.inc()
+
+
+class LedgerCollector(Collector):
+    """Gauges read from the ledger at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from ledger.models import Beacon, Run, Settlement, SettlementStatus
+
+        runs = GaugeMetricFamily(
+            "runledger_runs", "Runs by status and reason.", labels=["status", "reason"]
+        )
+        rows = Run.objects.values("status", "reason").annotate(n=Count("pk")).order_by()
+        for row in rows:
+            runs.add_metric([row["status"], row["reason"] or ""], row["n"])
+        yield runs
+        now = timezone.now()
+        waiting = Settlement.objects.filter(status=SettlementStatus.PROPOSED).aggregate(
+            n=Count("pk"), oldest=Min("created_at")
+        )
+        yield GaugeMetricFamily(
+            "runledger_settlements_waiting",
+            "Settlement proposals waiting for a second person's approval.",
+            value=waiting["n"],
+        )
+        oldest = waiting["oldest"]
+        yield GaugeMetricFamily(
+            "runledger_settlement_oldest_age_seconds",
+            "Age of the oldest settlement proposal waiting (0 when none waits).",
+            value=(now - oldest).total_seconds() if oldest else 0.0,
+        )
+        beacon = Beacon.objects.filter(name="sweep").first()
+        yield GaugeMetricFamily(
+            "runledger_sweep_lag_seconds",
+            "Seconds since the recovery sweep last ran (-1: it never ran).",
+            value=(now - beacon.at).total_seconds() if beacon else -1.0,
+        )
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text Prometheus scrapes, and its content type."""
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)
+    else:
+        for metric in COUNTED:
+            registry.register(metric)
+    registry.register(LedgerCollector())
+    return generate_latest(registry), CONTENT_TYPE_LATEST

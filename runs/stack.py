@@ -1,0 +1,80 @@
+"""Processes of a stack on one machine (``manage.py serve``, ``manage.py demo``): start each in
+a session of its own (so stopping one stops its pool children too), watch them, stop them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from django.conf import settings
+
+Children = dict[str, "subprocess.Popen[bytes]"]
+
+
+def celery(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "runs", *args]
+
+
+def worker_command(*, name: str, concurrency: int, loglevel: str = "INFO") -> list[str]:
+    return celery("worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "-n", name)
+
+
+def beat_command(*, loglevel: str = "INFO") -> list[str]:
+    schedule = str(Path(settings.VAR_DIR) / "celerybeat-schedule")
+    return celery("beat", f"--loglevel={loglevel}", "--schedule", schedule)
+
+
+def start(commands: Mapping[str, Sequence[str]], env: Mapping[str, str] | None = None) -> Children:
+    return {
+        name: subprocess.Popen(list(cmd), start_new_session=True, env=dict(env or os.environ))
+        for name, cmd in commands.items()
+    }
+
+
+def wait_for_signal(
+    children: Children, *, say: Callable[[str], object], essential: Iterable[str] | None = None
+) -> None:
+    """Return on SIGINT or SIGTERM, or when an ``essential`` child exits (all are, by default).
+
+    A part that is not essential and exits is reported once and left down: the stack's
+    ``/readyz`` shows what is missing, and restarting is the machine's supervisor's job.
+    """
+    must_live = set(children if essential is None else essential)
+    reported: set[str] = set()
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop["now"]:
+        for name, child in children.items():
+            if child.poll() is None or name in reported:
+                continue
+            reported.add(name)
+            if name in must_live:
+                say(f"{name} exited with {child.returncode}; stopping")
+                stop["now"] = True
+            else:
+                say(f"{name} exited with {child.returncode}; the rest keeps running (see /readyz)")
+        time.sleep(0.5)
+
+
+def stop(children: Children, *, grace_seconds: float) -> None:
+    """SIGTERM every process group; what still runs after ``grace_seconds`` is killed."""
+    for child in children.values():
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for child in children.values():
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
