@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve test test-under-load lint typecheck check killtest bench bench-workers bench-dashboard screenshots clean
+.PHONY: demo serve test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,14 @@ bench-workers: $(STAMP)
 KILLTEST_TRIALS ?= 200
 killtest: $(STAMP)
 	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+
+## The soak: SOAK_TRIALS (1000) trials mixing SIGKILL at every crash point and at random,
+## SIGSTOP zombies and database connection cuts, on the filesystem broker and a private Redis;
+## no batch starts after SOAK_MINUTES (45). The last line is the summary.
+SOAK_TRIALS ?= 1000
+SOAK_MINUTES ?= 45
+soak: $(STAMP)
+	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py soak --trials $(SOAK_TRIALS) --minutes $(SOAK_MINUTES)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
 from harness.cluster import Cluster
+from harness.proxy import PHASES, Cut, Proxy
 from ledger import registry, transitions, worker
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
@@ -48,6 +51,7 @@ class Scenario:
     agent: str
     inputs: dict[str, Any]
     points: tuple[str, ...]  # the crash points this run passes, in order
+    effects: int = 1  # effect steps it executes (each has two commits a cut can hit)
 
 
 SCENARIOS = (
@@ -66,6 +70,7 @@ SCENARIOS = (
             "notify.after_effect",
             "task.after_execute",
         ),
+        effects=3,
     ),
     Scenario(
         "refund-denied",
@@ -93,6 +98,18 @@ SCENARIOS = (
     ),
 )
 MODES = ("child", "group")  # how a crash point kills: the pool child alone, or the whole worker
+STOP_MODES = ("stop-child", "stop-group")  # SIGSTOP at a crash point; SIGCONT once recovered
+#: The fault families a plan mixes: SIGKILL (at crash points or from outside), SIGSTOP zombies,
+#: and database connection cuts (at an effect's commits, or at a random moment).
+FAULTS = ("kill", "stop", "cut")
+FAULT_OF_MODE = {"child": "kill", "group": "kill", "external": "kill", "stop-child": "stop",
+                 "stop-group": "stop", "cut": "cut", "cut-random": "cut"}  # fmt: skip
+#: What the proxy looks for: an effect's intent write, and an effect's result write.
+COMMITS = {
+    "intent": (b"INSERT INTO ledger_step", b"'started'"),
+    "result": (b"UPDATE ledger_step SET status = 'succeeded'",),
+}
+WAKE_TIMEOUT = 30.0  # a woken zombie finishes its task (refused, or its effect sent) by then
 
 
 @dataclass
@@ -110,8 +127,10 @@ class Trial:
     index: int
     seed: str
     scenario: Scenario
-    mode: str  # child | group | external
-    point: str  # a crash point, or "random" for an external kill
+    mode: str  # child | group | external | stop-child | stop-group | cut | cut-random
+    # A crash point; "random" for an external kill or cut; for a cut at a commit,
+    # "<intent|result><n>.<before|during|after>" (the n-th effect's first or second commit).
+    point: str
     # External kills: when, as a fraction of 1.5 times the uninterrupted run's duration, after
     # the run is first seen running (so most land inside the run, some just after it).
     delay: float = 0.0
@@ -119,12 +138,18 @@ class Trial:
     proc: subprocess.Popen[bytes] | None = None
     mark: Path | None = None
     running_at: float | None = None
-    killed_at: float | None = None
+    killed_at: float | None = None  # when the fault happened (kill, stop or cut)
+    woken_at: float | None = None  # a stopped worker: when it got SIGCONT
+    proxy: Proxy | None = None
     done_at_kill: bool = False
     snapshot: dict[str, Any] = field(default_factory=dict)
     recovery: float | None = None
     problems: list[str] = field(default_factory=list)
-    kinds: set[str] = field(default_factory=set)  # mismatch | duplicate | lost | blocked
+    kinds: set[str] = field(default_factory=set)  # mismatch|duplicate|lost|blocked|stuck
+
+    @property
+    def fault(self) -> str:
+        return FAULT_OF_MODE[self.mode]
 
     def describe(self) -> str:
         return (
@@ -142,9 +167,17 @@ class Report:
     def count(self, kind: str) -> int:
         return sum(1 for t in self.trials if kind in t.kinds)
 
+    def faulted(self, fault: str | None = None) -> int:
+        """Trials whose fault happened (of one family, or all)."""
+        return sum(
+            1
+            for t in self.trials
+            if t.killed_at is not None and (fault is None or t.fault == fault)
+        )
+
     @property
     def kills(self) -> int:
-        return sum(1 for t in self.trials if t.killed_at is not None)
+        return self.faulted("kill")
 
     @property
     def failures(self) -> list[Trial]:
@@ -169,32 +202,75 @@ class Report:
             f"killtest: trials={len(self.trials)} kills={self.kills} "
             f"result_mismatches={self.count('mismatch')} "
             f"duplicated_effects={self.count('duplicate')} lost_effects={self.count('lost')} "
-            f"blocked_for_settlement={self.count('blocked')}"
+            f"blocked_for_settlement={self.count('blocked')} stuck={self.count('stuck')}"
+        )
+
+    def soak_line(self) -> str:
+        return (
+            f"soak: trials={len(self.trials)} kills={self.kills} stops={self.faulted('stop')} "
+            f"cuts={self.faulted('cut')} result_mismatches={self.count('mismatch')} "
+            f"duplicated_effects={self.count('duplicate')} lost_effects={self.count('lost')} "
+            f"stuck={self.count('stuck')}"
         )
 
 
 # --- the plan ------------------------------------------------------------------------------
 
 
-def plan(trials: int, seed: int) -> list[Trial]:
-    """Every crash point of every scenario first (alternating how it kills), then random picks.
+def commit_points(scenario: Scenario) -> list[str]:
+    """Each commit of each effect, each phase of a cut: ``intent1.before`` … ``result3.after``."""
+    return [
+        f"{commit}{n}.{phase}"
+        for n in range(1, scenario.effects + 1)
+        for commit in COMMITS
+        for phase in PHASES
+    ]
 
-    One trial in three after those is an external kill at a random moment inside the run.
+
+def _fixed(fault: str) -> list[tuple[Scenario, str, str]]:
+    """The trials a fault family must cover: (scenario, mode, point)."""
+    if fault == "kill":
+        pairs = [(s, p) for s in SCENARIOS for p in s.points]
+        return [(s, MODES[i % 2], p) for i, (s, p) in enumerate(pairs)]
+    if fault == "stop":
+        pairs = [(s, p) for s in SCENARIOS for p in s.points]
+        return [(s, STOP_MODES[i % 2], p) for i, (s, p) in enumerate(pairs)]
+    return [(s, "cut", p) for s in SCENARIOS for p in commit_points(s)]
+
+
+def _random(fault: str, rng: random.Random, n: int) -> tuple[Scenario, str, str]:
+    scenario = rng.choice(SCENARIOS)
+    if fault == "kill":
+        if n % 3 == 0:
+            return scenario, "external", "random"
+        return scenario, rng.choice(MODES), rng.choice(scenario.points)
+    if fault == "stop":
+        return scenario, rng.choice(STOP_MODES), rng.choice(scenario.points)
+    if n % 2 == 0:
+        return scenario, "cut-random", "random"
+    return scenario, "cut", rng.choice(commit_points(scenario))
+
+
+def plan(trials: int, seed: int, faults: tuple[str, ...] = ("kill",)) -> list[Trial]:
+    """Every fixed point of every fault family first, then random picks.
+
+    The fixed points: every crash point of every scenario (alternating how it kills, or how it
+    freezes), every commit of every effect in each phase of a cut. Families alternate, so a
+    short plan covers each. After those, one random pick of a family's trials in three (kill)
+    or two (cut) is a fault at a random moment inside the run.
     """
-    fixed = [(s, p) for s in SCENARIOS for p in s.points]
+    lists = [_fixed(fault) for fault in faults]
+    fixed = [row for group in zip_longest(*lists) for row in group if row is not None]
     out: list[Trial] = []
     for index in range(trials):
         rng = random.Random(f"{seed}:{index}")
-        trial_seed = f"{seed}:{index}"
         if index < len(fixed):
-            scenario, point = fixed[index]
-            mode = MODES[index % 2]
-        elif (index - len(fixed)) % 3 == 0:
-            scenario, point, mode = rng.choice(SCENARIOS), "random", "external"
+            scenario, mode, point = fixed[index]
         else:
-            scenario = rng.choice(SCENARIOS)
-            point, mode = rng.choice(scenario.points), rng.choice(MODES)
-        out.append(Trial(index, trial_seed, scenario, mode, point, delay=rng.random()))
+            n = index - len(fixed)
+            fault = faults[n % len(faults)]
+            scenario, mode, point = _random(fault, rng, n // len(faults))
+        out.append(Trial(index, f"{seed}:{index}", scenario, mode, point, delay=rng.random()))
     return out
 
 
@@ -278,37 +354,82 @@ def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
     run = transitions.run_start(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
     trial.run_id = run.run_id
     queue = f"killtest-victim-{trial.index}"
-    env = {}
-    if trial.mode != "external":
+    env: dict[str, str] = {}
+    if trial.fault == "cut":
+        # The victim reaches the database through a proxy of its own; recovery goes direct.
+        trial.proxy = Proxy.for_url(cluster.env["DATABASE_URL"])
+        env["DATABASE_URL"] = trial.proxy.url(cluster.env["DATABASE_URL"])
+        # The simulated provider, outbox and notifier stand for other systems: not behind the cut.
+        env["RUNLEDGER_DOWNSTREAM_DATABASE_URL"] = cluster.env["DATABASE_URL"]
+        if trial.mode == "cut":
+            trial.proxy.arm(commit_cut(trial.point))
+    elif trial.mode != "external":
         trial.mark = root / f"killed-{trial.index}"
         env = {
             "RUNLEDGER_KILL_AT": trial.point,
-            "RUNLEDGER_KILL_SCOPE": "group" if trial.mode == "group" else "process",
+            "RUNLEDGER_KILL_SCOPE": "group" if trial.mode.endswith("group") else "process",
             "RUNLEDGER_KILL_MARK": str(trial.mark),
         }
+        if trial.fault == "stop":
+            env["RUNLEDGER_KILL_SIGNAL"] = "STOP"
     trial.proc = cluster.worker(f"victim-{trial.index}", queues=queue, env=env)
     cluster.send(start_run, run.run_id, queue=queue)
 
 
-def _observe(trial: Trial, status: str, durations: dict[str, float]) -> bool:
-    """Advance one trial by one poll; True when it is over (killed, and the run has stopped)."""
+def commit_cut(point: str) -> Cut:
+    """The proxy's cue for ``<intent|result><n>.<phase>``."""
+    name, phase = point.split(".")
+    commit = name.rstrip("0123456789")
+    nth = int(name.removeprefix(commit))
+    return Cut(needles=COMMITS[commit], nth=nth, phase=phase)
+
+
+def _observe(trial: Trial, status: str, durations: dict[str, float], cluster: Cluster) -> bool:
+    """Advance one trial by one poll; True when it is over (the fault happened, the run has
+    stopped, and a frozen worker was woken and finished what it was doing)."""
     now = time.time()
     if trial.killed_at is None:
-        if trial.mode == "external":
+        if trial.point == "random":
             if trial.running_at is None and status != "queued":
                 trial.running_at = now
             window = durations[trial.scenario.name] * 1.5
             if trial.running_at is not None and now >= trial.running_at + trial.delay * window:
-                assert trial.proc is not None
-                Cluster.kill(trial.proc)
-                trial.proc.wait()
+                _strike(trial)
                 _killed(trial, now)
+        elif trial.proxy is not None:
+            if trial.proxy.fired_at is not None:
+                _killed(trial, trial.proxy.fired_at)
         elif trial.mark is not None and trial.mark.exists():
             text = trial.mark.read_text().split()
             if len(text) == 2:
                 _killed(trial, float(text[1]))
         return False
-    return status in DONE
+    if status not in DONE:
+        return False
+    if trial.fault != "stop":
+        return True
+    assert trial.proc is not None
+    if trial.woken_at is None:
+        # The run was taken over and stopped: now wake the zombie, as a paused VM resumes.
+        trial.woken_at = now
+        Cluster.kill(trial.proc, signal.SIGCONT)
+        return False
+    finished = f"of run {trial.run_id}:" in cluster.log(f"victim-{trial.index}", tail=400)
+    if not finished and now - trial.woken_at > WAKE_TIMEOUT:
+        trial.problems.append(f"the woken worker did not finish its task in {WAKE_TIMEOUT}s")
+        trial.kinds.add("stuck")
+        return True
+    return finished
+
+
+def _strike(trial: Trial) -> None:
+    """A fault at a random moment: SIGKILL the whole worker, or cut its database lines."""
+    if trial.proxy is not None:
+        trial.proxy.cut_all()
+        return
+    assert trial.proc is not None
+    Cluster.kill(trial.proc)
+    trial.proc.wait()
 
 
 def _killed(trial: Trial, at: float) -> None:
@@ -331,12 +452,15 @@ def run_batch(
         statuses = dict(
             Run.objects.filter(pk__in=[t.run_id for t in pending]).values_list("run_id", "status")
         )
-        pending = [t for t in pending if not _observe(t, statuses[t.run_id], durations)]
+        pending = [t for t in pending if not _observe(t, statuses[t.run_id], durations, cluster)]
         time.sleep(0.002)
     for trial in group:
         if trial.proc is not None:
+            Cluster.kill(trial.proc, signal.SIGCONT)
             Cluster.kill(trial.proc)
             trial.proc.wait()
+        if trial.proxy is not None:
+            trial.proxy.close()
     notes = list(Notification.objects.filter(pk__gt=first_note).values_list("text", flat=True))
     for trial in group:
         _judge(trial, baselines[trial.scenario.name], notes, cluster)
@@ -348,12 +472,12 @@ def run_batch(
 def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> None:
     run = Run.objects.get(pk=trial.run_id)
     if trial.killed_at is None:
-        trial.problems.append(f"the worker was never killed (run is {run.status})")
+        trial.problems.append(f"the fault never happened (run is {run.status})")
         trial.kinds.add("mismatch")
         return
     if run.status not in DONE:
         trial.problems.append(f"the run did not recover in time: it is {run.status}")
-        trial.kinds.add("mismatch")
+        trial.kinds.add("stuck")
     elif not trial.done_at_kill:
         trial.recovery = (run.status_changed_at.timestamp()) - trial.killed_at
     final = _snapshot(trial.run_id)
@@ -380,10 +504,10 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
         trial.problems.append(f"ended {run.status} {run.reason}: {run.detail or run.error}"[:500])
         trial.kinds.add("mismatch")
     if trial.problems:
-        lines = [
-            line for line in cluster.log("recovery", tail=5000).splitlines() if trial.run_id in line
-        ]
-        trial.problems.append("recovery worker on this run:\n      " + "\n      ".join(lines[-10:]))
+        for name in ("recovery", f"victim-{trial.index}"):
+            log = cluster.log(name, tail=5000).splitlines()
+            lines = [line for line in log if trial.run_id in line] or log[-15:]
+            trial.problems.append(f"{name} on this run:\n      " + "\n      ".join(lines[-10:]))
 
 
 def _count(trial: Trial, actual: tuple[int, int, int], expected: tuple[int, int, int]) -> None:
@@ -422,19 +546,43 @@ def run(
     lease_seconds: float = 2.0,
     sweep_seconds: float = 0.5,
     progress: Callable[[str], None] | None = None,
+    faults: tuple[str, ...] = ("kill",),
+    broker_url: str = "filesystem://localhost//",
+    budget_seconds: float | None = None,
+    chosen: list[Trial] | None = None,
 ) -> Report:
-    """Run the kill test against the database this process is connected to."""
+    """Run the kill test against the database this process is connected to.
+
+    ``faults`` picks the families mixed (``FAULTS``), or ``chosen`` gives the trials outright;
+    ``budget_seconds`` bounds the wall time: no batch starts after it, and the report holds
+    the trials that ran.
+    """
     started = time.monotonic()
-    chosen = plan(max(trials, (only or 0) + 1), seed)
+    if chosen is None:
+        chosen = plan(max(trials, (only or 0) + 1), seed, faults)
     if only is not None:
-        chosen = [chosen[only]]
+        chosen = [t for t in chosen if t.index == only]
     baselines = {scenario.name: baseline(scenario) for scenario in SCENARIOS}
-    with Cluster(root, lease_seconds=lease_seconds, sweep_seconds=sweep_seconds) as cluster:
+    done: list[Trial] = []
+    # Recovery here is by expired lease only: a run that waits in a victim's queue while the
+    # victim starts on a busy machine must not be handed to the recovery worker as "lost".
+    lost_after = TRIAL_TIMEOUT + lease_seconds
+    with Cluster(
+        root,
+        lease_seconds=lease_seconds,
+        sweep_seconds=sweep_seconds,
+        lost_after=lost_after,
+        broker_url=broker_url,
+    ) as cluster:
         cluster.beat("beat")
         cluster.worker("recovery", concurrency=2)
         for number, group in enumerate(batches(chosen, parallel)):
+            if budget_seconds is not None and time.monotonic() - started > budget_seconds:
+                break
             run_batch(cluster, group, baselines, root)
+            done += group
             if progress is not None:
                 failed = sum(1 for t in group if t.problems)
                 progress(f"killtest: batch {number + 1}: {len(group)} trials, {failed} failed")
-    return Report(trials=chosen, seed=seed, elapsed=time.monotonic() - started)
+    done.sort(key=lambda t: t.index)
+    return Report(trials=done, seed=seed, elapsed=time.monotonic() - started)

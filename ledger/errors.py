@@ -111,3 +111,54 @@ class SelfApproval(NotAllowed):
 
 class InvalidInput(OperationError, ValueError):
     """A reason is missing, or a result is not JSON or too large."""
+
+
+#: SQLSTATEs after which the ledger is worth asking again soon: the connection is gone (class
+#: 08, or no answer at all), the server is shutting down or starting, or a serialization clash.
+TRANSIENT_SQLSTATES = ("08", "57P01", "57P02", "57P03", "40001", "40P01")
+
+
+class LedgerUnavailable(BaseException):
+    """The database failed one of the engine's own ledger writes for a step.
+
+    A ``BaseException`` like ``ContinueAsNew``: an agent's ``except Exception`` must not swallow
+    it and call the tool again as if the write had happened — whether it committed is unknown.
+    ``what`` is the write: ``intent`` (an effect's started row, before the tool is called),
+    ``result`` (an effect's outcome, after the call), ``failure``, ``settlement`` or ``step``
+    (a read, model or clock row). ``transient`` says whether the database was lost (the
+    connection cut, the server restarting) rather than refusing the statement (a timeout, a
+    full disk).
+    """
+
+    def __init__(self, step_id: str, what: str, cause: Exception) -> None:
+        self.step_id, self.what, self.cause = step_id, what, cause
+        self.sqlstate: str | None = getattr(cause.__cause__, "sqlstate", None) or getattr(
+            cause, "sqlstate", None
+        )
+        super().__init__(f"the ledger write of step {step_id!r} ({what}) failed: {self.problem}")
+
+    @property
+    def problem(self) -> str:
+        text = " ".join(str(self.cause).split())[:500] or type(self.cause).__name__
+        return f"SQLSTATE {self.sqlstate}: {text}" if self.sqlstate else text
+
+    @property
+    def transient(self) -> bool:
+        state = self.sqlstate
+        return state is None or state.startswith(TRANSIENT_SQLSTATES)
+
+    def explain(self) -> str:
+        """What an operator reads on the failed run: what failed, and what a retry does."""
+        consequence = {
+            "intent": "the effect's intent was not recorded, so the tool was not called",
+            "result": "the effect was called under its effect key but its outcome was not "
+            "recorded; the step stays started, and a retry asks the downstream system (or a "
+            "person) through that key before sending anything again",
+            "settlement": "the downstream system's answer about the effect was not recorded; "
+            "the step stays started, and a retry asks it again before sending anything",
+        }.get(self.what, "nothing after it ran")
+        return (
+            f"the database refused the ledger write of step {self.step_id!r} ({self.what}): "
+            f"{self.problem}. {consequence[0].upper()}{consequence[1:]}. Fix the database "
+            "(disk space, statement_timeout, locks), then retry the run."
+        )

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
@@ -30,6 +30,7 @@ from ledger.errors import (
     Divergence,
     DuplicateStepId,
     LeaseLost,
+    LedgerUnavailable,
     NotJSON,
     RunBlocked,
     StepFailed,
@@ -78,18 +79,34 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.seconds / 3):
                 sent_at = time.monotonic()  # before the statement: the deadline errs early
-                renewed = transitions.lease_renew(
-                    run_id=self.run_id, token=self.token, seconds=self.seconds
-                )
-                if not renewed:
+                renewed = self._renew()
+                if renewed is False:
                     self.fence.revoked()
                     self.lost.set()
                     return
-                self.fence.confirmed(sent_at=sent_at)
+                if renewed:
+                    self.fence.confirmed(sent_at=sent_at)
         except Exception:
             log.exception("heartbeat for run %s failed", self.run_id)
         finally:
             connection.close()
+
+    def _renew(self) -> bool | None:
+        """One renewal: True when confirmed, False when the lease is no longer ours, None when
+        the database failed (the server restarting, a cut connection). That is not a lost
+        lease, but not a confirmation either: the effect deadline does not move; the next beat
+        tries again on a new connection, and if none succeeds in time the lease expires (the
+        fence stops effects first) and the sweep recovers."""
+        try:
+            return transitions.lease_renew(
+                run_id=self.run_id, token=self.token, seconds=self.seconds
+            )
+        except DatabaseError as exc:
+            log.warning(
+                "heartbeat for run %s: the database failed (%s); retrying", self.run_id, exc
+            )
+            connection.close()
+            return None
 
 
 def run_execute(
@@ -136,8 +153,46 @@ def _execute_leased(
             "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
         )
         return None
+    except LedgerUnavailable as exc:
+        return _ledger_unavailable(run_id, token, exc, clock)
+    except DatabaseError as exc:
+        _left_for_the_sweep(run_id, f"the database failed ({exc})")
+        return None
     finally:
         close_old_connections()
+
+
+def _ledger_unavailable(
+    run_id: str, token: str, exc: LedgerUnavailable, clock: Clock
+) -> Outcome | None:
+    """A step's ledger write failed. Lost database (cut, restart): leave the run to the sweep,
+    which re-queues it once the lease expires; the resume replays the ledger and reconciles
+    the effect whose write is in doubt. Refused statement (a timeout, a full disk): the run
+    fails and says why — a loop of resumes would hit the same wall."""
+    connection.close()  # broken, or in an unknown state: the next query opens a new one
+    if exc.transient:
+        _left_for_the_sweep(run_id, str(exc))
+        return None
+    log.error("run %s: %s", run_id, exc)
+    error = exc.explain()
+    try:
+        transitions.run_finish(
+            run_id=run_id, token=token, status=RunStatus.FAILED, error=error, clock=clock
+        )
+    except (DatabaseError, LeaseLost) as again:
+        _left_for_the_sweep(run_id, f"{exc}; recording the failure failed too ({again})")
+        return None
+    return Outcome(run_id=run_id, status=RunStatus.FAILED, step_id=exc.step_id, detail=error)
+
+
+def _left_for_the_sweep(run_id: str, why: str) -> None:
+    connection.close()
+    log.error(
+        "run %s: %s; this worker stops without recording an outcome, the lease expires and "
+        "the sweep re-queues the run for a resume",
+        run_id,
+        why,
+    )
 
 
 def _fence(run: Run, *, seconds: float, sent_at: float, clock: Clock) -> LeaseFence:

@@ -145,6 +145,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("TEST", {})
+# The example downstream systems (ledger.examples) keep their tables in the ledger's database.
+# A fault test that cuts the workers' line to the ledger sets this to reach the same database
+# on another line, as a real payment provider or mail server would be: a cut ledger connection
+# must not also be a failing provider.
+RUNLEDGER_DOWNSTREAM_DATABASE_URL = os.environ.get("RUNLEDGER_DOWNSTREAM_DATABASE_URL", "")
+if RUNLEDGER_DOWNSTREAM_DATABASE_URL:
+    DATABASES["downstream"] = dj_database_url.parse(RUNLEDGER_DOWNSTREAM_DATABASE_URL)
+    DATABASE_ROUTERS = ["ledger.examples.routers.DownstreamRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Django's four validators, applied by the admin, `changepassword` and `createroleuser`.

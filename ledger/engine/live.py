@@ -25,16 +25,17 @@ without a settled row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 
 from ledger import canonical, observe, transitions
 from ledger.engine.calls import Call, describe, storable
@@ -44,6 +45,7 @@ from ledger.engine.walk import Walk
 from ledger.errors import (
     BudgetExhausted,
     LeaseLost,
+    LedgerUnavailable,
     NeedsReconciliation,
     NotJSON,
     StaleCheckpoint,
@@ -196,16 +198,17 @@ class LiveSteps:
 
     def _settle(self, row: StepRow, data: Any, text: str) -> None:
         """Commit the downstream system's answer as the effect's result (one fenced write)."""
-        transitions.step_update(
-            run_id=self.run_id,
-            token=self._token,
-            pk=row.pk,
-            status=StepStatus.SUCCEEDED,
-            now=self._clock(),
-            result_json=text,
-            errors_json=canonical.dumps(row.errors),
-            settled_by=SETTLED_BY_LOOKUP,
-        )
+        with _ledger_write(row.step_id, "settlement"):
+            transitions.step_update(
+                run_id=self.run_id,
+                token=self._token,
+                pk=row.pk,
+                status=StepStatus.SUCCEEDED,
+                now=self._clock(),
+                result_json=text,
+                errors_json=canonical.dumps(row.errors),
+                settled_by=SETTLED_BY_LOOKUP,
+            )
         row.status, row.result = StepStatus.SUCCEEDED, data
 
     # --- executing --------------------------------------------------------------------------
@@ -230,7 +233,8 @@ class LiveSteps:
                 write.prev_step_id, write.abandon = prev, abandon
             if effect:
                 write.status = StepStatus.STARTED
-                pk = transitions.step_write(write)
+                with _ledger_write(call.step_id, "intent"):
+                    pk = transitions.step_write(write)
                 first_write = False
                 self._fence.check(call.step_id)  # the intent is committed; the effect not sent
             try:
@@ -289,35 +293,38 @@ class LiveSteps:
         now = self._clock()
         expires = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
         if pk is not None:
-            transitions.step_update(
-                run_id=self.run_id,
-                token=self._token,
-                pk=pk,
-                status=StepStatus.SUCCEEDED,
-                now=now,
-                result_json=text,
-                errors_json=write.errors_json,
-                expires_at=expires,
-            )
+            with _ledger_write(call.step_id, "result"):
+                transitions.step_update(
+                    run_id=self.run_id,
+                    token=self._token,
+                    pk=pk,
+                    status=StepStatus.SUCCEEDED,
+                    now=now,
+                    result_json=text,
+                    errors_json=write.errors_json,
+                    expires_at=expires,
+                )
             return
         write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
         write.now, write.expires_at = now, expires
-        transitions.step_write(write)
+        with _ledger_write(call.step_id, "step"):
+            transitions.step_write(write)
 
     def _commit_failure(
         self, write: StepWrite, pk: int | None, error: str, errors: list[Any]
     ) -> None:
         errors_json = canonical.dumps(errors)
         if pk is not None:
-            transitions.step_update(
-                run_id=self.run_id,
-                token=self._token,
-                pk=pk,
-                status=StepStatus.FAILED,
-                now=self._clock(),
-                error=error,
-                errors_json=errors_json,
-            )
+            with _ledger_write(write.step_id, "failure"):
+                transitions.step_update(
+                    run_id=self.run_id,
+                    token=self._token,
+                    pk=pk,
+                    status=StepStatus.FAILED,
+                    now=self._clock(),
+                    error=error,
+                    errors_json=errors_json,
+                )
             return
         write.status, write.error, write.errors_json, write.finished = (
             StepStatus.FAILED,
@@ -325,7 +332,8 @@ class LiveSteps:
             errors_json,
             True,
         )
-        transitions.step_write(write)
+        with _ledger_write(write.step_id, "failure"):
+            transitions.step_write(write)
         write.prev_step_id, write.abandon = None, ()
 
     def _remember(
@@ -467,6 +475,17 @@ class LiveSteps:
             return self._run(job.call, job.row, prev=job.prev, abandon=job.abandon)
         finally:
             connections.close_all()  # this thread's own connection; the pool's threads end
+
+
+@contextlib.contextmanager
+def _ledger_write(step_id: str, what: str) -> Iterator[None]:
+    """A database error in a ledger write becomes ``LedgerUnavailable``, which the agent's
+    own ``except Exception`` cannot catch: whether the write committed is unknown, so nothing
+    may go on as if it had (or had not) — above all, no effect may be sent."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise LedgerUnavailable(step_id, what, exc) from exc
 
 
 def _stale_detail(call: Call, row: StepRow) -> str:

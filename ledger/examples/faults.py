@@ -18,6 +18,9 @@ SIGSTOPs its whole process group — a worker frozen mid-step, as by a VM pause,
 sends SIGCONT. The engine's own point ``engine.before_send`` (after an effect's intent
 committed, before the lease check; ``ledger.engine.fence.probe``) is reached only while a hook
 or an environment variable names it.
+``RUNLEDGER_KILL_SIGNAL=STOP`` freezes instead of killing (SIGSTOP, to the process or the
+group): a zombie that a test wakes later with SIGCONT, and that then goes on from the point as
+if nothing had happened — after another worker has taken its run over.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ def _die(name: str) -> None:
             return  # another process already died here
         os.write(fd, f"{name} {time.time()!r}\n".encode())
         os.close(fd)
+    sig = signal.SIGSTOP if os.environ.get("RUNLEDGER_KILL_SIGNAL") == "STOP" else signal.SIGKILL
     if os.environ.get("RUNLEDGER_KILL_SCOPE") == "group":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpgrp(), sig)
+    else:
+        os.kill(os.getpid(), sig)
 
 
 def _hold(name: str) -> None:

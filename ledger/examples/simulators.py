@@ -15,7 +15,7 @@ import os
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F
 
 from ledger.examples import faults
@@ -46,7 +46,7 @@ def _admit(idempotency_key: str, fencing_token: int | None) -> bool:
     """
     if fencing_token is None:
         return True
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(ProviderFence)):
         fence, created = ProviderFence.objects.select_for_update().get_or_create(
             idempotency_key=idempotency_key, defaults={"token": fencing_token}
         )
@@ -80,7 +80,7 @@ def provider_charge(
         )
     charge_id = "ch_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20]
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(ProviderCharge)):
             charge = ProviderCharge.objects.create(
                 idempotency_key=idempotency_key,
                 charge_id=charge_id,

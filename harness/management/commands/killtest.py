@@ -6,10 +6,12 @@ server of DATABASE_URL. The last line of output is the summary the issue asks fo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,41 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from harness import killtest
+
+
+@contextlib.contextmanager
+def scratch_database(suffix: str) -> Iterator[None]:
+    """A database of its own (``<NAME>_<suffix>``) on the server of DATABASE_URL, migrated
+    here and dropped afterwards."""
+    old_name = connection.settings_dict["NAME"]
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{old_name}_{suffix}"
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        yield
+    finally:
+        # A worker's connection cut by a proxy or a killed process may linger a moment.
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def print_failures(write: Callable[[str], Any], report: killtest.Report, replay: str) -> None:
+    for trial in report.failures:
+        write(f"{report.summary_line().split(':')[0]}: FAILED {trial.describe()}")
+        for problem in trial.problems:
+            write(f"    {problem}")
+        write(f"    reproduce: RUNLEDGER_HARNESS=1 {replay} --only {trial.index}")
+
+
+def require_postgres() -> None:
+    if connection.vendor != "postgresql":
+        raise CommandError(
+            "the kill test runs against PostgreSQL: set DATABASE_URL "
+            "(make killtest starts a throwaway server when it is unset)"
+        )
 
 
 class Command(BaseCommand):
@@ -36,11 +73,7 @@ class Command(BaseCommand):
         parser.add_argument("--sweep-seconds", type=float, default=0.5, help="beat's interval")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if connection.vendor != "postgresql":
-            raise CommandError(
-                "the kill test runs against PostgreSQL: set DATABASE_URL "
-                "(make killtest starts a throwaway server when it is unset)"
-            )
+        require_postgres()
         seed = options["seed"]
         if seed is None:
             seed = random.SystemRandom().randrange(1_000_000)
@@ -48,29 +81,19 @@ class Command(BaseCommand):
             f"killtest: seed={seed} trials={options['trials']} lease={options['lease_seconds']}s "
             f"sweep={options['sweep_seconds']}s"
         )
-        old_name = connection.settings_dict["NAME"]
-        connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{old_name}_killtest"
-        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-        try:
-            with tempfile.TemporaryDirectory(prefix="runledger-killtest-") as tmp:
-                report = killtest.run(
-                    trials=options["trials"],
-                    seed=seed,
-                    root=Path(tmp),
-                    parallel=options["parallel"],
-                    only=options["only"],
-                    lease_seconds=options["lease_seconds"],
-                    sweep_seconds=options["sweep_seconds"],
-                    progress=self.stderr.write,
-                )
-        finally:
-            connection.creation.destroy_test_db(old_name, verbosity=0)
-        for trial in report.failures:
-            self.stdout.write(f"killtest: FAILED {trial.describe()}")
-            for problem in trial.problems:
-                self.stdout.write(f"    {problem}")
-            replay = f"manage.py killtest --seed {seed} --only {trial.index}"
-            self.stdout.write(f"    reproduce: RUNLEDGER_HARNESS=1 {replay}")
+        tmp = tempfile.TemporaryDirectory(prefix="runledger-killtest-")
+        with scratch_database("killtest"), tmp:
+            report = killtest.run(
+                trials=options["trials"],
+                seed=seed,
+                root=Path(tmp.name),
+                parallel=options["parallel"],
+                only=options["only"],
+                lease_seconds=options["lease_seconds"],
+                sweep_seconds=options["sweep_seconds"],
+                progress=self.stderr.write,
+            )
+        print_failures(self.stdout.write, report, f"manage.py killtest --seed {seed}")
         self.stdout.write(f"killtest: {report.elapsed:.0f}s")
         self.stdout.write(report.recovery_line())
         self.stdout.write(report.summary_line())
