@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
-from ledger import transitions
+from ledger import observe, transitions
 from ledger.models import Notification
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,12 @@ def deliver_due(*, clock: Clock = timezone.now, limit: int = 100) -> list[Delive
                 pk=row.pk, token=row.claim_token, error=str(exc), now=clock()
             )
             log.warning("notification %s to %s failed: %s", row.pk, row.channel, exc)
+            observe.emit("notification", channel=row.channel, outcome="failed")
             done.append(Delivered(row.pk, row.channel, ok=False, error=str(exc)))
             continue
         _kill_point()
         transitions.notification_sent(pk=row.pk, token=row.claim_token, now=clock())
+        observe.emit("notification", channel=row.channel, outcome="sent")
         done.append(Delivered(row.pk, row.channel, ok=True))
     return done
 

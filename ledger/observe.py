@@ -13,6 +13,7 @@ Events and their fields:
 - ``reconciled``: ``answer`` (``happened``, ``not_happened``, ``unknown``, ``no_read_path``).
 - ``lease_expired``: ``run_id`` (the sweep re-queued a run whose worker stopped renewing).
 - ``sweep``: ``requeued`` (one pass of the recovery sweep).
+- ``notification``: ``channel``, ``outcome`` (``sent``, ``failed``: one delivery attempt).
 """
 
 from __future__ import annotations

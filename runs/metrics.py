@@ -50,7 +50,20 @@ LEASE_EXPIRIES = Counter(
     "runledger_lease_expiries", "Runs the sweep re-queued because their lease expired."
 )
 SWEEPS = Counter("runledger_sweeps", "Passes of the recovery sweep.")
-COUNTED = (STEPS_WRITTEN, STEP_WRITE_SECONDS, RESUMES, RECONCILIATIONS, LEASE_EXPIRIES, SWEEPS)
+NOTIFICATIONS = Counter(
+    "runledger_notification_deliveries",
+    "Notification delivery attempts, by channel and outcome (sent, failed).",
+    ["channel", "outcome"],
+)
+COUNTED = (
+    STEPS_WRITTEN,
+    STEP_WRITE_SECONDS,
+    RESUMES,
+    RECONCILIATIONS,
+    LEASE_EXPIRIES,
+    SWEEPS,
+    NOTIFICATIONS,
+)
 
 
 _step_children: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -80,13 +93,15 @@ def observe(event: str, fields: Mapping[str, Any]) -> None:
         LEASE_EXPIRIES.inc()
     elif event == "sweep":
         SWEEPS.inc()
+    elif event == "notification":
+        NOTIFICATIONS.labels(fields["channel"], fields["outcome"]).inc()
 
 
 class LedgerCollector(Collector):
     """Gauges read from the ledger at scrape time."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from ledger.models import Beacon, Run, Settlement, SettlementStatus
+        from ledger.models import Beacon, Notification, Run, Settlement, SettlementStatus
 
         runs = GaugeMetricFamily(
             "runledger_runs", "Runs by status and reason.", labels=["status", "reason"]
@@ -110,6 +125,15 @@ class LedgerCollector(Collector):
             "Age of the oldest settlement proposal waiting (0 when none waits).",
             value=(now - oldest).total_seconds() if oldest else 0.0,
         )
+        notifications = GaugeMetricFamily(
+            "runledger_notifications",
+            "Notifications by channel and delivery status (pending, sent, failed: given up).",
+            labels=["channel", "status"],
+        )
+        counts = Notification.objects.values_list("channel", "status").annotate(n=Count("pk"))
+        for channel, status, n in counts.order_by():
+            notifications.add_metric([channel, status], n)
+        yield notifications
         beacon = Beacon.objects.filter(name="sweep").first()
         yield GaugeMetricFamily(
             "runledger_sweep_lag_seconds",

@@ -137,6 +137,40 @@ def test_a_receiver_that_is_down_is_retried_with_back_off_until_it_is_back(
         receiver.stop()
 
 
+def test_deliveries_and_failures_are_counted_for_metrics(
+    execute, crash_at, settings, clock
+) -> None:
+    from runs import metrics
+
+    def scraped(text: str) -> str:
+        return next(
+            (
+                line
+                for line in metrics.exposition()[0].decode().splitlines()
+                if line.startswith(text)
+            ),
+            "",
+        )
+
+    failed = 'runledger_notification_deliveries_total{channel="webhook",outcome="failed"}'
+    sent = 'runledger_notification_deliveries_total{channel="webhook",outcome="sent"}'
+    before = {k: float((scraped(k) or "x 0").split()[-1]) for k in (failed, sent)}
+    port = free_port()
+    settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{port}/hook"
+    blocked_renewal(execute, crash_at)
+    notify.deliver_due(clock=clock)  # the receiver is down
+    assert float(scraped(failed).split()[-1]) == before[failed] + 1
+    assert scraped('runledger_notifications{channel="webhook",status="pending"}').endswith(" 1.0")
+    receiver = Receiver(port)
+    try:
+        clock.advance(3600)
+        notify.deliver_due(clock=clock)
+    finally:
+        receiver.stop()
+    assert float(scraped(sent).split()[-1]) == before[sent] + 1
+    assert scraped('runledger_notifications{channel="webhook",status="sent"}').endswith(" 1.0")
+
+
 def test_a_notification_is_given_up_after_the_last_attempt(
     execute, crash_at, settings, clock
 ) -> None:
