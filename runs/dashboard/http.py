@@ -14,12 +14,14 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
 from ledger import selectors, transitions
+from ledger.inputs import queryable
 from ledger.models import Run, Settlement, Step
 from runs.dashboard import presenting
 
@@ -54,6 +56,17 @@ def permission_any(*perms: str) -> Callable[[View], View]:
         return wrapped
 
     return decorate
+
+
+def filter_text(request: HttpRequest, name: str, *, source: Any = None) -> str | None:
+    """A free-text filter (an agent's name) from the query or ``source``, or None. Text the
+    database cannot take (a NUL byte, a lone surrogate) is dropped with a message, never a 500."""
+    data = request.GET if source is None else source
+    text = str(data.get(name, "")).strip()[:100]
+    if text and not queryable(text):
+        messages.warning(request, f"Ignored the {name} filter: it holds a NUL byte or bad Unicode.")
+        return None
+    return text or None
 
 
 def run_for(request: HttpRequest, run_id: str, *, perm: Perm) -> Run:

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger.deploy import deploy_check
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, filter_text
 from runs.models import VIEW_DASHBOARD
 
 PAGE_LIMIT = 200
@@ -20,7 +20,7 @@ SECONDS_PER_RUN = 2.0
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def deploy_page(request: HtmxHttpRequest) -> HttpResponse:
-    agent = str(request.GET.get("agent", "")).strip()[:100] or None
+    agent = filter_text(request, "agent")
     verdicts = list(deploy_check(agent=agent, limit=PAGE_LIMIT, seconds=SECONDS_PER_RUN))
     context = {
         "verdicts": verdicts,

@@ -10,8 +10,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors
 from ledger.effect_audit import audit_effects
+from ledger.errors import InvalidInput
+from ledger.inputs import parse_whole_number
 from ledger.models import EffectAudit
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, filter_text
 from runs.models import OPERATE_RUNS, VIEW_DASHBOARD
 
 AUDITS_SHOWN = 20
@@ -45,11 +47,14 @@ def effect_audits(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespon
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def effect_audit_run(request: HtmxHttpRequest) -> HttpResponse:
     """Run one bounded pass (or continue an unfinished one) and show its report."""
-    resume = request.POST.get("resume", "")
-    audit_id = int(resume) if resume.isdigit() else None
+    resume = str(request.POST.get("resume", "")).strip()
+    try:
+        audit_id = parse_whole_number(resume, what="resume", hi=2**63 - 1) if resume else None
+    except InvalidInput:
+        raise Http404("no such effect audit") from None
     if audit_id is not None and not EffectAudit.objects.filter(pk=audit_id).exists():
         raise Http404("no such effect audit")
-    agent = str(request.POST.get("agent", "")).strip()[:100] or None
+    agent = filter_text(request, "agent", source=request.POST)
     audit = audit_effects(
         agent=agent,
         limit=PAGE_PASS_LIMIT,

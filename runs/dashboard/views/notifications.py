@@ -9,6 +9,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
+from ledger.errors import InvalidInput
+from ledger.inputs import parse_whole_number
 from ledger.transitions import notify
 from runs.dashboard.http import HtmxHttpRequest
 from runs.models import VIEW_DASHBOARD
@@ -22,8 +24,11 @@ PAGE = 50
 def notifications(request: HtmxHttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     status = status if status in selectors.NOTIFICATION_STATUSES else ""
-    before = request.GET.get("before", "")
-    before_id = int(before) if before.isdigit() and len(before) < 19 else None
+    before = str(request.GET.get("before", "")).strip()
+    try:
+        before_id = parse_whole_number(before, what="before", hi=2**63 - 1) if before else None
+    except InvalidInput:
+        before_id = None  # a damaged page link: the first page
     rows = selectors.notifications_page(status=status, before_id=before_id, limit=PAGE)
     context = {
         "rows": rows,
