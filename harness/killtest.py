@@ -363,6 +363,10 @@ def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
         env["RUNLEDGER_DOWNSTREAM_DATABASE_URL"] = cluster.env["DATABASE_URL"]
         if trial.mode == "cut":
             trial.proxy.arm(commit_cut(trial.point))
+            # The proxy finds the n-th intent or result write by its text on the wire; a
+            # prepared statement goes by name after its first execution (RUNLEDGER_PG_PREPARE),
+            # so the victim of a cue sends its statements whole. Random-moment cuts keep them.
+            env["RUNLEDGER_PG_PREPARE"] = "0"
     elif trial.mode != "external":
         trial.mark = root / f"killed-{trial.index}"
         env = {
