@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger import preview, worker
 from ledger.errors import InvalidInput, OperationError
-from ledger.inputs import parse_json_text, parse_whole_number, queryable
+from ledger.inputs import parse_json_text, queryable
 from ledger.models import Run, RunStatus, Settlement
 
 EXIT_REFUSED = 1
@@ -67,13 +67,16 @@ def act(run_id: str, fn: Callable[[], T]) -> T:
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: an integer from ``low`` to ``high`` (a clear usage error otherwise;
-    never a 5,000-digit ``int()``)."""
+    never an ``int()`` of a 5,000-digit string)."""
 
     def parse(text: str) -> int:
-        try:
-            return parse_whole_number(text, what="the value", lo=low, hi=high)
-        except InvalidInput as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        body = text.strip().removeprefix("-")
+        if not body.isascii() or not body.isdigit() or len(body) > 30:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+        value = int(text.strip())
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
 
     return parse
 
