@@ -25,6 +25,7 @@ class _NotHappened:
 NOT_HAPPENED = _NotHappened()
 
 ToolKind = Literal["pure", "read", "effect"]
+Durability = Literal["step", "batched"]
 Reconcile = Callable[[str], Any]
 #: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
 ListKeys = Callable[[str], Iterable[str]]
@@ -81,6 +82,12 @@ class Agent:
     title: str | Callable[[dict[str, Any]], str] = ""
     labels: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    #: "step": every step commits before its result is returned. "batched": read, model and
+    #: clock steps commit together (see ``ledger.engine.batch``); effects never wait.
+    durability: Durability = "step"
+    #: Batched durability's bounds for this agent; None takes RUNLEDGER_BATCH_MAX_STEPS/_MS.
+    batch_steps: int | None = None
+    batch_ms: float | None = None
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
@@ -203,6 +210,9 @@ def agent(
     title: str | Callable[[dict[str, Any]], str] = "",
     labels: tuple[str, ...] | list[str] = (),
     requires: tuple[str, ...] | list[str] = (),
+    durability: Durability = "step",
+    batch_steps: int | None = None,
+    batch_ms: float | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
 
@@ -213,11 +223,25 @@ def agent(
     ``plan_version`` and the hash of ``tools`` are stored on each run; a resume under a
     different one follows ``divergence``: ``refuse`` blocks the run, ``replan`` goes on and keeps
     every effect row. ``max_resumes`` bounds how often a run of it may be resumed.
+
+    ``durability="batched"`` commits the results of read, model and clock steps together
+    instead of one commit each: with the next effect's intent, with any other ledger write, at
+    the end of the execution, or once ``batch_steps`` steps wait or the oldest has waited
+    ``batch_ms`` milliseconds (defaults: RUNLEDGER_BATCH_MAX_STEPS, RUNLEDGER_BATCH_MAX_MS). An
+    effect is never sent before every step ahead of it is committed; a crash loses only the
+    waiting steps, which the resume executes again (reads must be safe to repeat, and a model
+    step re-asked — keep it off for an agent whose model calls are too costly to lose).
     """
     if divergence not in ("refuse", "replan"):
         raise AgentDefinitionError(
             f"divergence policy must be refuse or replan, not {divergence!r}"
         )
+    if durability not in ("step", "batched"):
+        raise AgentDefinitionError(f"durability must be step or batched, not {durability!r}")
+    if batch_steps is not None and (not isinstance(batch_steps, int) or batch_steps < 1):
+        raise AgentDefinitionError(f"batch_steps must be a positive integer, not {batch_steps!r}")
+    if batch_ms is not None and not (isinstance(batch_ms, int | float) and batch_ms >= 0):
+        raise AgentDefinitionError(f"batch_ms must be milliseconds >= 0, not {batch_ms!r}")
 
     def register(fn: Callable[..., Any]) -> Agent:
         registered = Agent(
@@ -231,6 +255,9 @@ def agent(
             title=title,
             labels=tuple(labels),
             requires=tuple(requires),
+            durability=durability,
+            batch_steps=batch_steps,
+            batch_ms=batch_ms,
         )
         _agents[name] = registered
         return registered

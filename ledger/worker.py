@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
-from ledger.engine import RunContext, live_context
+from ledger.engine import RunContext, flush, live_context
 from ledger.engine.fence import LeaseFence
 from ledger.errors import (
     AgentMissing,
@@ -285,7 +285,10 @@ def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) 
 
 
 def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext | None) -> Outcome:
-    transitions.run_block(run_id=run.run_id, token=token, why=exc, clock=clock)
+    with transaction.atomic():
+        if ctx is not None:
+            flush(ctx)  # batched durability: the steps that finished before it stopped
+        transitions.run_block(run_id=run.run_id, token=token, why=exc, clock=clock)
     log.warning("run %s needs attention: %s", run.run_id, exc)
     return Outcome(
         run_id=run.run_id,
@@ -308,9 +311,11 @@ def _finish(
     error: str = "",
     ctx: RunContext,
 ) -> Outcome:
-    transitions.run_finish(
-        run_id=run.run_id, token=token, status=status, result=result, error=error, clock=clock
-    )
+    with transaction.atomic():
+        flush(ctx)  # batched durability: the steps still waiting commit with the outcome
+        transitions.run_finish(
+            run_id=run.run_id, token=token, status=status, result=result, error=error, clock=clock
+        )
     return Outcome(
         run_id=run.run_id,
         status=status,
@@ -324,7 +329,11 @@ def _finish(
 def _continue(
     run: Run, token: str, clock: Clock, signal: ContinueAsNew, ctx: RunContext
 ) -> Outcome:
-    child = transitions.run_continue_as_new(run=run, token=token, inputs=signal.inputs, clock=clock)
+    with transaction.atomic():
+        flush(ctx)
+        child = transitions.run_continue_as_new(
+            run=run, token=token, inputs=signal.inputs, clock=clock
+        )
     log.info("run %s continued as %s", run.run_id, child.run_id)
     return Outcome(
         run_id=run.run_id,

@@ -316,11 +316,23 @@ RUNLEDGER_SETTLEMENT_APPROVAL = env_bool("RUNLEDGER_SETTLEMENT_APPROVAL", True)
 RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES = int(
     os.environ.get("RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES", "65536")
 )
-# A run's ledger holds at most this many steps: a call that would add one more stops the run
-# as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
 # The engine's step writes as server-side prepared statements on PostgreSQL (one parse and
 # plan per connection). Turn off (0) behind a pooler in transaction mode (PgBouncer < 1.21).
 RUNLEDGER_PG_PREPARE = env_bool("RUNLEDGER_PG_PREPARE", True)
+# Batched durability (agents registered with durability="batched"; ledger.engine.batch): the
+# results of read, model and clock steps wait in memory and are committed together — with the
+# next effect's intent row, with any other write, at the end of the execution, or once this
+# many steps wait or the oldest has waited this many milliseconds (checked at each step). No
+# effect is ever sent before every step ahead of it is committed; a crash loses only the
+# waiting steps, which the resume executes again. An agent may set its own numbers.
+RUNLEDGER_BATCH_MAX_STEPS = int(os.environ.get("RUNLEDGER_BATCH_MAX_STEPS", "100"))
+RUNLEDGER_BATCH_MAX_MS = float(os.environ.get("RUNLEDGER_BATCH_MAX_MS", "200"))
+if RUNLEDGER_BATCH_MAX_STEPS < 1 or RUNLEDGER_BATCH_MAX_MS < 0:
+    raise ImproperlyConfigured(
+        "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"
+    )
+# A run's ledger holds at most this many steps: a call that would add one more stops the run
+# as needs_attention (reason budget). Long-lived agents continue_as_new before reaching it.
 RUNLEDGER_MAX_STEPS_PER_RUN = int(os.environ.get("RUNLEDGER_MAX_STEPS_PER_RUN", "10000"))
 # The same bound by size: the stored results (canonical JSON bytes) of the steps a run has
 # walked. A new step past it stops the run (budget); agents compare ctx.history_bytes.

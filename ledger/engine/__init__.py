@@ -8,6 +8,7 @@
   through ``ledger.transitions`` fenced by the lease token;
 - ``fence``: when an effect may leave the process (the lease's local deadline, the takeover's
   wait, the fencing token);
+- ``batch``: batched durability, the finished steps waiting to be committed together;
 - ``walk``: where an execution stands on the recorded path (shared by context and steps);
 - ``calls``: the ``Call`` record and the text forms the ledger stores.
 
@@ -45,4 +46,12 @@ def live_context(
     return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 
-__all__ = ["RunContext", "live_context"]
+def flush(ctx: RunContext) -> None:
+    """Commit what an execution's batch still holds (batched durability): called by the worker
+    inside the transaction that records how the execution ended."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.flush()
+
+
+__all__ = ["RunContext", "flush", "live_context"]

@@ -18,6 +18,11 @@ execution attempted is looked up or sent again only after that holder's window h
 The previous step's ``next_step_id`` is written in the same statement as the next step's first
 write. Every write goes through ``ledger.transitions`` and is fenced by the run's lease token.
 
+Under batched durability (``ledger.engine.batch``) a read, model or clock step executed for the
+first time on the walk is not committed at once: its row waits in the batch, and the waiting
+rows commit in the same transaction as the next other write (an effect's intent first of all),
+before a fan-out, at the end of the execution, or when the batch's bounds are reached.
+
 Fan-out siblings run on threads: each is an ordinary step (its own row, its own fenced
 commits, on the thread's own database connection), so a crash re-runs only the siblings
 without a settled row.
@@ -32,12 +37,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection, connections, transaction
 
 from ledger import canonical, observe, transitions
+from ledger.engine.batch import Batch
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
@@ -92,6 +99,7 @@ class LiveSteps:
         self._token = token
         self._fence = fence
         self._clock = clock
+        self._batch = Batch.for_agent(walk.agent)
 
     # --- one step -------------------------------------------------------------------------
 
@@ -100,11 +108,41 @@ class LiveSteps:
         abandon = self.walk.check_path(call.step_id)
         if call.step_id not in self.walk.ledger:
             self._check_history(1, call.step_id)
-        result = self._run(call, row, prev=self.walk.prev, abandon=abandon)
+        if self._batch is not None and self._batch.due():
+            self.flush()
+        result = self._run(
+            call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
+        )
         self.walk.advance(call.step_id)
         return result
 
-    def _run(self, call: Call, row: StepRow | None, *, prev: str | None, abandon: list[str]) -> Any:
+    def flush(self) -> None:
+        """Commit the steps waiting in the batch (batched durability), if any."""
+        if self._batch is not None and len(self._batch):
+            writes = self._batch.take()
+            with _ledger_write(writes[0].step_id, "batch"):
+                transitions.step_write_batch(writes)
+
+    def _commit(self, step_id: str, what: str, write: Callable[[], Any]) -> Any:
+        """One ledger write; the steps waiting in the batch commit first, in its transaction
+        (an effect's intent is never durable before the steps ahead of it)."""
+        if self._batch is None or not len(self._batch):
+            with _ledger_write(step_id, what):
+                return write()
+        waiting = self._batch.take()
+        with _ledger_write(step_id, what), transaction.atomic():
+            transitions.step_write_batch(waiting)
+            return write()
+
+    def _run(
+        self,
+        call: Call,
+        row: StepRow | None,
+        *,
+        prev: str | None,
+        abandon: list[str],
+        batchable: bool = False,
+    ) -> Any:
         """Replay, settle or execute one step; ``prev`` is the step whose link it writes.
 
         Touches no per-execution state but the walk's counters and in-memory ledger (under
@@ -127,7 +165,9 @@ class LiveSteps:
             assert row is not None
             if self._failed_effect_happened(call, row):
                 return row.result
-        result = self._execute(call, row, prev=prev, abandon=abandon)
+        result = self._execute(
+            call, row, prev=prev, abandon=abandon, batchable=batchable and row is None
+        )
         self.walk.count(executed=1)
         return result
 
@@ -198,8 +238,10 @@ class LiveSteps:
 
     def _settle(self, row: StepRow, data: Any, text: str) -> None:
         """Commit the downstream system's answer as the effect's result (one fenced write)."""
-        with _ledger_write(row.step_id, "settlement"):
-            transitions.step_update(
+        self._commit(
+            row.step_id,
+            "settlement",
+            lambda: transitions.step_update(
                 run_id=self.run_id,
                 token=self._token,
                 pk=row.pk,
@@ -208,13 +250,20 @@ class LiveSteps:
                 result_json=text,
                 errors_json=canonical.dumps(row.errors),
                 settled_by=SETTLED_BY_LOOKUP,
-            )
+            ),
+        )
         row.status, row.result = StepStatus.SUCCEEDED, data
 
     # --- executing --------------------------------------------------------------------------
 
     def _execute(
-        self, call: Call, row: StepRow | None, *, prev: str | None, abandon: list[str]
+        self,
+        call: Call,
+        row: StepRow | None,
+        *,
+        prev: str | None,
+        abandon: list[str],
+        batchable: bool = False,
     ) -> Any:
         attempt = row.attempt + 1 if row is not None else 1
         seq = row.seq if row is not None else call.seq or self.walk.take_seq()
@@ -233,8 +282,7 @@ class LiveSteps:
                 write.prev_step_id, write.abandon = prev, abandon
             if effect:
                 write.status = StepStatus.STARTED
-                with _ledger_write(call.step_id, "intent"):
-                    pk = transitions.step_write(write)
+                pk = self._commit(call.step_id, "intent", partial(transitions.step_write, write))
                 first_write = False
                 self._fence.check(call.step_id)  # the intent is committed; the effect not sent
             try:
@@ -250,7 +298,10 @@ class LiveSteps:
             except Exception as exc:
                 error = describe(exc)
             else:
-                self._commit_success(call, write, pk, data, text)
+                if batchable and not abandon and not errors and self._batch is not None:
+                    self._wait_in_batch(call, write, data, text)
+                else:
+                    self._commit_success(call, write, pk, data, text)
                 self._remember(call, write, data, key, prev=prev)
                 return data
             errors.append(
@@ -287,14 +338,27 @@ class LiveSteps:
             next_step_id=call.next_step_id,
         )
 
+    def _wait_in_batch(self, call: Call, write: StepWrite, data: Any, text: str) -> None:
+        """Batched durability: the finished row waits with the others (``ledger.engine.batch``)."""
+        assert self._batch is not None
+        now = self._clock()
+        write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
+        write.now = now
+        write.expires_at = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
+        self._batch.add(write)
+        if self._batch.due():
+            self.flush()
+
     def _commit_success(
         self, call: Call, write: StepWrite, pk: int | None, data: Any, text: str
     ) -> None:
         now = self._clock()
         expires = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
         if pk is not None:
-            with _ledger_write(call.step_id, "result"):
-                transitions.step_update(
+            self._commit(
+                call.step_id,
+                "result",
+                lambda: transitions.step_update(
                     run_id=self.run_id,
                     token=self._token,
                     pk=pk,
@@ -303,20 +367,22 @@ class LiveSteps:
                     result_json=text,
                     errors_json=write.errors_json,
                     expires_at=expires,
-                )
+                ),
+            )
             return
         write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
         write.now, write.expires_at = now, expires
-        with _ledger_write(call.step_id, "step"):
-            transitions.step_write(write)
+        self._commit(call.step_id, "step", lambda: transitions.step_write(write))
 
     def _commit_failure(
         self, write: StepWrite, pk: int | None, error: str, errors: list[Any]
     ) -> None:
         errors_json = canonical.dumps(errors)
         if pk is not None:
-            with _ledger_write(write.step_id, "failure"):
-                transitions.step_update(
+            self._commit(
+                write.step_id,
+                "failure",
+                lambda: transitions.step_update(
                     run_id=self.run_id,
                     token=self._token,
                     pk=pk,
@@ -324,7 +390,8 @@ class LiveSteps:
                     now=self._clock(),
                     error=error,
                     errors_json=errors_json,
-                )
+                ),
+            )
             return
         write.status, write.error, write.errors_json, write.finished = (
             StepStatus.FAILED,
@@ -332,8 +399,7 @@ class LiveSteps:
             errors_json,
             True,
         )
-        with _ledger_write(write.step_id, "failure"):
-            transitions.step_write(write)
+        self._commit(write.step_id, "failure", lambda: transitions.step_write(write))
         write.prev_step_id, write.abandon = None, ()
 
     def _remember(
@@ -382,6 +448,7 @@ class LiveSteps:
         replay of the finished siblings, seq numbers and links. Then the rest run at once.
         """
         walk = self.walk
+        self.flush()  # the siblings commit from their own connections, after the steps ahead
         entry = walk.prev
         ids = [c.step_id for c in calls]
         abandon = [s for s in walk.check_fanout_path(ids) if s not in set(ids)]

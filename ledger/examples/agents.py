@@ -247,6 +247,20 @@ def survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     return {"total": total, "message_id": report["message_id"]}
 
 
+#: The same survey under batched durability: its reads and model steps commit 16 at a time (or
+#: with the report's intent, whichever comes first) instead of one commit each.
+survey_batched = agent(
+    "survey_batched",
+    plan_version="1",
+    divergence="replan",
+    max_resumes=20,
+    tools=[lookup_record, send_email],
+    title=lambda inputs: f"Survey of {inputs.get('records', 10)} records (batched)",
+    durability="batched",
+    batch_steps=16,
+)(survey.fn)
+
+
 @tool(kind="read")
 def fetch_subscription(customer: str) -> dict[str, Any]:
     """Look a subscription up in the billing system."""

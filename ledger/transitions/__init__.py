@@ -72,7 +72,7 @@ from ledger.transitions.settle import (
     step_reconcile_again,
 )
 from ledger.transitions.stale import TodaysInputs, run_reexecute_from, step_accept_stale
-from ledger.transitions.steps import StepWrite, step_update, step_write
+from ledger.transitions.steps import StepWrite, step_update, step_write, step_write_batch
 
 __all__ = [
     "MAX_REASON_CHARS",
@@ -123,6 +123,7 @@ __all__ = [
     "step_reconcile_again",
     "step_update",
     "step_write",
+    "step_write_batch",
     "steps_delete_archived",
     "validate_result",
 ]

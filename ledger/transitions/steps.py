@@ -298,6 +298,105 @@ def _step_write(w: StepWrite) -> int:
         return int(cur.fetchone()[0])
 
 
+# --- batched durability: many finished steps in one statement ------------------------------
+
+_PG_BATCH = (
+    "WITH"
+    + _PG_LEASE_EXCLUSIVE
+    + """,
+prev AS (
+    UPDATE ledger_step SET next_step_id = %(first_step_id)s, version = version + 1
+    WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
+),
+batch AS (
+    SELECT * FROM unnest(
+        %(step_ids)s::text[], %(input_hashes)s::text[], %(results)s::text[],
+        %(next_step_ids)s::text[], %(attempts)s::int[], %(kinds)s::text[], %(tools)s::text[],
+        %(seqs)s::int[], %(inputs)s::text[], %(truncated)s::bool[], %(nows)s::timestamptz[],
+        %(expires)s::timestamptz[], %(model_ids)s::text[], %(prompt_hashes)s::text[]
+    ) AS b(step_id, input_hash, result, next_step_id, attempt, kind, tool, seq, inputs,
+           truncated, now, expires_at, model_id, prompt_hash)
+)
+INSERT INTO ledger_step (
+    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
+    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
+    expires_at, model_id, prompt_hash, settled_by
+)
+SELECT lease.run_id, b.step_id, b.input_hash, 'succeeded', b.result::jsonb, b.next_step_id,
+    b.attempt, NULL, b.now, b.kind, b.tool, b.seq, b.inputs::jsonb, b.truncated, '', '[]',
+    b.now, b.now, b.expires_at, b.model_id, b.prompt_hash, ''
+FROM lease, batch b
+ON CONFLICT (run_id, step_id) DO UPDATE SET
+    input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
+    next_step_id = EXCLUDED.next_step_id, attempt = EXCLUDED.attempt, effect_key = NULL,
+    updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
+    inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated, error = '',
+    errors = '[]', started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+    expires_at = EXCLUDED.expires_at, model_id = EXCLUDED.model_id,
+    prompt_hash = EXCLUDED.prompt_hash, settled_by = '', version = ledger_step.version + 1
+RETURNING id"""
+)
+
+
+def step_write_batch(writes: Sequence[StepWrite]) -> None:
+    """Commit finished, succeeded steps of one run (batched durability) in one statement.
+
+    ``writes`` are in chain order: each is written linked to the next, the first links the
+    step before it (its ``prev_step_id``), and the last's link is written by the step after it
+    — as if each had been committed on its own. Fenced by the lease token like every step
+    write: nothing is written and ``LeaseLost`` is raised when the lease is not held. Inside
+    the caller's transaction, if any (an effect's intent commits with the batch ahead of it).
+    Reports ``step_written`` for each step after the statement.
+    """
+    if not writes:
+        return
+    started = perf_counter()
+    first = writes[0]
+    links = [w.step_id for w in writes[1:]] + [writes[-1].next_step_id]
+    if _is_pg():
+        params = {
+            "run_id": first.run_id,
+            "token": first.token,
+            "first_step_id": first.step_id,
+            "prev_step_id": first.prev_step_id,
+            "step_ids": [w.step_id for w in writes],
+            "input_hashes": [w.input_hash for w in writes],
+            "results": [w.result_json for w in writes],
+            "next_step_ids": links,
+            "attempts": [w.attempt for w in writes],
+            "kinds": [str(w.kind) for w in writes],
+            "tools": [w.tool for w in writes],
+            "seqs": [w.seq for w in writes],
+            "inputs": [w.inputs_json for w in writes],
+            "truncated": [w.inputs_truncated for w in writes],
+            "nows": [w.now for w in writes],
+            "expires": [w.expires_at for w in writes],
+            "model_ids": [w.model_id for w in writes],
+            "prompt_hashes": [w.prompt_hash for w in writes],
+        }
+        with _pg_cursor() as cur:
+            cur.execute(_PG_BATCH, params)
+            written = len(cur.fetchall())
+        if written != len(writes):
+            raise LeaseLost(first.run_id)
+    else:
+        with transaction.atomic():
+            for w, link in zip(writes, links, strict=True):
+                w.next_step_id = link
+                w.prev_step_id = w.prev_step_id if w is first else None
+                _step_write(w)
+    seconds = perf_counter() - started
+    for w in writes:
+        observe.emit(
+            "step_written",
+            run_id=w.run_id,
+            step_id=w.step_id,
+            kind=str(w.kind),
+            status=str(w.status),
+            seconds=seconds,
+        )
+
+
 def step_update(
     *,
     run_id: str,

@@ -1,0 +1,70 @@
+"""Batched durability: steps whose results wait in memory to be committed together.
+
+An agent registered with ``durability="batched"`` does not pay one commit per read, model or
+clock step. Its live steps (``ledger.engine.live``) keep each such step's finished row here and
+commit the waiting rows in one statement (``transitions.step_write_batch``):
+
+- together with the next write of any other kind, in the same transaction — above all an
+  effect's intent row, so that an effect is never sent before every step ahead of it is
+  durable (the intent commits only with them, and the effect leaves only after the intent);
+- before a fan-out starts (its siblings commit from their own connections);
+- at the end of the execution, in the transaction that records how it ended;
+- once ``max_steps`` rows wait, or the oldest has waited ``max_seconds`` (checked whenever a
+  step is about to execute or has just been added).
+
+What a crash loses is only what waits here: steps that executed but were never committed. The
+resume finds the ledger as it was at the last commit and executes them again, so they must be
+safe to repeat — reads, model calls and clock readings are; effects never wait here. Steps that
+wrote a row before (a retried failure, a step after a replan, an expired read) are written at
+once, after the waiting ones.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+
+from ledger.registry import Agent
+from ledger.transitions.steps import StepWrite
+
+
+class Batch:
+    """The rows of finished steps not committed yet, in chain order."""
+
+    def __init__(self, *, max_steps: int, max_seconds: float) -> None:
+        self.max_steps = max_steps
+        self.max_seconds = max_seconds
+        self._writes: list[StepWrite] = []
+        self._since = 0.0  # time.monotonic() when the oldest waiting row was added
+
+    @classmethod
+    def for_agent(cls, agent: Agent) -> Batch | None:
+        """The agent's batch, or None when it commits every step (durability ``step``)."""
+        if agent.durability != "batched":
+            return None
+        steps = agent.batch_steps or settings.RUNLEDGER_BATCH_MAX_STEPS
+        ms = settings.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
+        return cls(max_steps=steps, max_seconds=ms / 1000)
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    def add(self, write: StepWrite) -> None:
+        if not self._writes:
+            self._since = time.monotonic()
+        self._writes.append(write)
+
+    def due(self) -> bool:
+        """Rows wait and one bound is reached: commit them now."""
+        if not self._writes:
+            return False
+        return (
+            len(self._writes) >= self.max_steps
+            or time.monotonic() - self._since >= self.max_seconds
+        )
+
+    def take(self) -> list[StepWrite]:
+        """The waiting rows, in chain order; the batch is empty afterwards."""
+        writes, self._writes = self._writes, []
+        return writes
