@@ -52,6 +52,9 @@ class Scenario:
     inputs: dict[str, Any]
     points: tuple[str, ...]  # the crash points this run passes, in order
     effects: int = 1  # effect steps it executes (each has two commits a cut can hit)
+    #: Batched durability: the steps ahead of the effect, every one of which must be committed
+    #: when a worker dies (or freezes) inside the effect's tool.
+    durable_before_effect: int = 0
 
 
 SCENARIOS = (
@@ -95,6 +98,23 @@ SCENARIOS = (
             "email.after_effect",
             "task.after_execute",
         ),
+    ),
+    # The survey under batched durability (batch_steps=16): killed before anything committed,
+    # mid-way (16 steps committed, 9 waiting), inside a batched model step, and inside the
+    # report's effect, when all 44 reads and summaries must have been committed with its intent.
+    Scenario(
+        "survey-batched",
+        "survey_batched",
+        {"records": 40},
+        (
+            "lookup_record@3",
+            "lookup_record@25",
+            "summarize@3",
+            "email.before_effect",
+            "email.after_effect",
+            "task.after_execute",
+        ),
+        durable_before_effect=44,
     ),
 )
 MODES = ("child", "group")  # how a crash point kills: the pool child alone, or the whole worker
@@ -484,6 +504,7 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
         trial.kinds.add("stuck")
     elif not trial.done_at_kill:
         trial.recovery = (run.status_changed_at.timestamp()) - trial.killed_at
+    _check_durable_before_effect(trial)
     final = _snapshot(trial.run_id)
     changed = [s for s, r in trial.snapshot.items() if final.get(s, "<missing>") != r]
     if changed:
@@ -512,6 +533,19 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
             log = cluster.log(name, tail=5000).splitlines()
             lines = [line for line in log if trial.run_id in line] or log[-15:]
             trial.problems.append(f"{name} on this run:\n      " + "\n      ".join(lines[-10:]))
+
+
+def _check_durable_before_effect(trial: Trial) -> None:
+    """Batched durability's invariant: a worker that died inside an effect's tool had
+    committed every step ahead of that effect (the snapshot is the ledger at the kill)."""
+    want = trial.scenario.durable_before_effect
+    inside = trial.point.endswith(("before_effect", "after_effect"))
+    if want and inside and trial.fault in ("kill", "stop") and len(trial.snapshot) < want:
+        trial.problems.append(
+            f"the effect was being sent with {len(trial.snapshot)} of the {want} steps ahead of "
+            "it committed"
+        )
+        trial.kinds.add("mismatch")
 
 
 def _count(trial: Trial, actual: tuple[int, int, int], expected: tuple[int, int, int]) -> None:

@@ -30,15 +30,16 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger import canonical, llm, transitions, worker
 from ledger.agents import agent, tool
 from ledger.models import Run, Step
+from ledger.registry import Durability
 
-KINDS = ("read", "model", "clock", "effect")
+KINDS = ("read", "model", "clock", "effect", "batched")
 PEERS = ("dbos", "langgraph-sync", "langgraph-exit")
 PEERS_SCRIPT = Path(settings.BASE_DIR) / "tests" / "bench" / "peers.py"
 
@@ -63,15 +64,20 @@ _lock = threading.Lock()
 
 
 def _bench_agent(kind: str, steps: int, name: str | None = None) -> str:
-    """Register an agent that makes ``steps`` calls of ``kind`` and times each one."""
-    name = name or f"bench-{kind}"
+    """Register an agent that makes ``steps`` calls of ``kind`` and times each one.
 
-    @agent(name, tools=[_read, _effect])
+    ``batched``: read steps under batched durability (default batch bounds), so that one
+    commit in RUNLEDGER_BATCH_MAX_STEPS falls inside the timed calls.
+    """
+    name = name or f"bench-{kind}"
+    durability: Durability = "batched" if kind == "batched" else "step"
+
+    @agent(name, tools=[_read, _effect], durability=durability)
     def body(ctx: Any, inputs: Any) -> int:
         samples = []
         for i in range(steps):
             started = time.perf_counter()
-            if kind == "read":
+            if kind in ("read", "batched"):
                 ctx.call(_read, step=f"s{i}", i=i)
             elif kind == "effect":
                 ctx.call(_effect, step=f"s{i}", i=i)
@@ -114,10 +120,14 @@ class Command(BaseCommand):
         parser.add_argument("--json", default="", help="write the figures to this file")
         parser.add_argument("--profile", default="", help="write a pyinstrument profile here")
         parser.add_argument("--resume-only", default="", help=argparse.SUPPRESS)
+        parser.add_argument("--execute-only", default="", help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["resume_only"]:
             self._resume_child(options["resume_only"], options["resume_steps"])
+            return
+        if options["execute_only"]:
+            self._execute_child(options["execute_only"], options["steps"])
             return
         call_command("migrate", verbosity=0)
         vendor = connection.vendor
@@ -164,7 +174,7 @@ class Command(BaseCommand):
         figures.add("model_vs_floor", med("model", "floor"), "x", goal="<= 1.5")
         figures.add("clock_vs_floor", med("clock", "floor"), "x", goal="<= 1.5")
         figures.add("effect_vs_floor", med("effect", "floor"), "x", goal="<= 2.5")
-        figures.add("batched_vs_floor", None, "x", note="batched durability is not built yet")
+        figures.add("batched_vs_floor", med("batched", "floor"), "x", goal="<= 0.1")
         if peers is not None:
             for name in PEERS:
                 figures.add(f"{name.replace('-', '_')}_step", med(name), "ms")
@@ -187,10 +197,13 @@ class Command(BaseCommand):
         return statistics.median(samples) * 1000
 
     def _kind(self, kind: str, steps: int) -> float:
-        """Median ms of one ctx call of this kind in a fresh run of ``steps`` calls."""
+        """Median ms of one ctx call of this kind in a fresh run of ``steps`` calls. Batched
+        steps: the mean, which spreads each batch's commit over the steps it carries."""
         cpu = time.process_time()
         name = self._execute(kind, steps)
         self._cpu.setdefault(kind, []).append((time.process_time() - cpu) / steps * 1000)
+        if kind == "batched":
+            return statistics.fmean(_durations[name]) * 1000
         return statistics.median(_durations[name]) * 1000
 
     def _execute(self, kind: str, steps: int, name: str | None = None) -> str:
@@ -316,7 +329,8 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(answer))
 
     def _concurrency(self, figures: Figures, *, steps: int, runs: int) -> None:
-        """Steps/s of one run alone, then of ``runs`` runs on their own threads at once."""
+        """Steps/s of one run alone, then of ``runs`` runs at once, each in its own worker
+        process as a prefork worker's children run them (threads would share one GIL)."""
         one = self._steps_per_second(steps, 1)
         many = self._steps_per_second(steps, runs)
         figures.add("steps_per_s_1_run", one, "steps/s")
@@ -324,19 +338,51 @@ class Command(BaseCommand):
         figures.add("concurrent_speedup", many / one, "x", goal=">= 3")
 
     def _steps_per_second(self, steps: int, runs: int) -> float:
-        names = [_bench_agent("read", steps, f"bench-conc-{runs}-{i}") for i in range(runs)]
-        ids = [transitions.run_start(agent=n, inputs={}).run_id for n in names]
+        """``runs`` runs of ``steps`` read steps in as many processes, started together once
+        every process is set up; steps/s from the first start to the last finish."""
+        ids = [
+            transitions.run_start(agent=_bench_agent("read", steps, "bench-conc"), inputs={}).run_id
+            for _ in range(runs)
+        ]
         self._created.extend(ids)
-        threads = [threading.Thread(target=_execute_on_thread, args=(i,)) for i in ids]
-        t = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - t
+        children = [self._child(run_id, steps) for run_id in ids]
+        for child in children:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        spans = []
+        for child in children:
+            out, _ = child.communicate(timeout=600)
+            spans.append(json.loads(out.strip().splitlines()[-1]))
         done = Run.objects.filter(run_id__in=ids, status="succeeded").count()
         assert done == runs, f"{runs - done} concurrent runs did not succeed"
+        elapsed = max(s["end"] for s in spans) - min(s["start"] for s in spans)
         return steps * runs / elapsed
+
+    def _child(self, run_id: str, steps: int) -> subprocess.Popen[str]:
+        command = [sys.executable, sys.argv[0], "bench_engine", "--execute-only", run_id]
+        return subprocess.Popen(
+            [*command, "--steps", str(steps)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _execute_child(self, run_id: str, steps: int) -> None:
+        """In a worker process of its own: set up, wait for the word, execute one run."""
+        _bench_agent("read", steps, "bench-conc")
+        connection.ensure_connection()
+        self.stdout.write("ready")
+        self.stdout.flush()
+        sys.stdin.readline()
+        start = time.monotonic()  # system-wide: comparable between the processes
+        outcome = worker.run_execute(run_id=run_id, worker=f"bench-{os.getpid()}", heartbeat=False)
+        end = time.monotonic()
+        assert outcome is not None and outcome.status == "succeeded", outcome
+        self.stdout.write(json.dumps({"start": start, "end": end}))
 
     def _profile(self, path: str, steps: int) -> None:
         from pyinstrument import Profiler  # the dev extra installs it
@@ -380,13 +426,6 @@ class _PeerProcess:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=120)
-
-
-def _execute_on_thread(run_id: str) -> None:
-    try:
-        worker.run_execute(run_id=run_id, worker=f"bench-{run_id}", heartbeat=False)
-    finally:
-        connections.close_all()
 
 
 def _median_of(rounds: list[dict[str, float]]) -> Any:
