@@ -24,6 +24,7 @@ What keeps the PostgreSQL write cheap (``manage.py bench_levers`` measures each)
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -309,21 +310,19 @@ prev AS (
     WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
 ),
 batch AS (
-    SELECT * FROM unnest(
-        %(step_ids)s::text[], %(input_hashes)s::text[], %(results)s::text[],
-        %(next_step_ids)s::text[], %(attempts)s::int[], %(kinds)s::text[], %(tools)s::text[],
-        %(seqs)s::int[], %(inputs)s::text[], %(truncated)s::bool[], %(nows)s::timestamptz[],
-        %(expires)s::timestamptz[], %(model_ids)s::text[], %(prompt_hashes)s::text[]
-    ) AS b(step_id, input_hash, result, next_step_id, attempt, kind, tool, seq, inputs,
-           truncated, now, expires_at, model_id, prompt_hash)
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS b(
+        step_id text, input_hash text, result jsonb, next_step_id text, attempt int,
+        kind text, tool text, seq int, inputs jsonb, truncated bool, now timestamptz,
+        expires_at timestamptz, model_id text, prompt_hash text
+    )
 )
 INSERT INTO ledger_step (
     run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
     kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
     expires_at, model_id, prompt_hash, settled_by
 )
-SELECT lease.run_id, b.step_id, b.input_hash, 'succeeded', b.result::jsonb, b.next_step_id,
-    b.attempt, NULL, b.now, b.kind, b.tool, b.seq, b.inputs::jsonb, b.truncated, '', '[]',
+SELECT lease.run_id, b.step_id, b.input_hash, 'succeeded', b.result, b.next_step_id,
+    b.attempt, NULL, b.now, b.kind, b.tool, b.seq, b.inputs, b.truncated, '', '[]',
     b.now, b.now, b.expires_at, b.model_id, b.prompt_hash, ''
 FROM lease, batch b
 ON CONFLICT (run_id, step_id) DO UPDATE SET
@@ -359,20 +358,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
             "token": first.token,
             "first_step_id": first.step_id,
             "prev_step_id": first.prev_step_id,
-            "step_ids": [w.step_id for w in writes],
-            "input_hashes": [w.input_hash for w in writes],
-            "results": [w.result_json for w in writes],
-            "next_step_ids": links,
-            "attempts": [w.attempt for w in writes],
-            "kinds": [str(w.kind) for w in writes],
-            "tools": [w.tool for w in writes],
-            "seqs": [w.seq for w in writes],
-            "inputs": [w.inputs_json for w in writes],
-            "truncated": [w.inputs_truncated for w in writes],
-            "nows": [w.now for w in writes],
-            "expires": [w.expires_at for w in writes],
-            "model_ids": [w.model_id for w in writes],
-            "prompt_hashes": [w.prompt_hash for w in writes],
+            "rows": "[" + ",".join(map(_batch_row, writes, links)) + "]",
         }
         with _pg_cursor() as cur:
             cur.execute(_PG_BATCH, params)
@@ -395,6 +381,30 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
             status=str(w.status),
             seconds=seconds,
         )
+
+
+def _batch_row(w: StepWrite, next_step_id: str | None) -> str:
+    """One row of a batch as a JSON object. The stored inputs and result, canonical JSON text
+    already, are spliced in as they are rather than encoded a second time."""
+    fields = json.dumps(
+        {
+            "step_id": w.step_id,
+            "input_hash": w.input_hash,
+            "next_step_id": next_step_id,
+            "attempt": w.attempt,
+            "kind": str(w.kind),
+            "tool": w.tool,
+            "seq": w.seq,
+            "truncated": w.inputs_truncated,
+            "now": w.now.isoformat(),
+            "expires_at": w.expires_at.isoformat() if w.expires_at is not None else None,
+            "model_id": w.model_id,
+            "prompt_hash": w.prompt_hash,
+        }
+    )
+    result = w.result_json if w.result_json is not None else "null"
+    inputs = w.inputs_json if w.inputs_json is not None else "null"
+    return f'{fields[:-1]},"result":{result},"inputs":{inputs}}}'
 
 
 def step_update(
