@@ -21,7 +21,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
-from ledger.engine import RunContext, flush, live_context
+from ledger.engine import RunContext, close, flush, live_context
 from ledger.engine.fence import LeaseFence
 from ledger.errors import (
     AgentMissing,
@@ -232,23 +232,33 @@ def _execute_claimed(run: Run, token: str, clock: Clock, fence: LeaseFence) -> O
             clock=clock,
         )
         try:
-            result = definition.fn(ctx, inputs)
-            data = canonical.normalize(result, step_id="<run result>")
-        except ContinueAsNew as signal:
-            return _continue(run, token, clock, signal, ctx)
-        except RunBlocked as exc:
-            return _block(run, token, clock, exc, ctx)
-        except (StepFailed, NotJSON, DuplicateStepId) as exc:
-            return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
-        except LeaseLost:
-            raise
-        except Exception as exc:
-            tb = traceback.format_exc(limit=8)
-            log.exception("run %s: agent raised", run.run_id)
-            return _finish(run, token, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}", ctx=ctx)
-        return _finish(run, token, clock, RunStatus.SUCCEEDED, result=data, ctx=ctx)
+            return _execute_agent(run, token, clock, definition, ctx, inputs)
+        finally:
+            close(ctx)  # batched durability: its flusher thread ends with the execution
     except RunBlocked as exc:
         return _block(run, token, clock, exc, None)
+
+
+def _execute_agent(
+    run: Run, token: str, clock: Clock, definition: registry.Agent, ctx: RunContext, inputs: Any
+) -> Outcome:
+    """Call the agent with its context; record how the call ended."""
+    try:
+        result = definition.fn(ctx, inputs)
+        data = canonical.normalize(result, step_id="<run result>")
+    except ContinueAsNew as signal:
+        return _continue(run, token, clock, signal, ctx)
+    except RunBlocked as exc:
+        return _block(run, token, clock, exc, ctx)
+    except (StepFailed, NotJSON, DuplicateStepId) as exc:
+        return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        tb = traceback.format_exc(limit=8)
+        log.exception("run %s: agent raised", run.run_id)
+        return _finish(run, token, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}", ctx=ctx)
+    return _finish(run, token, clock, RunStatus.SUCCEEDED, result=data, ctx=ctx)
 
 
 def _count_resume(run: Run, token: str, clock: Clock) -> None:

@@ -9,10 +9,12 @@ with the same final result and the same chain as a run that never crashed.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.db.backends.signals import connection_created
 
 from ledger import registry, transitions
 from ledger.agents import agent, tool
@@ -29,6 +31,9 @@ reads: list[int] = []
 durable_at_send: list[int] = []
 durable_during_reads: list[int] = []
 look_at = {2}  # the reads that look at what is durable while they run
+#: A look that expects a batch handed to the flusher thread waits (up to a minute) for this
+#: many committed rows: a condition, not a timing.
+expect_rows: list[int] = []
 
 
 def _durable_rows(run_id: str) -> int:
@@ -53,7 +58,12 @@ def _durable_rows(run_id: str) -> int:
 def read_value(i: int, run_id: str) -> dict[str, int]:
     reads.append(i)
     if i in look_at:
-        durable_during_reads.append(_durable_rows(run_id))
+        seen = _durable_rows(run_id)
+        deadline = time.monotonic() + 60
+        while expect_rows and seen < expect_rows[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+            seen = _durable_rows(run_id)
+        durable_during_reads.append(seen)
     faults.point("batched.read")
     return {"i": i, "square": i * i}
 
@@ -89,6 +99,7 @@ def _fresh() -> Any:
     durable_during_reads.clear()
     look_at.clear()
     look_at.add(2)
+    expect_rows.clear()
     yield
     faults.clear_hooks()
 
@@ -209,6 +220,7 @@ def test_the_time_bound_commits_an_old_batch_at_the_next_step(execute, monkeypat
     try:
         look_at.clear()
         look_at.add(3)
+        expect_rows.append(3)
         run = _start("batched-timed", 4)
         assert execute(run.run_id).status == "succeeded"
     finally:
@@ -231,8 +243,15 @@ def test_the_count_of_statements_one_per_batch(execute) -> None:
             sent.append(sql)
             return execute_(sql, params, many, context)
 
-        with connection.execute_wrapper(seen):
-            assert execute(run.run_id).status == "succeeded"
+        def attach(sender: Any, connection: Any, **kwargs: Any) -> None:
+            connection.execute_wrappers.append(seen)  # the flusher's thread opens its own
+
+        connection_created.connect(attach, dispatch_uid="batched-count")
+        try:
+            with connection.execute_wrapper(seen):
+                assert execute(run.run_id).status == "succeeded"
+        finally:
+            connection_created.disconnect(dispatch_uid="batched-count")
     finally:
         registry.unregister_agent("batched-many")
     writes = [sql for sql in sent if "INSERT INTO ledger_step" in sql]
@@ -329,3 +348,29 @@ def test_worker_outcome_counts_batched_steps_as_executed(execute) -> None:
     outcome = execute(run.run_id)
     assert outcome.executed == 4 + 1 + 3  # reads, the effect, reads after
     assert outcome.replayed == 0
+
+
+def test_a_batch_committing_on_the_flusher_when_the_lease_is_taken_stops_the_execution(
+    execute, clock
+) -> None:
+    """batch_steps=2: batches go to the flusher's thread (PostgreSQL) while reads go on. A
+    takeover at the 3rd read refuses the batch in flight or the next one; the execution stops
+    before the effect, and the ledger holds a whole batch or nothing of it."""
+    taken: list[bool] = []
+
+    def take_over() -> None:
+        if len(reads) == 3 and not taken:
+            taken.append(True)
+            clock.advance(3600)
+            assert transitions.lease_claim(run_id=run.run_id, owner="usurper", clock=clock)
+
+    faults.set_hook("batched.read", take_over)
+    agent("batched-pairs", tools=[read_value, send], durability="batched", batch_steps=2)(_body)
+    try:
+        run = _start("batched-pairs", 6)
+        assert execute(run.run_id) is None
+    finally:
+        registry.unregister_agent("batched-pairs")
+    assert durable_at_send == []
+    assert [c[0] for c in _chain(run.run_id)] in ([], ["r0", "r1"])
+    assert Run.objects.get(pk=run.run_id).lease_owner == "usurper"

@@ -54,4 +54,11 @@ def flush(ctx: RunContext) -> None:
         steps.flush()
 
 
-__all__ = ["RunContext", "flush", "live_context"]
+def close(ctx: RunContext) -> None:
+    """The execution is over (however it ended): stop its batch's flusher thread, if any."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.close()
+
+
+__all__ = ["RunContext", "close", "flush", "live_context"]

@@ -10,7 +10,8 @@ commit the waiting rows in one statement (``transitions.step_write_batch``):
 - before a fan-out starts (its siblings commit from their own connections);
 - at the end of the execution, in the transaction that records how it ended;
 - once ``max_steps`` rows wait, or the oldest has waited ``max_seconds`` (checked whenever a
-  step is about to execute or has just been added).
+  step is about to execute or has just been added). On PostgreSQL such a full batch commits on
+  a thread of its own (``Flusher``) while the agent goes on; every other write waits for it.
 
 What a crash loses is only what waits here: steps that executed but were never committed. The
 resume finds the ledger as it was at the last commit and executes them again, so they must be
@@ -21,9 +22,13 @@ once, after the waiting ones.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
+from django.db import connections
 
 from ledger.registry import Agent
 from ledger.transitions.steps import StepWrite
@@ -68,3 +73,60 @@ class Batch:
         """The waiting rows, in chain order; the batch is empty afterwards."""
         writes, self._writes = self._writes, []
         return writes
+
+
+class Flusher:
+    """Commits full batches on a thread of its own while the agent goes on (PostgreSQL).
+
+    The thread has its own database connection; batches commit one after another in the order
+    they were handed over (each links the last row of the one before). ``sync`` waits until
+    every batch handed over has committed and raises the first failure (``LeaseLost``,
+    ``LedgerUnavailable``): the live steps call it before any other ledger write — an effect's
+    intent above all — so the order of commits, and the invariant, are those of a synchronous
+    batch. After a failure nothing more is written and every later call raises it.
+    """
+
+    def __init__(self, write: Callable[[list[StepWrite]], None], *, name: str) -> None:
+        self._write = write
+        self._name = name
+        self._queue: queue.Queue[list[StepWrite] | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, writes: list[StepWrite]) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put(writes)
+
+    def sync(self) -> None:
+        """Every batch handed over is committed; or raise why not."""
+        if self._thread is not None:
+            self._queue.join()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Commit what was handed over (a dying execution's full batches too), then stop."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _work(self) -> None:
+        try:
+            while True:
+                writes = self._queue.get()
+                try:
+                    if writes is None:
+                        return
+                    if self._error is None:
+                        self._write(writes)
+                except BaseException as exc:  # raised again in the agent's thread, at sync
+                    self._error = exc
+                finally:
+                    self._queue.task_done()
+        finally:
+            connections.close_all()  # this thread's own connection

@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
 
 from ledger import canonical, observe, transitions
-from ledger.engine.batch import Batch
+from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
@@ -100,6 +100,13 @@ class LiveSteps:
         self._fence = fence
         self._clock = clock
         self._batch = Batch.for_agent(walk.agent)
+        # Full batches commit on a thread of their own where threads get their own connections
+        # (PostgreSQL); the SQLite demo commits them in line.
+        self._flusher = (
+            Flusher(self._write_batch, name=f"batch-{self.run_id}")
+            if self._batch is not None and connection.vendor == "postgresql"
+            else None
+        )
 
     # --- one step -------------------------------------------------------------------------
 
@@ -109,7 +116,7 @@ class LiveSteps:
         if call.step_id not in self.walk.ledger:
             self._check_history(1, call.step_id)
         if self._batch is not None and self._batch.due():
-            self.flush()
+            self._flush_soon()
         result = self._run(
             call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
         )
@@ -117,15 +124,37 @@ class LiveSteps:
         return result
 
     def flush(self) -> None:
-        """Commit the steps waiting in the batch (batched durability), if any."""
-        if self._batch is not None and len(self._batch):
-            writes = self._batch.take()
-            with _ledger_write(writes[0].step_id, "batch"):
-                transitions.step_write_batch(writes)
+        """Batched durability: return once every step executed so far is committed."""
+        if self._batch is None:
+            return
+        if self._flusher is not None:
+            self._flusher.sync()
+        if len(self._batch):
+            self._write_batch(self._batch.take())
+
+    def close(self) -> None:
+        """The execution is over: full batches handed to the flusher commit, its thread ends."""
+        if self._flusher is not None:
+            self._flusher.close()
+
+    def _flush_soon(self) -> None:
+        """The batch is due: commit it, on the flusher's thread where there is one."""
+        assert self._batch is not None
+        if self._flusher is None:
+            self.flush()
+        else:
+            self._flusher.submit(self._batch.take())
+
+    @staticmethod
+    def _write_batch(writes: list[StepWrite]) -> None:
+        with _ledger_write(writes[0].step_id, "batch"):
+            transitions.step_write_batch(writes)
 
     def _commit(self, step_id: str, what: str, write: Callable[[], Any]) -> Any:
         """One ledger write; the steps waiting in the batch commit first, in its transaction
         (an effect's intent is never durable before the steps ahead of it)."""
+        if self._flusher is not None:
+            self._flusher.sync()
         if self._batch is None or not len(self._batch):
             with _ledger_write(step_id, what):
                 return write()
@@ -332,7 +361,7 @@ class LiveSteps:
             attempt=attempt,
             now=self._clock(),
             effect_key=key,
-            errors_json=canonical.dumps(errors),
+            errors_json=canonical.dumps(errors) if errors else "[]",
             model_id=call.model_id,
             prompt_hash=call.prompt_hash,
             next_step_id=call.next_step_id,
@@ -347,7 +376,7 @@ class LiveSteps:
         write.expires_at = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
         self._batch.add(write)
         if self._batch.due():
-            self.flush()
+            self._flush_soon()
 
     def _commit_success(
         self, call: Call, write: StepWrite, pk: int | None, data: Any, text: str
@@ -430,7 +459,7 @@ class LiveSteps:
                 kind=call.kind,
                 tool=call.tool,
                 seq=write.seq,
-                errors=json.loads(write.errors_json),
+                errors=json.loads(write.errors_json) if write.errors_json != "[]" else [],
             )
 
     def _effect_key(self, call: Call) -> str:
