@@ -49,6 +49,9 @@ class Command(BaseCommand):
             return
         figures: dict[str, Any] = {}
         for broker in options["brokers"].split(","):
+            if broker == "redis" and shutil.which("redis-server") is None:
+                self.stdout.write("# redis: not measured (no redis-server on PATH)")
+                continue
             figures.update(self._broker(broker, options))
         if options["json"]:
             from ledger.management.commands.bench_engine import _merge_json
