@@ -116,13 +116,17 @@ def _start(name: str, reads_: int = 20, run_id: str | None = None) -> Run:
 def test_steps_wait_then_commit_with_the_effect_intent_and_every_one_is_durable_at_send(
     execute,
 ) -> None:
+    look_at.add(100)
     run = _start("batched-sum", 6)
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
     # While the third read ran, nothing of the run was committed (the batch really waits);
-    # when the effect was sent, all 6 reads and the clock reading were.
-    assert durable_during_reads == [0]
+    # when the effect was sent, all 6 reads and the clock reading were; the effect's result
+    # was committed at once, before the next read (an effect's rows never wait).
+    assert durable_during_reads == [0, 8]
     assert durable_at_send == [7]
+    sent = Step.objects.get(run_id=run.run_id, step_id="send")
+    assert sent.effect_key == f"{run.run_id}:send" and sent.kind == "effect"
     chain = _chain(run.run_id)
     ids = ["r0", "r1", "r2", "r3", "r4", "t4", "r5", "send", "after0", "after1", "after2"]
     assert [c[0] for c in chain] == ids

@@ -327,7 +327,7 @@ class LiveSteps:
             except Exception as exc:
                 error = describe(exc)
             else:
-                if batchable and not abandon and not errors and self._batch is not None:
+                if batchable and not effect and not abandon and not errors:
                     self._wait_in_batch(call, write, data, text)
                 else:
                     self._commit_success(call, write, pk, data, text)
@@ -368,8 +368,9 @@ class LiveSteps:
         )
 
     def _wait_in_batch(self, call: Call, write: StepWrite, data: Any, text: str) -> None:
-        """Batched durability: the finished row waits with the others (``ledger.engine.batch``)."""
-        assert self._batch is not None
+        """Batched durability: the finished row of a read, model or clock step waits with the
+        others (``ledger.engine.batch``). An effect's result never waits."""
+        assert self._batch is not None and call.kind != StepKind.EFFECT
         now = self._clock()
         write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
         write.now = now
