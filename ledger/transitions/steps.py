@@ -239,6 +239,17 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
 RETURNING id"""
 _PG_UPSERT = "WITH" + _PG_LEASE + _PG_UPSERT_BODY
 _PG_UPSERT_EXCLUSIVE = "WITH" + _PG_LEASE_EXCLUSIVE + _PG_UPSERT_BODY
+# The same writes without the CTEs they would run for nothing: a data-modifying CTE costs its
+# executor set-up (the table and its indexes opened) even when it changes no row, ~0.03 ms of
+# server time each, a tenth of the floor. A step that links its previous one and abandons
+# nothing (nearly every step) skips ``gone``; a write that touches no other row (a fan-out
+# sibling) skips both. Same rows written, same lock on the run row as the full statement.
+_PG_GONE = _PG_UPSERT_BODY[
+    _PG_UPSERT_BODY.index(",\ngone AS (") : _PG_UPSERT_BODY.index("\nINSERT INTO ledger_step")
+]
+_PG_PREV = _PG_UPSERT_BODY[: _PG_UPSERT_BODY.index(",\ngone AS (")]
+_PG_UPSERT_LINK = "WITH" + _PG_LEASE_EXCLUSIVE + _PG_UPSERT_BODY.replace(_PG_GONE, "")
+_PG_UPSERT_ALONE = "WITH" + _PG_LEASE + _PG_UPSERT_BODY.replace(_PG_PREV + _PG_GONE, "")
 
 _PG_UPDATE = (
     "WITH"
@@ -343,8 +354,13 @@ def _step_write(w: StepWrite) -> int:
         "next_step_id": w.next_step_id,
     }
     if pg:
-        touches_others = w.prev_step_id is not None or bool(w.abandon)
-        row = _pg_fetch(db, _PG_UPSERT_EXCLUSIVE if touches_others else _PG_UPSERT, params)
+        if w.abandon:
+            statement = _PG_UPSERT_EXCLUSIVE
+        elif w.prev_step_id is not None:
+            statement = _PG_UPSERT_LINK
+        else:
+            statement = _PG_UPSERT_ALONE
+        row = _pg_fetch(db, statement, params)
         if row is None:
             raise LeaseLost(w.run_id)
         return int(row[0])

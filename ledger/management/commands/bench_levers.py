@@ -4,9 +4,11 @@ Each variant is the engine's own fenced statement (``ledger.transitions.steps``)
 way, executed end to end from Python (autocommit: one statement, one commit) on the
 connection Django holds, in alternating rounds beside the floor (one INSERT+COMMIT):
 
-- ``engine``: the statement as the engine sends it (bound on the server, prepared once,
-  planned once: the session's ``plan_cache_mode`` is ``force_generic_plan``, as the engine
-  sets it);
+- ``engine``: the statement as the engine sends it for a step that links its previous one
+  (nearly every step): bound on the server, prepared once, planned once (the session's
+  ``plan_cache_mode`` is ``force_generic_plan``, as the engine sets it);
+- ``full_body``: the same with the ``gone`` CTE (abandoning no row), as every step sent it
+  before the floor work;
 - ``custom_plan``: the same, re-planned at every execution (PostgreSQL's choice left to itself,
   as before the floor work: its generic-plan estimate never wins for this statement);
 - ``insert_only``: the engine's, without ``ON CONFLICT DO UPDATE`` (a step with no row yet);
@@ -15,13 +17,14 @@ connection Django holds, in alternating rounds beside the floor (one INSERT+COMM
 - ``client``: the same bound on the client, as Django's cursors do (re-sent, re-planned);
 - ``join_prev``: the previous row found through a join on the lease, its ``updated_at`` bumped
   (the statement before issue 12), prepared;
-- ``no_prev``: prepared, without the update of the previous row's ``next_step_id``;
-- ``no_fence``: prepared, the lease read without ``FOR SHARE`` (unsafe: a lower bound only);
-- ``advisory``: prepared, a shared advisory transaction lock instead of ``FOR SHARE``;
+- ``no_prev``: the engine's write that links nothing (a fan-out sibling's: no ``prev`` CTE,
+  the run row shared);
+- ``no_fence``: the engine's, the lease read without its row lock (unsafe: a lower bound only);
+- ``advisory``: the engine's, a shared advisory transaction lock instead of the row lock;
 - ``fat``: the engine's, with the two run_id indexes that migration 0006 dropped put back for
   a second pass (beside the engine's write again, by which it is scaled);
-- ``before``: all of the above undone (client-bound, join, both indexes): the write before
-  issue 12, in the second pass;
+- ``before``: all of the above undone (client-bound, join, both indexes, the full body): the
+  write before issue 12, in the second pass;
 - ``no_seq_index``: the engine's without the (run_id, seq) index, in a third pass (beside the
   engine's write again; the index is recreated after it).
 
@@ -51,11 +54,11 @@ from ledger.management.commands.bench_engine import _bench_agent, _merge_json
 from ledger.models import Run, Step
 from ledger.transitions import steps as sql
 
-_FENCE = "FOR SHARE"
+_FENCE = "FOR NO KEY UPDATE"  # the run row's lock in a write that links the previous step
 _ADVISORY = "AND pg_advisory_xact_lock_shared(hashtextextended(run_id, 0)) IS NOT NULL"
 FIRST = (
-    "engine", "custom_plan", "insert_only", "no_fk", "client", "join_prev", "no_prev",
-    "no_fence", "advisory",
+    "engine", "full_body", "custom_plan", "insert_only", "no_fk", "client", "join_prev",
+    "no_prev", "no_fence", "advisory",
 )  # fmt: skip
 SECOND = ("fat", "before")
 THIRD = ("no_seq_index",)
@@ -76,16 +79,23 @@ _DROPPED = (
 
 
 def _statement(variant: str) -> str:
-    assert _PREV_NOW in sql._PG_UPSERT, "the engine's statement changed: update bench_levers"
+    engine = sql._PG_UPSERT_LINK
+    assert _PREV_NOW in engine and _FENCE in engine, "the engine's statement changed: update me"
     if variant == "no_fence":
-        return sql._PG_UPSERT.replace(_FENCE, "")
+        return engine.replace(_FENCE, "")
     if variant == "advisory":
-        return sql._PG_UPSERT.replace(_FENCE, _ADVISORY)
-    if variant in ("join_prev", "before"):
+        return engine.replace(_FENCE, _ADVISORY)
+    if variant == "join_prev":
+        return engine.replace(_PREV_NOW, _PREV_BEFORE)
+    if variant == "before":
         return sql._PG_UPSERT.replace(_PREV_NOW, _PREV_BEFORE)
     if variant == "insert_only":
-        return sql._PG_UPSERT[: sql._PG_UPSERT.index("ON CONFLICT")] + "RETURNING id"
-    return sql._PG_UPSERT
+        return engine[: engine.index("ON CONFLICT")] + "RETURNING id"
+    if variant == "no_prev":
+        return sql._PG_UPSERT_ALONE
+    if variant == "full_body":
+        return sql._PG_UPSERT_EXCLUSIVE
+    return engine
 
 
 class Command(BaseCommand):
@@ -112,6 +122,8 @@ class Command(BaseCommand):
         self._superuser = connection.connection.execute(
             "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
         ).fetchone()[0]
+        self._own: dict[str, psycopg.Connection[Any]] = {}
+        self._sync_commit = "on" if options["flush"] else "off"
         if not options["flush"]:
             connection.connection.execute("SET synchronous_commit = off")
         connection.connection.execute("SET plan_cache_mode = force_generic_plan")  # the engine's
@@ -163,22 +175,37 @@ class Command(BaseCommand):
             variants = [v for v in variants if v != "no_fk"]
         writers = {v: self._writer(v) for v in variants}
         samples: dict[str, list[float]] = {v: [] for v in variants}
-        raw = connection.connection
-        for i in range(n):
-            for variant, write in writers.items():
-                session = _SESSION.get(variant)
-                if session:
-                    raw.execute(session[0])
-                t = time.perf_counter()
-                write(i)
-                samples[variant].append(time.perf_counter() - t)
-                if session:
-                    raw.execute(session[1])
+        try:
+            for i in range(n):
+                for variant, write in writers.items():
+                    t = time.perf_counter()
+                    write(i)
+                    samples[variant].append(time.perf_counter() - t)
+        finally:
+            for own in self._own.values():
+                own.close()
+            self._own.clear()
         return {v: statistics.median(s) * 1000 for v, s in samples.items()}
+
+    def _connection(self, setting: str) -> psycopg.Connection[Any]:
+        """Another connection like Django's (autocommit, the same commit mode) with ``setting``."""
+        conn = psycopg.connect(
+            connection.connection.info.dsn,
+            password=connection.settings_dict.get("PASSWORD") or None,
+            autocommit=True,
+            prepare_threshold=2**31 - 1,
+        )
+        conn.execute(f"SET synchronous_commit = {self._sync_commit}")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(setting)
+        return conn
 
     def _writer(self, variant: str) -> Callable[[int], None]:
         prepared = variant not in ("client", "before")
-        cur = (psycopg.Cursor if prepared else psycopg.ClientCursor)(connection.connection)
+        conn = connection.connection
+        if variant in _SESSION:
+            conn = self._own[variant] = self._connection(_SESSION[variant])
+        cur = (psycopg.Cursor if prepared else psycopg.ClientCursor)(conn)
         if variant == "floor":
 
             def insert(i: int) -> None:
@@ -199,11 +226,12 @@ class Command(BaseCommand):
 
 
 _FLOOR = "INSERT INTO bench_floor VALUES (%s, %s)"
-#: A variant's session, set before its write and reset after it (both untimed); the others
-#: run in the engine's session (plan_cache_mode force_generic_plan, set in handle).
+#: Variants that need another session run on their own connection, set up so (switching
+#: session_replication_role back and forth would empty every session's plan cache each time);
+#: the others share the engine's session (plan_cache_mode force_generic_plan, set in handle).
 _SESSION = {
-    "custom_plan": ("SET plan_cache_mode = auto", "SET plan_cache_mode = force_generic_plan"),
-    "no_fk": ("SET session_replication_role = replica", "SET session_replication_role = origin"),
+    "custom_plan": "SET plan_cache_mode = auto",
+    "no_fk": "SET session_replication_role = replica",
 }
 
 
