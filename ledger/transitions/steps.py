@@ -12,7 +12,12 @@ the row's ``version`` (an INSERT takes the column's database default, 1): the op
 functions compare it with the version a person saw before they change the row.
 
 What keeps the PostgreSQL write cheap (``manage.py bench_levers`` measures each):
-- the statements are prepared on the server once per connection (``_pg_cursor``);
+- the statements are prepared on the server once per connection (``_pg_cursor``) and planned
+  once (``_tune``: a generic plan; re-planning the CTE at each step cost half the floor);
+- a write sends only the CTEs it needs (no ``gone`` without rows to abandon, no ``prev``
+  without a row to link): an empty data-modifying CTE still costs its executor set-up;
+- with nothing watching the connection (production), the statement goes straight to a
+  psycopg cursor the connection keeps (``_pg_fetch``), not through Django's cursor wrapper;
 - the previous row and the abandoned rows are found by the unique (run_id, step_id) index,
   never through a join on the lease (which let the planner scan the table);
 - linking the previous row changes only ``next_step_id`` and ``version``, no indexed column,
