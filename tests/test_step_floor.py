@@ -161,6 +161,7 @@ def _tool(name: str, doc: str = "") -> Tool:
     return Tool(name=name, kind="read", fn=fn, description=doc)
 
 
+@pytest.mark.sqlite_ok
 def test_tool_schemas_are_built_once_per_tool_set_and_hash_as_before(monkeypatch) -> None:
     tools = (_tool("search"), _tool("lookup", "finds"))
     expected = [t.schema() for t in tools]
@@ -182,6 +183,7 @@ def test_tool_schemas_are_built_once_per_tool_set_and_hash_as_before(monkeypatch
     assert other == expected[1:] and other_hash != expected_hash
 
 
+@pytest.mark.sqlite_ok
 def test_stored_inputs_keep_their_truncation_rule() -> None:
     with override_settings(RUNLEDGER_MAX_STORED_INPUT_BYTES=1000):
         short = canonical.dumps({"x": "é" * 100})  # 200 bytes in UTF-8, under 4 per character
