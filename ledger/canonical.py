@@ -29,6 +29,53 @@ MAX_DEPTH = 100
 
 def normalize(value: Any, *, step_id: str = "", path: str = "$", depth: int = 0) -> Any:
     """Return ``value`` as plain JSON data in its canonical form, or raise ``NotJSON``."""
+    try:
+        return _plain(value, depth)
+    except _Unusual:
+        return _normalize(value, step_id=step_id, path=path, depth=depth)
+
+
+class _Unusual(Exception):
+    """Raised by ``_plain`` at anything but plain JSON: the full walk decides (and names it)."""
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """``_normalize`` for plain data (exact dict, list, tuple, str, int, float, bool, None),
+    without building the path of every value on the way (it is only needed in an error).
+    Anything else, valid (a subclass) or not, raises ``_Unusual``: the full walk handles it.
+    Called once per step on its inputs and its result: the engine's hot path."""
+    if depth > MAX_DEPTH:
+        raise _Unusual
+    kind = type(value)
+    if kind is str:
+        if "\x00" in value or not (value.isascii() or _encodable(value)):
+            raise _Unusual
+        return value
+    if kind is dict:
+        for key in value:
+            if type(key) is not str or "\x00" in key or not (key.isascii() or _encodable(key)):
+                raise _Unusual
+        return {key: _plain(value[key], depth + 1) for key in sorted(value)}
+    if kind is list or kind is tuple:
+        return [_plain(item, depth + 1) for item in value]
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise _Unusual
+        return int(value) if value.is_integer() else value
+    raise _Unusual
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _normalize(value: Any, *, step_id: str, path: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise NotJSON(step_id, path, f"nested deeper than {MAX_DEPTH} levels")
     if value is None or isinstance(value, bool):
@@ -46,7 +93,7 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$", depth: int = 0)
         return _check_string(value, step_id, path)
     if isinstance(value, list | tuple):
         return [
-            normalize(item, step_id=step_id, path=f"{path}[{i}]", depth=depth + 1)
+            _normalize(item, step_id=step_id, path=f"{path}[{i}]", depth=depth + 1)
             for i, item in enumerate(value)
         ]
     if isinstance(value, dict):
@@ -55,7 +102,7 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$", depth: int = 0)
                 raise NotJSON(step_id, f"{path}", f"key {key!r} is not a string")
             _check_string(key, step_id, f"{path}.{key}")
         return {
-            key: normalize(value[key], step_id=step_id, path=f"{path}.{key}", depth=depth + 1)
+            key: _normalize(value[key], step_id=step_id, path=f"{path}.{key}", depth=depth + 1)
             for key in sorted(value)
         }
     if isinstance(value, bytes | bytearray | memoryview):
@@ -77,9 +124,13 @@ def _check_string(value: str, step_id: str, path: str) -> str:
 
 def dumps(value: Any) -> str:
     """The canonical text of already-normalized data."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(value)
+
+
+#: Built once: ``json.dumps`` with any non-default option builds an encoder per call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def canonical(value: Any, *, step_id: str = "") -> tuple[Any, str]:

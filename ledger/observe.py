@@ -41,6 +41,11 @@ def unsubscribe(observer: Observer) -> None:
     _observers = tuple(o for o in _observers if o is not observer)
 
 
+def watched() -> bool:
+    """Whether anyone observes: a hot path may skip timing and building an event nobody reads."""
+    return bool(_observers)
+
+
 def emit(event: str, /, **fields: Any) -> None:
     for observer in _observers:
         try:

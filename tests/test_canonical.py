@@ -3,6 +3,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger import canonical
 from ledger.errors import NotJSON
@@ -43,3 +45,56 @@ def test_values_that_are_not_json_name_the_step_and_the_path(value, path, words)
     assert "plan.3.fetch" in message
     assert path in message
     assert words in message
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_the_plain_walk_gives_what_the_full_walk_gives(value) -> None:
+    """``normalize`` walks plain data without paths; the result (or refusal) is the full walk's."""
+    try:
+        expected = canonical._normalize(value, step_id="s", path="$", depth=0)
+    except NotJSON as exc:
+        with pytest.raises(NotJSON) as caught:
+            canonical.normalize(value, step_id="s")
+        assert str(caught.value) == str(exc)
+        return
+    got = canonical.normalize(value, step_id="s")
+    assert got == expected
+    assert canonical.dumps(got) == canonical.dumps(expected)
+    assert [type(x) for x in _leaves(got)] == [type(x) for x in _leaves(expected)]
+
+
+def _leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [k for k in value] + [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def test_subclasses_and_deep_values_take_the_full_walk() -> None:
+    import enum
+    from collections import OrderedDict
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    value = OrderedDict([("b", Level.HIGH), ("a", [True, 2.0])])
+    assert canonical.normalize(value) == {"a": [True, 2], "b": 3}
+    assert type(canonical.normalize(value)["b"]) is int
+    deep: object = 1
+    for _ in range(canonical.MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(NotJSON, match="nested deeper"):
+        canonical.normalize(deep)
