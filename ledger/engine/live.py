@@ -177,7 +177,11 @@ class LiveSteps:
         Touches no per-execution state but the walk's counters and in-memory ledger (under
         its lock), so that fan-out siblings can run it on their own threads.
         """
-        action = decide(kind=call.kind, input_hash=call.input_hash, row=row, now=self._clock())
+        action = (
+            Action.EXECUTE  # no row: nothing to compare, no clock to read
+            if row is None
+            else decide(kind=call.kind, input_hash=call.input_hash, row=row, now=self._clock())
+        )
         if action == Action.STALE:
             assert row is not None
             raise StaleCheckpoint(call.step_id, _stale_detail(call, row))

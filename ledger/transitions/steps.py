@@ -401,7 +401,8 @@ batch AS (
         kind text, tool text, seq int, inputs jsonb, truncated bool, now timestamptz,
         expires_at timestamptz, model_id text, prompt_hash text
     )
-)
+),
+written AS (
 INSERT INTO ledger_step (
     run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
     kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
@@ -419,7 +420,9 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
     errors = '[]', started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
     expires_at = EXCLUDED.expires_at, model_id = EXCLUDED.model_id,
     prompt_hash = EXCLUDED.prompt_hash, settled_by = '', version = ledger_step.version + 1
-RETURNING id"""
+RETURNING 1
+)
+SELECT count(*) FROM written"""
 )
 
 
@@ -446,9 +449,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
             "prev_step_id": first.prev_step_id,
             "rows": "[" + ",".join(map(_batch_row, writes, links)) + "]",
         }
-        with _pg_cursor() as cur:
-            cur.execute(_PG_BATCH, params)
-            written = len(cur.fetchall())
+        (written,) = _pg_fetch(connections[DEFAULT_DB_ALIAS], _PG_BATCH, params)
         if written != len(writes):
             raise LeaseLost(first.run_id)
     else:
@@ -458,7 +459,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
                 w.prev_step_id = w.prev_step_id if w is first else None
                 _step_write(w)
     seconds = perf_counter() - started
-    for w in writes:
+    for w in writes if observe.watched() else ():
         observe.emit(
             "step_written",
             run_id=w.run_id,
