@@ -117,6 +117,7 @@ class Command(BaseCommand):
         parser.add_argument("--peer-steps", type=int, default=1000)
         parser.add_argument("--resume-steps", type=int, default=10000)
         parser.add_argument("--concurrent", type=int, default=8)
+        parser.add_argument("--concurrent-steps", type=int, default=1000, help="steps per run")
         parser.add_argument("--json", default="", help="write the figures to this file")
         parser.add_argument("--profile", default="", help="write a pyinstrument profile here")
         parser.add_argument("--resume-only", default="", help=argparse.SUPPRESS)
@@ -223,8 +224,9 @@ class Command(BaseCommand):
             figures.add(f"{kind}_round_trips", trips, "per step")
         figures.add("orm_fenced_write", self._orm_write(steps), "ms")
         self._resume(figures, options["resume_steps"])
-        if options["concurrent"] > 1:
-            self._concurrency(figures, steps=max(steps // 3, 50), runs=options["concurrent"])
+        runs = options["concurrent"]
+        if runs > 1:
+            self._concurrency(figures, steps=options["concurrent_steps"], runs=runs)
         if options["profile"]:
             self._profile(options["profile"], steps)
 
