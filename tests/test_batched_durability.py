@@ -154,18 +154,23 @@ def test_the_batched_ledger_equals_the_stepwise_one(execute) -> None:
     assert same(one, rows(one.run_id)) == same(two, rows(two.run_id))
 
 
-def test_a_full_batch_commits_without_waiting_for_an_effect(execute) -> None:
-    """batch_steps=8: a crash at the 13th read finds the first 8 steps committed, no more."""
+def _crash_at_call(crash_at: Any, n: int) -> None:
+    """The process dies (conftest's Crash) at the n-th read, once."""
+    crash_at("batched.read")
+    crash = faults._hooks["batched.read"]  # raises conftest's Crash the first time it runs
     calls = [0]
 
-    def thirteenth() -> None:
+    def nth() -> None:
         calls[0] += 1
-        if calls[0] == 13:
-            from conftest import Crash
+        if calls[0] == n:
+            crash()
 
-            raise Crash("batched.read")
+    faults.set_hook("batched.read", nth)
 
-    faults.set_hook("batched.read", thirteenth)
+
+def test_a_full_batch_commits_without_waiting_for_an_effect(execute, crash_at) -> None:
+    """batch_steps=8: a crash at the 13th read finds the first 8 steps committed, no more."""
+    _crash_at_call(crash_at, 13)
     run = _start("batched-sum", 20)
     execute(run.run_id, crash_expected=True)
     chain = _chain(run.run_id)
@@ -176,21 +181,12 @@ def test_a_full_batch_commits_without_waiting_for_an_effect(execute) -> None:
 
 
 def test_a_crash_loses_only_waiting_reads_and_the_resume_ends_as_if_nothing_happened(
-    execute,
+    execute, crash_at
 ) -> None:
     clean = _start("batched-sum", 20)
     expected = execute(clean.run_id).result
     reads.clear()
-    deaths = [0]
-
-    def die_once_at_read_17() -> None:
-        if len(reads) == 17 and deaths[0] == 0:
-            deaths[0] += 1
-            from conftest import Crash
-
-            raise Crash("batched.read")
-
-    faults.set_hook("batched.read", die_once_at_read_17)
+    _crash_at_call(crash_at, 17)
     run = _start("batched-sum", 20)
     execute(run.run_id, crash_expected=True)
     durable = {c[0] for c in _chain(run.run_id)}
