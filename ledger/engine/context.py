@@ -155,7 +155,8 @@ class RunContext:
         for step_id in walked[self._sized :]:
             row = self._walk.ledger.get(step_id)
             if row is not None:
-                self._bytes += len(canonical.dumps(row.result).encode())
+                size = row.size
+                self._bytes += len(canonical.dumps(row.result).encode()) if size is None else size
         self._sized = len(walked)
         return self._bytes
 

@@ -465,6 +465,7 @@ class LiveSteps:
                 tool=call.tool,
                 seq=write.seq,
                 errors=json.loads(write.errors_json) if write.errors_json != "[]" else [],
+                size=len(text.encode()) if (text := write.result_json) is not None else None,
             )
 
     def _effect_key(self, call: Call) -> str:

@@ -35,6 +35,9 @@ class StepRow:
     errors: list[Any] = field(default_factory=list)
     expires_at: datetime | None = None
     settled_by: str = ""
+    #: UTF-8 bytes of the result's canonical JSON, when the execution that wrote it knows them
+    #: (``ctx.history_bytes`` counts them without encoding the result again).
+    size: int | None = None
 
 
 def load_steps(run_id: str) -> dict[str, StepRow]:
