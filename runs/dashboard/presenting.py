@@ -177,6 +177,20 @@ def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
     }
 
 
+def batched_note(run: Run) -> str:
+    """For a running run of an agent with batched durability: how far its recorded steps may
+    lag behind what it has executed ("" for every other agent)."""
+    agent = registry.get_agent(run.agent)
+    if agent is None or agent.durability != "batched":
+        return ""
+    steps = agent.batch_steps or settings.RUNLEDGER_BATCH_MAX_STEPS
+    ms = settings.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
+    return (
+        f"batched durability: reads, model calls and clock readings commit together, up to "
+        f"{steps} steps or {ms:g} ms at a time, and always before an effect is sent"
+    )
+
+
 def tool_has_lookup(tool_name: str) -> bool:
     """The tool is registered here with a read path (reconcile): a resume can ask it again."""
     tool = registry.get_tool(tool_name) if tool_name else None

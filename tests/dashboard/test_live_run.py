@@ -59,3 +59,21 @@ def test_a_running_run_shows_its_step_count_and_last_write_and_polls_as_one(
     assert done["HX-Trigger"] == "run-changed"  # the table's last refresh
     assert '<div id="flash" hx-swap-oob="true"></div>' in html  # the banner goes
     assert 'id="run-live"' not in html and "data-poll" not in html
+
+
+def test_a_running_batched_run_says_its_count_grows_in_batches(execute, crash_at) -> None:
+    """An agent with batched durability: the live header says how far its recorded steps may
+    lag (its own bounds); a stepwise agent's header says nothing of it."""
+    from ledger import transitions
+    from ledger.examples import faults
+
+    crash_at("lookup_record")  # the worker dies at its first read: the run stays "running"
+    run = transitions.run_start(agent="survey_batched", inputs={"records": 3})
+    execute(run.run_id, crash_expected=True)
+    faults.clear_hooks()
+    client = viewer()
+    page = client.get(f"/runs/{run.run_id}/").content.decode()
+    assert 'id="run-batched"' in page
+    assert "up to 16 steps or 200 ms at a time, and always before an effect is sent" in page
+    stepwise = expired_lease_run(execute, crash_at)
+    assert 'id="run-batched"' not in client.get(f"/runs/{stepwise.run_id}/").content.decode()

@@ -122,6 +122,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         if run.status in ACTIVE_STATUSES
         else None,
         "active": run.status in ACTIVE_STATUSES,
+        "batched": presenting.batched_note(run) if run.status in ACTIVE_STATUSES else "",
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "inputs_text": presenting.pretty_capped(run.inputs),
         "result_text": presenting.pretty_capped(run.result),
