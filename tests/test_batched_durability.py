@@ -210,7 +210,7 @@ def test_a_crash_loses_only_waiting_reads_and_the_resume_ends_as_if_nothing_happ
 def test_the_time_bound_commits_an_old_batch_at_the_next_step(execute, monkeypatch) -> None:
     """The oldest waiting row past batch_ms: the batch commits when the next step comes."""
     now = [1000.0]
-    monkeypatch.setattr(batch_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(batch_module, "_monotonic", lambda: now[0])  # the bound's clock only
 
     def tick() -> None:
         now[0] += 0.150  # each read "takes" 150 ms of the bound's clock

@@ -33,6 +33,9 @@ from django.db import connections
 from ledger.registry import Agent
 from ledger.transitions.steps import StepWrite
 
+#: The clock of the time bound (a test replaces it, and only it).
+_monotonic = time.monotonic
+
 
 class Batch:
     """The rows of finished steps not committed yet, in chain order."""
@@ -41,7 +44,7 @@ class Batch:
         self.max_steps = max_steps
         self.max_seconds = max_seconds
         self._writes: list[StepWrite] = []
-        self._since = 0.0  # time.monotonic() when the oldest waiting row was added
+        self._since = 0.0  # _monotonic() when the oldest waiting row was added
 
     @classmethod
     def for_agent(cls, agent: Agent) -> Batch | None:
@@ -57,7 +60,7 @@ class Batch:
 
     def add(self, write: StepWrite) -> None:
         if not self._writes:
-            self._since = time.monotonic()
+            self._since = _monotonic()
         self._writes.append(write)
 
     def due(self) -> bool:
@@ -66,7 +69,7 @@ class Batch:
             return False
         return (
             len(self._writes) >= self.max_steps
-            or time.monotonic() - self._since >= self.max_seconds
+            or _monotonic() - self._since >= self.max_seconds
         )
 
     def take(self) -> list[StepWrite]:
