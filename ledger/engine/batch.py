@@ -67,10 +67,7 @@ class Batch:
         """Rows wait and one bound is reached: commit them now."""
         if not self._writes:
             return False
-        return (
-            len(self._writes) >= self.max_steps
-            or _monotonic() - self._since >= self.max_seconds
-        )
+        return len(self._writes) >= self.max_steps or _monotonic() - self._since >= self.max_seconds
 
     def take(self) -> list[StepWrite]:
         """The waiting rows, in chain order; the batch is empty afterwards."""
