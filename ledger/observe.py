@@ -8,7 +8,8 @@ one that does is logged and skipped, never propagated into a step.
 
 Events and their fields:
 
-- ``step_written``: ``kind``, ``status``, ``seconds`` (the fenced write's duration).
+- ``step_written``: ``kind``, ``status``, ``seconds`` (the fenced write's duration), and
+  ``count`` when one commit wrote that many rows of that kind (batched durability; else 1).
 - ``run_resumed``: ``run_id`` (an execution after the first: a resume or a recovery).
 - ``reconciled``: ``answer`` (``happened``, ``not_happened``, ``unknown``, ``no_read_path``).
 - ``lease_expired``: ``run_id`` (the sweep re-queued a run whose worker stopped renewing).

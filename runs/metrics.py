@@ -83,7 +83,7 @@ def observe(event: str, fields: Mapping[str, Any]) -> None:
     """The ledger's events as counter increments (no I/O: cheap on the engine's hot path)."""
     if event == "step_written":
         counter, histogram = _step_metrics(fields["kind"], fields["status"])
-        counter.inc()
+        counter.inc(fields.get("count", 1))  # a batch's rows of one kind: one event
         histogram.observe(fields["seconds"])
     elif event == "run_resumed":
         RESUMES.inc()

@@ -374,3 +374,28 @@ def test_a_batch_committing_on_the_flusher_when_the_lease_is_taken_stops_the_exe
     assert durable_at_send == []
     assert [c[0] for c in _chain(run.run_id)] in ([], ["r0", "r1"])
     assert Run.objects.get(pk=run.run_id).lease_owner == "usurper"
+
+
+def test_a_batch_reports_its_rows_by_kind_in_one_event_each(execute) -> None:
+    """Metrics count every row a batch wrote (one event per kind, with its count)."""
+    from ledger import observe
+
+    seen: list[tuple[str, int]] = []
+
+    def watch(event: str, fields: Any) -> None:
+        if event == "step_written":
+            seen.append((fields["kind"], fields.get("count", 1)))
+
+    observe.subscribe(watch)
+    try:
+        run = _start("batched-sum", 10)
+        assert execute(run.run_id).status == "succeeded"
+    finally:
+        observe.unsubscribe(watch)
+    counted: dict[str, int] = {}
+    for kind, count in seen:
+        counted[kind] = counted.get(kind, 0) + count
+    rows = Step.objects.filter(run_id=run.run_id)
+    assert counted["read"] == rows.filter(kind="read").count() == 13
+    assert counted["clock"] == rows.filter(kind="clock").count() == 2
+    assert ("read", 1) not in seen[:1]  # the first batch came as one event, not row by row

@@ -63,6 +63,7 @@ class RunContext:
         self._scope: list[str] = []
         self._used: set[str] = set()
         self._sized = 0  # how many walked steps history_bytes has counted
+        self._max_bytes = settings.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN
         self._bytes = 0
 
     @property
@@ -310,7 +311,7 @@ class RunContext:
     def _check_bytes(self, step_id: str) -> None:
         """Bound the history by size: a step the ledger does not hold yet is refused once the
         walked results pass RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN (the run stops, budget)."""
-        limit = settings.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN
+        limit = self._max_bytes
         if step_id in self._walk.ledger or not limit or self.history_bytes < limit:
             return
         raise BudgetExhausted(

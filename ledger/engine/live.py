@@ -100,6 +100,9 @@ class LiveSteps:
         self._fence = fence
         self._clock = clock
         self._batch = Batch.for_agent(walk.agent)
+        # Read once per execution: a lazy settings lookup on every step costs more than it says.
+        self._max_steps = settings.RUNLEDGER_MAX_STEPS_PER_RUN
+        self._max_input_bytes = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
         # Full batches commit on a thread of their own where threads get their own connections
         # (PostgreSQL); the SQLite demo commits them in line.
         self._flusher = (
@@ -206,7 +209,7 @@ class LiveSteps:
 
     def _check_history(self, new_rows: int, step_id: str) -> None:
         """Bound the ledger: past RUNLEDGER_MAX_STEPS_PER_RUN rows the run stops (budget)."""
-        limit = settings.RUNLEDGER_MAX_STEPS_PER_RUN
+        limit = self._max_steps
         rows = len(self.walk.ledger)
         if rows + new_rows <= limit:
             return
@@ -350,7 +353,7 @@ class LiveSteps:
     def _write(
         self, call: Call, *, seq: int, attempt: int, key: str | None, errors: list[Any]
     ) -> StepWrite:
-        stored, truncated = stored_inputs(call.inputs_text)
+        stored, truncated = stored_inputs(call.inputs_text, self._max_input_bytes)
         return StepWrite(
             run_id=self.run_id,
             token=self._token,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,11 +75,12 @@ class StepWrite:
     next_step_id: str | None = None
 
 
-def stored_inputs(text: str) -> tuple[str | None, bool]:
-    """The canonical inputs as the ledger stores them for the stale diff: whole up to
-    ``RUNLEDGER_MAX_STORED_INPUT_BYTES``, else a marked preview. Returns (json text, truncated).
+def stored_inputs(text: str, limit: int | None = None) -> tuple[str | None, bool]:
+    """The canonical inputs as the ledger stores them for the stale diff: whole up to ``limit``
+    (RUNLEDGER_MAX_STORED_INPUT_BYTES), else a marked preview. Returns (json text, truncated).
     """
-    limit = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
+    if limit is None:
+        limit = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
     if len(text) * 4 <= limit:  # no character is more than 4 bytes in UTF-8: no need to encode
         return text, False
     data = text.encode("utf-8")
@@ -434,7 +436,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
     — as if each had been committed on its own. Fenced by the lease token like every step
     write: nothing is written and ``LeaseLost`` is raised when the lease is not held. Inside
     the caller's transaction, if any (an effect's intent commits with the batch ahead of it).
-    Reports ``step_written`` for each step after the statement.
+    Reports ``step_written`` once per kind of step in the batch (with its ``count``).
     """
     if not writes:
         return
@@ -458,16 +460,18 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
                 w.next_step_id = link
                 w.prev_step_id = w.prev_step_id if w is first else None
                 _step_write(w)
-    seconds = perf_counter() - started
-    for w in writes if observe.watched() else ():
-        observe.emit(
-            "step_written",
-            run_id=w.run_id,
-            step_id=w.step_id,
-            kind=str(w.kind),
-            status=str(w.status),
-            seconds=seconds,
-        )
+    if observe.watched():
+        seconds = perf_counter() - started
+        for kind, count in Counter(str(w.kind) for w in writes).items():
+            observe.emit(
+                "step_written",
+                run_id=first.run_id,
+                step_id=None,
+                kind=kind,
+                status="succeeded",
+                seconds=seconds,
+                count=count,
+            )
 
 
 def _batch_row(w: StepWrite, next_step_id: str | None) -> str:
