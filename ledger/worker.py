@@ -7,11 +7,12 @@ commands call these functions with run ids.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -294,10 +295,18 @@ def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) 
     transitions.run_replan(run_id=run.run_id, token=token, clock=clock)
 
 
-def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext | None) -> Outcome:
+@contextlib.contextmanager
+def _recording_outcome(ctx: RunContext | None) -> Iterator[None]:
+    """The transaction that records how an execution ended. Under batched durability the steps
+    still waiting commit first, in it: a run never ends with executed steps left unrecorded."""
     with transaction.atomic():
         if ctx is not None:
-            flush(ctx)  # batched durability: the steps that finished before it stopped
+            flush(ctx)
+        yield
+
+
+def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext | None) -> Outcome:
+    with _recording_outcome(ctx):
         transitions.run_block(run_id=run.run_id, token=token, why=exc, clock=clock)
     log.warning("run %s needs attention: %s", run.run_id, exc)
     return Outcome(
@@ -321,8 +330,7 @@ def _finish(
     error: str = "",
     ctx: RunContext,
 ) -> Outcome:
-    with transaction.atomic():
-        flush(ctx)  # batched durability: the steps still waiting commit with the outcome
+    with _recording_outcome(ctx):
         transitions.run_finish(
             run_id=run.run_id, token=token, status=status, result=result, error=error, clock=clock
         )
@@ -339,8 +347,7 @@ def _finish(
 def _continue(
     run: Run, token: str, clock: Clock, signal: ContinueAsNew, ctx: RunContext
 ) -> Outcome:
-    with transaction.atomic():
-        flush(ctx)
+    with _recording_outcome(ctx):
         child = transitions.run_continue_as_new(
             run=run, token=token, inputs=signal.inputs, clock=clock
         )

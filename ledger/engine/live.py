@@ -31,7 +31,6 @@ without a settled row.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -334,11 +333,12 @@ class LiveSteps:
             except Exception as exc:
                 error = describe(exc)
             else:
+                self._finished(call, write, text)
                 if batchable and not effect and not abandon and not errors:
-                    self._wait_in_batch(call, write, data, text)
+                    self._wait_in_batch(write)
                 else:
-                    self._commit_success(call, write, pk, data, text)
-                self._remember(call, write, data, key, prev=prev)
+                    self._commit_success(call, write, pk)
+                self._remember(call, write, data, key, errors, prev=prev)
                 return data
             errors.append(
                 {"attempt": attempt, "error": error[:2000], "at": self._clock().isoformat()}
@@ -346,7 +346,7 @@ class LiveSteps:
             self._commit_failure(write, pk, error, errors)
             first_write = False
             if attempt > call.retries + (row.attempt if row is not None else 0):
-                self._remember(call, write, None, key, prev=prev, status=StepStatus.FAILED)
+                self._remember(call, write, None, key, errors, prev=prev, status=StepStatus.FAILED)
                 raise StepFailed(call.step_id, attempt, error)
             attempt += 1
 
@@ -374,24 +374,23 @@ class LiveSteps:
             next_step_id=call.next_step_id,
         )
 
-    def _wait_in_batch(self, call: Call, write: StepWrite, data: Any, text: str) -> None:
-        """Batched durability: the finished row of a read, model or clock step waits with the
-        others (``ledger.engine.batch``). An effect's result never waits."""
-        assert self._batch is not None and call.kind != StepKind.EFFECT
+    def _finished(self, call: Call, write: StepWrite, text: str) -> None:
+        """The step succeeded with the result ``text``: its row as it is to be stored."""
         now = self._clock()
         write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
         write.now = now
         write.expires_at = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
+
+    def _wait_in_batch(self, write: StepWrite) -> None:
+        """Batched durability: the finished row of a read, model or clock step waits with the
+        others (``ledger.engine.batch``). An effect's result never waits."""
+        assert self._batch is not None and write.kind != StepKind.EFFECT
         self._batch.add(write)
         if self._batch.due():
             self._flush_soon()
 
-    def _commit_success(
-        self, call: Call, write: StepWrite, pk: int | None, data: Any, text: str
-    ) -> None:
-        now = self._clock()
-        expires = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
-        if pk is not None:
+    def _commit_success(self, call: Call, write: StepWrite, pk: int | None) -> None:
+        if pk is not None:  # an effect: its intent row gets the result
             self._commit(
                 call.step_id,
                 "result",
@@ -400,15 +399,13 @@ class LiveSteps:
                     token=self._token,
                     pk=pk,
                     status=StepStatus.SUCCEEDED,
-                    now=now,
-                    result_json=text,
+                    now=write.now,
+                    result_json=write.result_json,
                     errors_json=write.errors_json,
-                    expires_at=expires,
+                    expires_at=write.expires_at,
                 ),
             )
             return
-        write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
-        write.now, write.expires_at = now, expires
         self._commit(call.step_id, "step", lambda: transitions.step_write(write))
 
     def _commit_failure(
@@ -445,6 +442,7 @@ class LiveSteps:
         write: StepWrite,
         data: Any,
         key: str | None,
+        errors: list[Any],
         *,
         prev: str | None,
         status: StepStatus = StepStatus.SUCCEEDED,
@@ -467,7 +465,7 @@ class LiveSteps:
                 kind=call.kind,
                 tool=call.tool,
                 seq=write.seq,
-                errors=json.loads(write.errors_json) if write.errors_json != "[]" else [],
+                errors=list(errors),
                 size=len(text.encode()) if (text := write.result_json) is not None else None,
             )
 

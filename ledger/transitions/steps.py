@@ -199,6 +199,26 @@ def _dt(value: datetime | None) -> Any:
     return connection.ops.adapt_datetimefield_value(value) if value is not None else None
 
 
+# --- the parts every write of a step row shares (PostgreSQL and SQLite alike) -------------
+
+_INSERT = """INSERT INTO ledger_step (
+    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
+    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
+    expires_at, model_id, prompt_hash, settled_by
+)"""
+# A step executed again over its old row (a retried failure, a replan's abandoned row) takes
+# the new execution's values; a stored link to the next step is kept unless a new one is given.
+_ON_CONFLICT = """ON CONFLICT (run_id, step_id) DO UPDATE SET
+    input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
+    next_step_id = COALESCE(EXCLUDED.next_step_id, ledger_step.next_step_id),
+    attempt = EXCLUDED.attempt, effect_key = EXCLUDED.effect_key,
+    updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
+    inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
+    error = EXCLUDED.error, errors = EXCLUDED.errors, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at,
+    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = '',
+    version = ledger_step.version + 1"""
+
 # --- PostgreSQL: one statement, one round trip, one commit --------------------------------
 
 _PG_LEASE = """
@@ -214,7 +234,8 @@ lease AS (
 # only their own row, still share it.
 _PG_LEASE_EXCLUSIVE = _PG_LEASE.replace("FOR SHARE", "FOR NO KEY UPDATE")
 
-_PG_UPSERT_BODY = """,
+_PG_UPSERT_BODY = (
+    """,
 prev AS (
     UPDATE ledger_step SET next_step_id = %(step_id)s, version = version + 1
     WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
@@ -223,28 +244,20 @@ gone AS (
     UPDATE ledger_step SET status = 'abandoned', updated_at = %(now)s, version = version + 1
     WHERE run_id = %(run_id)s AND step_id = ANY(%(abandon)s) AND EXISTS (SELECT FROM lease)
 )
-INSERT INTO ledger_step (
-    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
-    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
-    expires_at, model_id, prompt_hash, settled_by
-)
+"""
+    + _INSERT
+    + """
 SELECT run_id, %(step_id)s, %(input_hash)s, %(status)s, %(result)s::jsonb, %(next_step_id)s,
     %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s::jsonb,
     %(inputs_truncated)s, %(error)s, %(errors)s::jsonb, %(now)s, %(finished_at)s,
     %(expires_at)s, %(model_id)s, %(prompt_hash)s, ''
 FROM lease
-ON CONFLICT (run_id, step_id) DO UPDATE SET
-    input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
-    next_step_id = COALESCE(EXCLUDED.next_step_id, ledger_step.next_step_id),
-    attempt = EXCLUDED.attempt, effect_key = EXCLUDED.effect_key,
-    updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
-    inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
-    error = EXCLUDED.error, errors = EXCLUDED.errors, started_at = EXCLUDED.started_at,
-    finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at,
-    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = '',
-    version = ledger_step.version + 1
+"""
+    + _ON_CONFLICT
+    + """
 RETURNING id"""
+)
 _PG_UPSERT = "WITH" + _PG_LEASE + _PG_UPSERT_BODY
 _PG_UPSERT_EXCLUSIVE = "WITH" + _PG_LEASE_EXCLUSIVE + _PG_UPSERT_BODY
 # The same writes without the CTEs they would run for nothing: a data-modifying CTE costs its
@@ -280,28 +293,21 @@ _SQLITE_PREV = (
     "UPDATE ledger_step SET next_step_id = %(step_id)s, "
     "version = version + 1 WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s"
 )
-_SQLITE_UPSERT = """
-INSERT INTO ledger_step (
-    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
-    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
-    expires_at, model_id, prompt_hash, settled_by
-) VALUES (
+_SQLITE_UPSERT = (
+    """
+"""
+    + _INSERT
+    + """ VALUES (
     %(run_id)s, %(step_id)s, %(input_hash)s, %(status)s, %(result)s, %(next_step_id)s, %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s, %(inputs_truncated)s,
     %(error)s, %(errors)s, %(now)s, %(finished_at)s, %(expires_at)s, %(model_id)s,
     %(prompt_hash)s, ''
 )
-ON CONFLICT (run_id, step_id) DO UPDATE SET
-    input_hash = excluded.input_hash, status = excluded.status, result = excluded.result,
-    next_step_id = COALESCE(excluded.next_step_id, ledger_step.next_step_id),
-    attempt = excluded.attempt, effect_key = excluded.effect_key,
-    updated_at = excluded.updated_at, kind = excluded.kind, tool = excluded.tool,
-    inputs = excluded.inputs, inputs_truncated = excluded.inputs_truncated,
-    error = excluded.error, errors = excluded.errors, started_at = excluded.started_at,
-    finished_at = excluded.finished_at, expires_at = excluded.expires_at,
-    model_id = excluded.model_id, prompt_hash = excluded.prompt_hash, settled_by = '',
-    version = ledger_step.version + 1
+"""
+    + _ON_CONFLICT
+    + """
 RETURNING id"""
+)
 _SQLITE_UPDATE = """
 UPDATE ledger_step SET status = %(status)s, result = %(result)s, error = %(error)s,
     errors = %(errors)s, finished_at = %(now)s, updated_at = %(now)s, expires_at = %(expires_at)s,
@@ -392,11 +398,8 @@ def _step_write(w: StepWrite) -> int:
 _PG_BATCH = (
     "WITH"
     + _PG_LEASE_EXCLUSIVE
+    + _PG_PREV  # %(step_id)s: the batch's first step
     + """,
-prev AS (
-    UPDATE ledger_step SET next_step_id = %(first_step_id)s, version = version + 1
-    WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
-),
 batch AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS b(
         step_id text, input_hash text, result jsonb, next_step_id text, attempt int,
@@ -405,23 +408,16 @@ batch AS (
     )
 ),
 written AS (
-INSERT INTO ledger_step (
-    run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
-    kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
-    expires_at, model_id, prompt_hash, settled_by
-)
+"""
+    + _INSERT
+    + """
 SELECT lease.run_id, b.step_id, b.input_hash, 'succeeded', b.result, b.next_step_id,
     b.attempt, NULL, b.now, b.kind, b.tool, b.seq, b.inputs, b.truncated, '', '[]',
     b.now, b.now, b.expires_at, b.model_id, b.prompt_hash, ''
 FROM lease, batch b
-ON CONFLICT (run_id, step_id) DO UPDATE SET
-    input_hash = EXCLUDED.input_hash, status = EXCLUDED.status, result = EXCLUDED.result,
-    next_step_id = EXCLUDED.next_step_id, attempt = EXCLUDED.attempt, effect_key = NULL,
-    updated_at = EXCLUDED.updated_at, kind = EXCLUDED.kind, tool = EXCLUDED.tool,
-    inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated, error = '',
-    errors = '[]', started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
-    expires_at = EXCLUDED.expires_at, model_id = EXCLUDED.model_id,
-    prompt_hash = EXCLUDED.prompt_hash, settled_by = '', version = ledger_step.version + 1
+"""
+    + _ON_CONFLICT
+    + """
 RETURNING 1
 )
 SELECT count(*) FROM written"""
@@ -447,7 +443,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
         params = {
             "run_id": first.run_id,
             "token": first.token,
-            "first_step_id": first.step_id,
+            "step_id": first.step_id,
             "prev_step_id": first.prev_step_id,
             "rows": "[" + ",".join(map(_batch_row, writes, links)) + "]",
         }
