@@ -249,13 +249,11 @@ def commit_points(scenario: Scenario) -> list[str]:
 
 def _fixed(fault: str) -> list[tuple[Scenario, str, str]]:
     """The trials a fault family must cover: (scenario, mode, point)."""
-    if fault == "kill":
-        pairs = [(s, p) for s in SCENARIOS for p in s.points]
-        return [(s, MODES[i % 2], p) for i, (s, p) in enumerate(pairs)]
-    if fault == "stop":
-        pairs = [(s, p) for s in SCENARIOS for p in s.points]
-        return [(s, STOP_MODES[i % 2], p) for i, (s, p) in enumerate(pairs)]
-    return [(s, "cut", p) for s in SCENARIOS for p in commit_points(s)]
+    if fault == "cut":
+        return [(s, "cut", p) for s in SCENARIOS for p in commit_points(s)]
+    modes = MODES if fault == "kill" else STOP_MODES
+    pairs = [(s, p) for s in SCENARIOS for p in s.points]
+    return [(s, modes[i % 2], p) for i, (s, p) in enumerate(pairs)]
 
 
 def _random(fault: str, rng: random.Random, n: int) -> tuple[Scenario, str, str]:

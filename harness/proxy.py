@@ -76,7 +76,6 @@ class Proxy:
         self._cut: Cut | None = None
         self._seen = 0
         self.fired_at: float | None = None  # time.time() of the armed cut, once it happened
-        self.cuts = 0
         self._stopped = False
         threading.Thread(target=self._accept, daemon=True, name=f"proxy-{self.port}").start()
 
@@ -102,7 +101,6 @@ class Proxy:
             lines, self._lines = self._lines, []
         for line in lines:
             line.reset()
-        self.cuts += 1
         return len(lines)
 
     def close(self) -> None:
@@ -177,7 +175,6 @@ class Proxy:
 
     def _fire(self, line: _Line) -> None:
         self.fired_at = time.time()
-        self.cuts += 1
         line.reset()
 
 

@@ -64,8 +64,10 @@ def _queue(
     at: datetime,
     settlement: Settlement | None = None,
     waiting_since: datetime | None = None,
+    announce: bool = True,
 ) -> int:
-    """One row per configured channel (call inside the event's transaction)."""
+    """One row per configured channel (call inside the event's transaction); ``announce``:
+    tell the deliverers after the commit (a caller queueing many rows tells them once)."""
     names = channels()
     if not names:
         return 0
@@ -88,7 +90,8 @@ def _queue(
             )
         )
     created = Notification.objects.bulk_create(rows, ignore_conflicts=True)
-    signals.send_notifications_queued_on_commit()
+    if announce:
+        signals.send_notifications_queued_on_commit()
     return len(created)
 
 
@@ -180,6 +183,7 @@ def notifications_remind(*, now: datetime) -> int:
                 payload=_run_payload(run, NotificationKind.REMINDER) | {"waiting": "run"},
                 at=now,
                 waiting_since=run.status_changed_at,
+                announce=False,
             )
     waiting = (
         Settlement.objects.filter(status=SettlementStatus.PROPOSED, created_at__lte=cutoff)
@@ -199,7 +203,11 @@ def notifications_remind(*, now: datetime) -> int:
                 | {"waiting": "approval", "settlement": {"id": s.pk, "outcome": s.outcome}},
                 at=now,
                 waiting_since=s.created_at,
+                announce=False,
             )
+    if count:
+        # Once for the batch: each announcement enqueues a delivery task (runs.tasks).
+        signals.send_notifications_queued_on_commit()
     return count
 
 

@@ -11,9 +11,7 @@ steps' commits in a run, as the ledger recorded them), and how many runs did not
 from __future__ import annotations
 
 import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from django.db import connection
 
 from harness import bench_agents  # registers bench-steps here too (run_start checks it)
 from harness.cluster import Cluster, wait_for
+from harness.soak import broker as broker_url
 from ledger import transitions
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step
 from runs.tasks import start_run
@@ -60,17 +59,16 @@ class Command(BaseCommand):
 
     def _broker(self, broker: str, options: dict[str, Any]) -> dict[str, Any]:
         root = Path(tempfile.mkdtemp(prefix=f"bench-workers-{broker}-"))
-        redis = _Redis(root) if broker == "redis" else None
         try:
-            url = redis.url if redis else "filesystem://localhost//"
             env = {"RUNLEDGER_AGENT_MODULES": AGENTS}
-            with Cluster(root, broker_url=url, lease_seconds=30, env=env) as cluster:
+            with (
+                broker_url(broker, root) as url,
+                Cluster(root, broker_url=url, lease_seconds=30, env=env) as cluster,
+            ):
                 for i in range(options["workers"]):
                     cluster.worker(f"bench-{broker}-{i}", concurrency=options["concurrency"])
                 return self._measure(cluster, broker, options)
         finally:
-            if redis:
-                redis.stop()
             shutil.rmtree(root, ignore_errors=True)
 
     def _measure(self, cluster: Cluster, broker: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -128,33 +126,3 @@ def _step_latency(ids: list[str]) -> tuple[float, float]:
         return 0.0, 0.0
     gaps.sort()
     return statistics.median(gaps), gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))]
-
-
-class _Redis:
-    """A private redis-server on a free port, for the length of one measurement."""
-
-    def __init__(self, root: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        if not wait_for(lambda: _answers(port), timeout=30, interval=0.1):
-            raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False

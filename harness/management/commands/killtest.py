@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.db import connection
 
 from harness import killtest
@@ -56,6 +56,37 @@ def require_postgres() -> None:
         )
 
 
+def seed_of(options: dict[str, Any]) -> int:
+    """After checking for PostgreSQL: the seed given (a replay), or a fresh one."""
+    require_postgres()
+    seed = options["seed"]
+    return random.SystemRandom().randrange(1_000_000) if seed is None else int(seed)
+
+
+@contextlib.contextmanager
+def scratch(name: str) -> Iterator[Path]:
+    """A database (``<NAME>_<name>``) and a temporary directory of the command's own."""
+    with (
+        scratch_database(name),
+        tempfile.TemporaryDirectory(prefix=f"runledger-{name}-") as tmp,
+    ):
+        yield Path(tmp)
+
+
+def finish(
+    stdout: OutputWrapper, report: killtest.Report, *, name: str, seed: int, summary: str
+) -> None:
+    """The failures (each with how to replay it), the time, the recovery and ``summary``
+    lines; exit 1 when a trial failed."""
+    print_failures(stdout.write, report, f"manage.py {name} --seed {seed}")
+    stdout.write(f"{name}: {report.elapsed:.0f}s")
+    stdout.write(report.recovery_line())
+    stdout.write(summary)
+    stdout.flush()
+    if report.failures:
+        sys.exit(1)
+
+
 class Command(BaseCommand):
     help = "Kill real Celery workers at crash points and at random; check recovery is exact."
     requires_system_checks: list[str] = []
@@ -73,30 +104,20 @@ class Command(BaseCommand):
         parser.add_argument("--sweep-seconds", type=float, default=0.5, help="beat's interval")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_postgres()
-        seed = options["seed"]
-        if seed is None:
-            seed = random.SystemRandom().randrange(1_000_000)
+        seed = seed_of(options)
         self.stdout.write(
             f"killtest: seed={seed} trials={options['trials']} lease={options['lease_seconds']}s "
             f"sweep={options['sweep_seconds']}s"
         )
-        tmp = tempfile.TemporaryDirectory(prefix="runledger-killtest-")
-        with scratch_database("killtest"), tmp:
+        with scratch("killtest") as root:
             report = killtest.run(
                 trials=options["trials"],
                 seed=seed,
-                root=Path(tmp.name),
+                root=root,
                 parallel=options["parallel"],
                 only=options["only"],
                 lease_seconds=options["lease_seconds"],
                 sweep_seconds=options["sweep_seconds"],
                 progress=self.stderr.write,
             )
-        print_failures(self.stdout.write, report, f"manage.py killtest --seed {seed}")
-        self.stdout.write(f"killtest: {report.elapsed:.0f}s")
-        self.stdout.write(report.recovery_line())
-        self.stdout.write(report.summary_line())
-        self.stdout.flush()
-        if report.failures:
-            sys.exit(1)
+        finish(self.stdout, report, name="killtest", seed=seed, summary=report.summary_line())

@@ -7,16 +7,12 @@ Runs in a database of its own (``<NAME>_soak``) on the PostgreSQL server of DATA
 from __future__ import annotations
 
 import os
-import random
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from harness import soak
-from harness.management.commands.killtest import print_failures, require_postgres, scratch_database
+from harness.management.commands.killtest import finish, scratch, seed_of
 
 
 class Command(BaseCommand):
@@ -39,31 +35,21 @@ class Command(BaseCommand):
         parser.add_argument("--brokers", default=",".join(soak.BROKERS), help="filesystem,redis")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_postgres()
-        seed = options["seed"]
-        if seed is None:
-            seed = random.SystemRandom().randrange(1_000_000)
+        seed = seed_of(options)
         brokers = tuple(b for b in options["brokers"].split(",") if b)
         self.stdout.write(
             f"soak: seed={seed} trials={options['trials']} brokers={','.join(brokers)} "
             f"budget={options['minutes']}min"
         )
-        tmp = tempfile.TemporaryDirectory(prefix="runledger-soak-")
-        with scratch_database("soak"), tmp:
+        with scratch("soak") as root:
             report = soak.run(
                 trials=options["trials"],
                 seed=seed,
-                root=Path(tmp.name),
+                root=root,
                 budget_seconds=options["minutes"] * 60,
                 brokers=brokers,
                 parallel=options["parallel"],
                 progress=self.stderr.write,
                 only=options["only"],
             )
-        print_failures(self.stdout.write, report, f"manage.py soak --seed {seed}")
-        self.stdout.write(f"soak: {report.elapsed:.0f}s")
-        self.stdout.write(report.recovery_line())
-        self.stdout.write(report.soak_line())
-        self.stdout.flush()
-        if report.failures:
-            sys.exit(1)
+        finish(self.stdout, report, name="soak", seed=seed, summary=report.soak_line())
