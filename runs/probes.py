@@ -130,7 +130,7 @@ PROBES: dict[str, Callable[[HttpRequest], HttpResponse]] = {
 
 
 class ProbesMiddleware:
-    """Answers the probe paths itself (any method but POST is refused, no session, no cookie)."""
+    """Answers the probe paths itself (GET and HEAD only: 405 otherwise; no session, no cookie)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -421,9 +421,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # the beat task runledger.notifications (and at once after the event), with retries and back-off.
 RUNLEDGER_NOTIFY_WEBHOOK_URL = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_URL", "")
 RUNLEDGER_NOTIFY_WEBHOOK_FORMAT = os.environ.get("RUNLEDGER_NOTIFY_WEBHOOK_FORMAT", "json")
-RUNLEDGER_NOTIFY_EMAIL_TO = [
-    a.strip() for a in os.environ.get("RUNLEDGER_NOTIFY_EMAIL_TO", "").split(",") if a.strip()
-]
+RUNLEDGER_NOTIFY_EMAIL_TO = env_list("RUNLEDGER_NOTIFY_EMAIL_TO", "")
 RUNLEDGER_NOTIFY_EMAIL_FROM = os.environ.get("RUNLEDGER_NOTIFY_EMAIL_FROM", "runledger@localhost")
 RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS = float(
     os.environ.get("RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS", "3600")

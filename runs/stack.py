@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 
 from django.conf import settings
 
@@ -25,7 +24,7 @@ def worker_command(*, name: str, concurrency: int, loglevel: str = "INFO") -> li
 
 
 def beat_command(*, loglevel: str = "INFO") -> list[str]:
-    schedule = str(Path(settings.VAR_DIR) / "celerybeat-schedule")
+    schedule = settings.CELERY_BEAT_SCHEDULE_FILENAME
     return celery("beat", f"--loglevel={loglevel}", "--schedule", schedule)
 
 

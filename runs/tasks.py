@@ -90,7 +90,6 @@ def prune() -> int:
     from datetime import timedelta
 
     from django.conf import settings
-    from django.utils import timezone
 
     from ledger import retention
 

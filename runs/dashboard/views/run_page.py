@@ -103,6 +103,7 @@ def _page_links(number: int, pages: int) -> list[int | None]:
 
 def _header_context(run: Run) -> dict[str, Any]:
     now = timezone.now()
+    active = run.status in ACTIVE_STATUSES
     blocked = None
     if run.blocked_step_id:
         blocked = selectors.steps_by_id(run_id=run.run_id, step_ids=[run.blocked_step_id]).get(
@@ -118,11 +119,9 @@ def _header_context(run: Run) -> dict[str, Any]:
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),
         "lease_expired": run.lease_expires_at is not None and run.lease_expires_at < now,
-        "progress": selectors.run_progress(run_id=run.run_id)
-        if run.status in ACTIVE_STATUSES
-        else None,
-        "active": run.status in ACTIVE_STATUSES,
-        "batched": presenting.batched_note(run) if run.status in ACTIVE_STATUSES else "",
+        "progress": selectors.run_progress(run_id=run.run_id) if active else None,
+        "active": active,
+        "batched": presenting.batched_note(run) if active else "",
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "inputs_text": presenting.pretty_capped(run.inputs),
         "result_text": presenting.pretty_capped(run.result),

@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from ledger import preview, worker
+from ledger import preview, transitions, worker
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text, queryable
 from ledger.models import Run, RunStatus, Settlement
+from runs import tasks
 
 EXIT_REFUSED = 1
 EXIT_NOT_AS_ASKED = 3
@@ -152,44 +153,82 @@ def execute_inline(run_id: str, out: OutputWrapper) -> None:
         )
 
 
-def add_requeue_arguments(parser: CommandParser) -> None:
-    parser.add_argument("run_id", type=text_arg)
-    parser.add_argument(
-        "--max-resumes",
-        type=bounded_int(0, 1_000_000),
-        help="raise the run's resume budget to this many",
-    )
-    parser.add_argument(
-        "--anyway",
-        action="store_true",
-        help="resume even when the dry replay says the run would stop again at once",
-    )
-    add_where(parser)
+def on_commit(options: dict[str, Any], enqueue: Callable[[str], None]) -> Any:
+    """What a transition calls after its commit: ``enqueue`` unless the run executes inline."""
+    return None if options["inline"] else enqueue
 
 
-def requeue_command(
-    command: BaseCommand, options: dict[str, Any], *, transition: Any, reason: str
-) -> None:
+class RequeueCommand(OperatorCommand):
     """``resume_run``/``retry_run``: check with the dry replay, queue (audited as
     ``cli:<login>``), then send to a worker or execute inline."""
-    from ledger import transitions
-    from runs import tasks
 
-    run_id = options["run_id"]
-    if not options["anyway"]:
-        refuse_if_it_blocks_again(run_id)
-    act(
-        run_id,
-        lambda: transition(
-            run_id=run_id,
-            by=transitions.cli_actor(),
-            reason=options["reason"] or reason,
-            seen_version=None,
-            max_resumes=options["max_resumes"],
-            on_commit=None if options["inline"] else tasks.enqueue_resume,
-        ),
-    )
-    if options["inline"]:
-        execute_inline(run_id, command.stdout)
-    else:
-        command.stdout.write(f"run {run_id}: queued to resume")
+    #: The audit's reason when ``--reason`` is not given (or is empty).
+    default_reason: str
+    transition: Callable[..., Any]
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", type=text_arg)
+        parser.add_argument(
+            "--max-resumes",
+            type=bounded_int(0, 1_000_000),
+            help="raise the run's resume budget to this many",
+        )
+        parser.add_argument(
+            "--anyway",
+            action="store_true",
+            help="resume even when the dry replay says the run would stop again at once",
+        )
+        add_where(parser)
+        add_reason(parser, self.default_reason)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run_id = options["run_id"]
+        if not options["anyway"]:
+            refuse_if_it_blocks_again(run_id)
+        act(
+            run_id,
+            lambda: type(self).transition(
+                run_id=run_id,
+                by=transitions.cli_actor(),
+                reason=options["reason"] or self.default_reason,
+                seen_version=None,
+                max_resumes=options["max_resumes"],
+                on_commit=on_commit(options, tasks.enqueue_resume),
+            ),
+        )
+        if options["inline"]:
+            execute_inline(run_id, self.stdout)
+        else:
+            self.stdout.write(f"run {run_id}: queued to resume")
+
+
+class NewRunCommand(OperatorCommand):
+    """``clean_run``/``fork_run``: a new run made from a stopped one (audited on both as
+    ``cli:<login>``), then sent to a worker or executed inline."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", type=text_arg)
+        add_reason(parser, None)
+        add_where(parser)
+
+    def start_new(self, options: dict[str, Any], make: Callable[..., Run], **kwargs: Any) -> Run:
+        """``make(run_id=…, by=…, reason=…, on_commit=…, **kwargs)``; the new run, once it was
+        queued (or executed inline)."""
+        run_id = options["run_id"]
+        new = act(
+            run_id,
+            lambda: make(
+                run_id=run_id,
+                by=transitions.cli_actor(),
+                reason=options["reason"],
+                on_commit=on_commit(options, tasks.enqueue_start),
+                **kwargs,
+            ),
+        )
+        self.stdout.write(self.describe(new, options))
+        if options["inline"]:
+            execute_inline(new.run_id, self.stdout)
+        return new
+
+    def describe(self, new: Run, options: dict[str, Any]) -> str:
+        raise NotImplementedError

@@ -10,40 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from ledger import transitions
-from runs import tasks
-from runs.management.commands._common import (
-    OperatorCommand,
-    act,
-    add_reason,
-    add_where,
-    execute_inline,
-    text_arg,
-)
+from ledger.models import Run
+from runs.management.commands._common import NewRunCommand
 
 
-class Command(OperatorCommand):
+class Command(NewRunCommand):
     help = "Start a clean run with a stopped run's inputs (lineage-linked); cancel the old one."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", type=text_arg)
-        add_reason(parser, None)
-        add_where(parser)
-
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = options["run_id"]
-        new = act(
-            run_id,
-            lambda: transitions.run_start_clean(
-                run_id=run_id,
-                by=transitions.cli_actor(),
-                reason=options["reason"],
-                seen_version=None,
-                on_commit=None if options["inline"] else tasks.enqueue_start,
-            ),
-        )
-        self.stdout.write(f"clean run {new.run_id} replaces {run_id}")
-        if options["inline"]:
-            execute_inline(new.run_id, self.stdout)
+        self.start_new(options, transitions.run_start_clean, seen_version=None)
+
+    def describe(self, new: Run, options: dict[str, Any]) -> str:
+        return f"clean run {new.run_id} replaces {options['run_id']}"

@@ -6,27 +6,11 @@ effect key for an effect). Audited as ``cli:<login>``. Exit codes: see ``_common
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core.management.base import CommandParser
-
 from ledger import transitions
-from runs.management.commands._common import (
-    OperatorCommand,
-    add_reason,
-    add_requeue_arguments,
-    requeue_command,
-)
+from runs.management.commands._common import RequeueCommand
 
 
-class Command(OperatorCommand):
+class Command(RequeueCommand):
     help = "Retry a failed run: replay what succeeded, execute the failed step again."
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        add_requeue_arguments(parser)
-        add_reason(parser, "retried from the command line")
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        requeue_command(
-            self, options, transition=transitions.run_retry, reason="retried from the command line"
-        )
+    default_reason = "retried from the command line"
+    transition = transitions.run_retry
