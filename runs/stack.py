@@ -3,12 +3,16 @@ a session of its own (so stopping one stops its pool children too), watch them, 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from django.conf import settings
 
@@ -33,6 +37,30 @@ def start(commands: Mapping[str, Sequence[str]], env: Mapping[str, str] | None =
         name: subprocess.Popen(list(cmd), start_new_session=True, env=dict(env or os.environ))
         for name, cmd in commands.items()
     }
+
+
+class NotServing(Exception):
+    """The stack did not come up: a process exited during start-up, or no good answer came."""
+
+
+def wait_until_served(url: str, children: Children, seconds: float) -> Any:
+    """GET ``url`` until it answers 200; return its JSON body. Raises ``NotServing`` when a
+    child exits first or ``seconds`` pass (with the last answer: a probe's failing checks)."""
+    deadline = time.monotonic() + seconds
+    last: object = "no answer yet"
+    while time.monotonic() < deadline:
+        for name, child in children.items():
+            if child.poll() is not None:
+                raise NotServing(f"{name} exited with {child.returncode} during start-up")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            last = json.loads(exc.read() or b"{}").get("checks", exc.code)
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.5)  # polling a condition (the server answers), not waiting for a time
+    raise NotServing(f"the stack was not ready after {seconds:.0f} s: {last}")
 
 
 def wait_for_signal(

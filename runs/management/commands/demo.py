@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from ledger import transitions
@@ -122,14 +122,19 @@ class Command(BaseCommand):
         children = stack.start(commands, env)
         self._enqueue_queued()
         url = f"http://{host}:{port}/"
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"\nrunledger demo: {url}  "
-                f"(ready in {time.monotonic() - started:.0f} s; Ctrl-C stops it)"
-            )
-        )
         try:
+            # "ready" when the web server answers, not when it was started: a click on the URL
+            # in the first second or two got "connection refused".
+            stack.wait_until_served(f"{url}healthz", children, seconds=120)
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"\nrunledger demo: {url}  "
+                    f"(ready in {time.monotonic() - started:.0f} s; Ctrl-C stops it)"
+                )
+            )
             stack.wait_for_signal(children, say=self.stderr.write)
+        except stack.NotServing as exc:
+            raise CommandError(f"the demo did not start: {exc}") from exc
         finally:
             self._stop(children)
 

@@ -13,9 +13,6 @@ import json
 import os
 import shutil
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -82,21 +79,9 @@ class Command(BaseCommand):
         return str(path)
 
     def _wait_ready(self, url: str, children: stack.Children, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        last: object = "no answer yet"
-        while time.monotonic() < deadline:
-            for name, child in children.items():
-                if child.poll() is not None:
-                    raise CommandError(f"{name} exited with {child.returncode} during start-up")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    body = json.load(response)
-                self.stdout.write(self.style.SUCCESS(f"runledger stack ready: {url[:-7]}/"))
-                self.stdout.write(json.dumps(body["checks"]))
-                return
-            except urllib.error.HTTPError as exc:
-                last = json.loads(exc.read() or b"{}").get("checks", exc.code)
-            except OSError as exc:
-                last = str(exc)
-            time.sleep(0.5)
-        raise CommandError(f"the stack was not ready after {seconds:.0f} s: {last}")
+        try:
+            body = stack.wait_until_served(url, children, seconds)
+        except stack.NotServing as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(self.style.SUCCESS(f"runledger stack ready: {url[:-7]}/"))
+        self.stdout.write(json.dumps(body["checks"]))
