@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The development equipment (harness/) and the example agents it drives, named explicitly: a
+# deployment installs neither. The system checks that say so are silenced for these processes.
+EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODULES:-ledger.examples.agents} \
+	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
 .PHONY: demo serve test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
@@ -15,8 +19,8 @@ $(STAMP): pyproject.toml
 
 ## The main job on the embedded defaults (SQLite file, no server needed).
 demo: $(STAMP)
-	$(PY) manage.py migrate -v0
-	RUNLEDGER_LOG_FORMAT=$${RUNLEDGER_LOG_FORMAT:-plain} $(PY) manage.py demo
+	$(EQUIPMENT) $(PY) manage.py migrate -v0
+	$(EQUIPMENT) RUNLEDGER_LOG_FORMAT=$${RUNLEDGER_LOG_FORMAT:-plain} $(PY) manage.py demo
 
 ## The production stack on this machine: migrate, collectstatic, then gunicorn, a Celery worker
 ## and Celery beat until Ctrl-C, configured by the same environment variables as a deployment.
@@ -25,14 +29,14 @@ serve: $(STAMP)
 
 ## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
 test: $(STAMP)
-	tests/ensure_chromium.sh
-	$(PY) tests/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
+	harness/ensure_chromium.sh
+	$(PY) harness/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
 	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
 
 ## The whole `make test` while a CPU hog keeps every core busy (stress-ng from Debian, or a
 ## Python busy loop per core); the hog is stopped when the suite ends or fails.
 test-under-load: $(STAMP)
-	$(PY) tests/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
+	$(PY) harness/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
 
 PEERS := .venv-peers/bin/python
 $(PEERS):
@@ -41,8 +45,8 @@ $(PEERS):
 
 ## The README's screenshots, taken by the browser tests from real pages.
 screenshots: $(STAMP)
-	tests/ensure_chromium.sh
-	RUNLEDGER_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) tests/with_postgres.py $(PY) -m pytest -q -m browser
+	harness/ensure_chromium.sh
+	RUNLEDGER_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) harness/with_postgres.py $(PY) -m pytest -q -m browser
 
 ## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
@@ -52,25 +56,25 @@ screenshots: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
 	rm -f bench-results.json
-	WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+	$(EQUIPMENT) WITH_POSTGRES_FSYNC=on $(PY) harness/with_postgres.py sh -c '\
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
-		RUNLEDGER_HARNESS=1 $(PY) manage.py bench_workers --json bench-results.json'
-	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
+		$(PY) manage.py bench_workers --json bench-results.json'
+	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 
 ## Throughput with real workers: 1,000 runs x 20 steps on 2 Celery worker processes (4 pool
 ## children each) over the default filesystem broker and over a private redis-server.
 bench-workers: $(STAMP)
-	RUNLEDGER_HARNESS=1 WITH_POSTGRES_FSYNC=on $(PY) tests/with_postgres.py sh -c '\
+	$(EQUIPMENT) WITH_POSTGRES_FSYNC=on $(PY) harness/with_postgres.py sh -c '\
 		$(PY) manage.py migrate -v0 && $(PY) manage.py bench_workers $(BENCH_ARGS)'
 
 ## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.
 KILLTEST_TRIALS ?= 200
 killtest: $(STAMP)
-	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
+	@$(EQUIPMENT) $(PY) harness/with_postgres.py $(PY) manage.py killtest --trials $(KILLTEST_TRIALS)
 
 ## The soak: SOAK_TRIALS (1000) trials mixing SIGKILL at every crash point and at random,
 ## SIGSTOP zombies and database connection cuts, on the filesystem broker and a private Redis;
@@ -78,7 +82,7 @@ killtest: $(STAMP)
 SOAK_TRIALS ?= 1000
 SOAK_MINUTES ?= 45
 soak: $(STAMP)
-	@RUNLEDGER_HARNESS=1 $(PY) tests/with_postgres.py $(PY) manage.py soak --trials $(SOAK_TRIALS) --minutes $(SOAK_MINUTES)
+	@$(EQUIPMENT) $(PY) harness/with_postgres.py $(PY) manage.py soak --trials $(SOAK_TRIALS) --minutes $(SOAK_MINUTES)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -92,7 +96,7 @@ check: lint typecheck test
 ## Dashboard figures: 100,000 runs and 1,000,000 steps in an empty PostgreSQL (DATABASE_URL,
 ## or a throwaway server), then the list's and a 10,000-step run's server time and queries.
 bench-dashboard: $(STAMP)
-	$(PY) tests/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
+	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
 		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
 
 clean:

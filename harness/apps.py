@@ -1,32 +1,17 @@
-"""The harness as a Django app: ``manage.py killtest``, and the tasks' crash point installed."""
+"""The harness as a Django app: its commands (``manage.py killtest``, ``soak``, ``demo``,
+``bench_*``, ``seed_bulk``, ``example_execute``), and its fault registry installed as the
+product's one fault hook (``ledger.faultpoints``)."""
 
 from __future__ import annotations
 
-from functools import partial
-
 from django.apps import AppConfig
-
-#: The named crash point between a task's committed outcome and its acknowledgement.
-AFTER_EXECUTE = "task.after_execute"
 
 
 class HarnessConfig(AppConfig):
     name = "harness"
-    verbose_name = "Kill-test harness"
+    verbose_name = "Development equipment"
 
     def ready(self) -> None:
-        install()
+        from harness import faults  # installs itself into ledger.faultpoints
 
-
-def install() -> None:
-    """Make every task reach the fault point ``task.after_execute`` (``RUNLEDGER_KILL_AT``)."""
-    from ledger.examples import faults
-    from runs import tasks
-
-    tasks.after_execute_hook = partial(faults.point, AFTER_EXECUTE)
-
-
-def uninstall() -> None:
-    from runs import tasks
-
-    tasks.after_execute_hook = None
+        assert faults.point is not None

@@ -82,8 +82,10 @@ class Cluster:
             ),
             "RUNLEDGER_SWEEP_SECONDS": str(sweep_seconds),
             "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS": str(lost_after),
-            # The workers install the harness app: its crash point in the tasks, the examples.
+            # The workers install the harness app (its fault registry, the examples) on purpose.
             "RUNLEDGER_HARNESS": "1",
+            "RUNLEDGER_SILENCED_CHECKS": "runledger.E001,runledger.W001",
+            "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",
             **(env or {}),
         }
         self.queue = self.env.get("RUNLEDGER_QUEUE", "runledger")
@@ -148,7 +150,8 @@ class Cluster:
     def producing(self) -> Iterator[None]:
         """Send this process's own enqueues to this cluster's broker while the block runs.
 
-        ``runs.tasks.enqueue_*`` publish through the Celery app's configured broker; a test
+        ``runs.operations.tasks.enqueue_*`` publish through the Celery app's configured broker; a
+        test
         whose views run in this process (Django's live server, the test client) uses this so
         that what its views enqueue after a commit reaches the cluster's workers.
         """

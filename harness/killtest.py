@@ -34,10 +34,11 @@ from typing import Any
 
 from harness.cluster import Cluster
 from harness.proxy import PHASES, Cut, Proxy
-from ledger import registry, transitions, worker
+from ledger import registry, transitions
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
-from runs.tasks import start_run
+from ledger.processes import execute
+from runs.operations.tasks import start_run
 
 DONE = (*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION)
 # Plus the lease. A kill is recovered within one lease and one sweep; the rest is room for a
@@ -342,7 +343,7 @@ def baseline(scenario: Scenario) -> Baseline:
     before = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     run = transitions.run_start(agent=scenario.agent, inputs=scenario.inputs)
     started = time.monotonic()
-    outcome = worker.run_execute(run_id=run.run_id, worker="killtest-baseline")
+    outcome = execute.run_execute(run_id=run.run_id, worker="killtest-baseline")
     duration = time.monotonic() - started
     if outcome is None or outcome.status != RunStatus.SUCCEEDED:
         raise RuntimeError(f"the uninterrupted {scenario.name} run did not succeed: {outcome}")

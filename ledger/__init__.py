@@ -1,6 +1,7 @@
 """runledger's ledger: the durable step record of an agent run and the engine that writes it.
 
-Agent authors import from ``ledger.agents``; the workers call ``ledger.worker``; every write to
+Agent authors import from ``ledger.agents``; the workers call ``ledger.processes.execute``; every
+write to
 a run or a step goes through ``ledger.transitions``; every read the pages need is in
 ``ledger.selectors``.
 This package never imports ``runs``.

@@ -4,7 +4,8 @@ import importlib
 import logging
 
 from django.apps import AppConfig
-from django.conf import settings
+
+from ledger.conf import conf
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ class LedgerConfig(AppConfig):
         # logged, not fatal: its runs block with reason agent_missing and the import error.
         from ledger import registry
 
-        for module in settings.RUNLEDGER_AGENT_MODULES:
+        for module in conf.RUNLEDGER_AGENT_MODULES:
             try:
                 importlib.import_module(module)
             except Exception as exc:

@@ -9,7 +9,7 @@ Run ids: ``RUN_ID_PATTERN`` — 1 to 64 characters from ``A-Z a-z 0-9 _ . : -``,
 letter, a digit or ``_`` (so an id is never ``.`` or ``..``, which browsers rewrite in a URL).
 It is checked where a run is created (``transitions.run_start``: the API, ``start_run``, fork,
 continue-as-new). Runs stored before the check keep their ids; the dashboard's URLs escape
-whatever an id holds (``runs.urls.RunIdConverter``).
+whatever an id holds (``runs.dashboard.urls.RunIdConverter``).
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from django.conf import settings
 from django.utils.module_loading import import_string
+
+from ledger.conf import conf
 
 ModelOutput = dict[str, Any]
 Script = Callable[[str, str], ModelOutput]
@@ -95,4 +96,4 @@ class AnthropicClient:
 def client_for(model: str) -> ModelClient:
     if model.startswith("scripted:"):
         return ScriptedClient()
-    return import_string(settings.RUNLEDGER_MODEL_CLIENT)()  # type: ignore[no-any-return]
+    return import_string(conf.RUNLEDGER_MODEL_CLIENT)()  # type: ignore[no-any-return]

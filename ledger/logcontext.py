@@ -1,8 +1,10 @@
 """Fields every log record carries while they are bound: run_id, step_id, worker, lease, actor.
 
 The worker binds the run, its own name and the lease token's first eight characters for the
-length of an execution (``ledger.worker.run_execute``); the web binds the signed-in person as
-``actor`` for the length of a request. A logging filter (``runs.logs.LedgerContext``) copies
+length of an execution (``ledger.processes.execute.run_execute``); the web binds the signed-in
+person as
+``actor`` for the length of a request. A logging filter (``runs.operations.logs.LedgerContext``)
+copies
 them onto each record, so a JSON log line says which run, worker and lease wrote it without
 every ``log.info`` naming them. Context variables: a thread started inside (the fan-out pool)
 starts with none bound.

@@ -12,49 +12,16 @@ import secrets
 from django.conf import settings
 from django.db import models
 
+from ledger.states import (
+    Reason,
+    RunStatus,
+    StepKind,
+    StepStatus,
+)
+
 
 def new_run_id() -> str:
     return "run_" + secrets.token_hex(10)
-
-
-class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    NEEDS_ATTENTION = "needs_attention"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class Reason(models.TextChoices):
-    NONE = "", "—"
-    RECONCILIATION = "reconciliation"
-    STALE = "stale"
-    DIVERGENCE = "divergence"
-    BUDGET = "budget"
-    AGENT_MISSING = "agent_missing"
-
-
-class StepStatus(models.TextChoices):
-    PENDING = "pending"
-    STARTED = "started"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-
-
-class StepKind(models.TextChoices):
-    PURE = "pure"
-    READ = "read"
-    MODEL = "model"
-    EFFECT = "effect"
-    CLOCK = "clock"
-
-
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
-FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-#: Stopped runs: a person may resume them (after which a worker picks them up).
-STOPPED_STATUSES = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
 
 
 class Run(models.Model):
@@ -393,7 +360,8 @@ class Difference(models.TextChoices):
 
 
 class EffectAudit(models.Model):
-    """One pass of the effect audit (``ledger.effect_audit``): the ledger's effects compared
+    """One pass of the effect audit (``ledger.processes.effect_audit``): the ledger's effects
+    compared
     with what the downstream systems hold. Kept, with its findings, and resumable from
     ``cursor`` (the last step row asked about). Writes nothing to runs or steps."""
 

@@ -1,7 +1,8 @@
 """What the ledger reports to whoever watches it (metrics, logs), without knowing who watches.
 
 The ledger calls ``emit(event, **fields)`` at a handful of points; the project around it
-subscribes observers (``runs.metrics`` counts them for Prometheus). ``ledger`` never imports an
+subscribes observers (``runs.operations.metrics`` counts them for Prometheus). ``ledger`` never
+imports an
 observer. An emit with no observers costs one call and an empty loop; observers run inline on
 the engine's hot path, so they must be cheap (a counter increment, no I/O) and must not raise:
 one that does is logged and skipped, never propagated into a step.

@@ -1,10 +1,14 @@
-"""The runledger Django project: the wiring (settings, URLs, the Celery app and its broker, WSGI),
-the Celery tasks, the commands, the dashboard's permissions and roles, and the dashboard itself
-(``runs.dashboard``).
+"""The runledger Django project.
 
-It imports ``ledger`` and calls its functions; it never writes ledger rows itself. No production
-module here imports the kill-test harness (``harness``) or ``ledger.examples.faults``: the
-harness reaches into the tasks only through ``runs.tasks.after_execute_hook``, which it installs.
+- the wiring, here: settings (``runs.settings``, split by concern), URLs, the Celery app and its
+  broker, WSGI, gunicorn's configuration, and the ``runledger`` command (``runs.cli``);
+- ``runs.dashboard``: the operator dashboard (views, forms, template tags, its URLs) and the
+  permissions and roles it checks;
+- ``runs.operations``: the Celery tasks, the probes, metrics and logs, the serve stack and the
+  operator commands.
+
+It imports ``ledger`` and calls its functions; it never writes ledger rows itself, and it never
+imports the development equipment (``harness``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Celery app: `celery -A runs worker` runs agents, `celery -A runs beat` runs the sweep.
 
-Configuration lives in runs/settings.py under the CELERY_ prefix (with the reasons).
+Configuration lives in runs/settings/celery.py under the CELERY_ prefix (with the reasons).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
 
 app = Celery("runs")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs"])
+app.autodiscover_tasks(["runs.operations"])
 
 
 @after_setup_logger.connect
@@ -38,7 +38,7 @@ def _json_lines(logger: logging.Logger) -> None:
 
     if settings.RUNLEDGER_LOG_FORMAT != "json":
         return
-    from runs.logs import use_json
+    from runs.operations.logs import use_json
 
     for handler in logger.handlers:
         use_json(handler)

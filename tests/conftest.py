@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 # Browser tests drive a live server from the test thread.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -49,8 +50,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def crash_at() -> Iterator[Callable[[str], None]]:
-    """Arm a named crash point (ledger.examples.faults) to kill the step once."""
-    from ledger.examples import faults
+    """Arm a named crash point (harness.faults) to kill the step once."""
+    from harness import faults
 
     def arm(point: str, times: int = 1) -> None:
         left = [times]
@@ -71,14 +72,13 @@ def execute(clock: FakeClock) -> Callable[..., Any]:
     """Run one execution of a run as a worker would (no heartbeat thread; the clock is fake)."""
 
     def run(run_id: str, *, worker: str = "worker-1", crash_expected: bool = False) -> Any:
-        from ledger.worker import run_execute
+        from ledger.processes.execute import run_execute
 
         if crash_expected:
             with pytest.raises(Crash):
                 run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
             # The dead worker's lease must expire before anyone may take the run over, and its
             # effect window (the margin past it) end before its effects are touched.
-            from django.conf import settings
 
             clock.advance(
                 settings.RUNLEDGER_LEASE_SECONDS + settings.RUNLEDGER_EFFECT_MARGIN_SECONDS + 1

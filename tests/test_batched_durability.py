@@ -16,11 +16,11 @@ import pytest
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
 
+from harness import faults
 from ledger import registry, transitions
 from ledger.agents import agent, tool
 from ledger.engine import batch as batch_module
 from ledger.errors import AgentDefinitionError
-from ledger.examples import faults
 from ledger.examples.models import OutboxMessage
 from ledger.models import Run, Step
 

@@ -19,9 +19,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
+from harness import faults
 from ledger import llm, registry, transitions
 from ledger.agents import RunContext, agent, tool
-from ledger.examples import faults
 from ledger.models import Run, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)

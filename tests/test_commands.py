@@ -9,10 +9,11 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger import transitions, worker
+from ledger import transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run
-from runs import tasks
+from ledger.processes import execute
+from runs.operations import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +110,7 @@ def test_a_task_for_a_missing_run_logs_and_does_nothing(caplog) -> None:
 
 def test_a_task_for_a_finished_run_logs_and_does_nothing(caplog) -> None:
     run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
-    worker.run_execute(run_id=run.run_id, worker="w1")
+    execute.run_execute(run_id=run.run_id, worker="w1")
     before = Run.objects.values().get(pk=run.run_id)
     with caplog.at_level(logging.INFO, logger="runs"):
         assert tasks.resume_run.apply(args=(run.run_id,)).get() is None

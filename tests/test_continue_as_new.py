@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from harness import faults
 from ledger import registry, transitions
 from ledger.agents import agent, tool
-from ledger.examples import faults
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from ledger.preview import preview_resume
+from ledger.processes.preview import preview_resume
 from ledger.signals import run_queued
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]

@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger import transitions
-from ledger.effect_audit import audit_effects
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import EffectAudit, Run, Step
+from ledger.processes.effect_audit import audit_effects
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

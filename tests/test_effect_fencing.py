@@ -2,7 +2,7 @@
 
 Real Celery workers on the test database (``harness.cluster``). Worker A freezes itself with
 SIGSTOP (its whole process group, as a VM pause would) at a named hold point
-(``RUNLEDGER_HOLD_AT``, ``ledger.examples.faults``) in one of two windows of an effect:
+(``RUNLEDGER_HOLD_AT``, ``harness.faults``) in one of two windows of an effect:
 
 - (a) the intent row committed, the request not yet sent (``engine.before_send``);
 - (b) the request sent, its result not committed (the provider's ``*.after_effect`` point);
@@ -31,7 +31,7 @@ from harness.cluster import Cluster, wait_for
 from ledger import transitions
 from ledger.examples.models import LedgerEntry, Notification, ProviderCharge, ProviderFence
 from ledger.models import Run, Step
-from runs.tasks import start_run
+from runs.operations.tasks import start_run
 
 pytestmark = [
     pytest.mark.slow,

@@ -12,12 +12,13 @@ import pytest
 from django.db import connection
 from ledger_support import read_write
 
-from ledger import registry, transitions, worker
+from ledger import registry, transitions
 from ledger.agents import agent, tool
 from ledger.errors import LeaseLost, NotJSON
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
+from ledger.processes import execute
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -75,7 +76,7 @@ def test_an_uninterrupted_run_writes_one_row_per_call_in_order(execute) -> None:
 
 
 def test_a_resume_replays_succeeded_steps_without_executing_them(execute, crash_at) -> None:
-    from ledger.examples import faults
+    from harness import faults
 
     calls: list[int] = []
     run = start_refund()
@@ -348,7 +349,7 @@ def test_a_cancelled_run_stays_cancelled_when_its_worker_carries_on(execute, clo
     def cancel_midway() -> None:
         transitions.run_cancel(by="test", reason="cancel", seen_version=None, run_id=run.run_id)
 
-    from ledger.examples import faults
+    from harness import faults
 
     faults.set_hook("charge.before_effect", cancel_midway)
     try:
@@ -366,7 +367,7 @@ def test_a_second_claim_on_a_live_lease_is_refused(clock) -> None:
     run = start_refund()
     assert transitions.lease_claim(run_id=run.run_id, owner="a", clock=clock)
     assert transitions.lease_claim(run_id=run.run_id, owner="b", clock=clock) is None
-    assert worker.run_execute(run_id=run.run_id, worker="b", clock=clock, heartbeat=False) is None
+    assert execute.run_execute(run_id=run.run_id, worker="b", clock=clock, heartbeat=False) is None
 
 
 def test_the_resume_budget_stops_the_run_loudly_until_raised(execute, crash_at) -> None:

@@ -18,11 +18,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ledger import transitions, worker
+from ledger import transitions
 from ledger.agents import RunContext, agent
 from ledger.examples.agents import refund_charge
 from ledger.examples.models import ProviderCharge
 from ledger.models import Run, RunStatus, Step, StepStatus
+from ledger.processes import sweep
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -98,7 +99,7 @@ def test_a_connection_lost_in_an_intent_write_leaves_the_run_to_the_sweep(execut
     assert run.status == RunStatus.RUNNING and run.lease_token  # held until it expires
     assert charges(run.run_id) == 0
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
-    assert worker.runs_sweep(clock=clock) == [run.run_id]
+    assert sweep.runs_sweep(clock=clock) == [run.run_id]
     outcome = execute(run.run_id)
     assert outcome.status == RunStatus.SUCCEEDED
     assert charges(run.run_id) == 1

@@ -27,13 +27,15 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from harness import faults
 from harness.cluster import wait_for
-from ledger import registry, transitions, worker
+from ledger import registry, transitions
 from ledger.agents import agent, tool
-from ledger.examples import faults, simulators
+from ledger.examples import simulators
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from ledger.preview import preview_resume
+from ledger.processes import execute
+from ledger.processes.preview import preview_resume
 
 pytestmark = pytest.mark.django_db(transaction=True)
 both = pytest.mark.sqlite_ok
@@ -326,7 +328,7 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
     assert ProviderCharge.objects.count() in (1, 2, 3)
     wait_for_lapse(run_id)  # the dead worker's lease lapses, as the sweep would find it
     settings.RUNLEDGER_EFFECT_MARGIN_SECONDS = 0.1  # the takeover waits out its effect window
-    outcome = worker.run_execute(run_id=run_id, worker="worker-2", clock=timezone.now)
+    outcome = execute.run_execute(run_id=run_id, worker="worker-2", clock=timezone.now)
     assert outcome is not None and outcome.status == "succeeded", outcome
     assert outcome.result == baseline
     resumed = steps(run_id)
@@ -362,7 +364,7 @@ def _sqlite_lease_lapsed(db: sqlite3.Connection, run_id: str) -> bool:
 def _uninterrupted(inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The same batch without a kill, then every row and effect cleared away."""
     transitions.run_start(agent="batch_refund", inputs=inputs, run_id=run_id)
-    outcome = worker.run_execute(run_id=run_id, worker="w", clock=timezone.now, heartbeat=False)
+    outcome = execute.run_execute(run_id=run_id, worker="w", clock=timezone.now, heartbeat=False)
     assert outcome is not None and outcome.status == "succeeded"
     wipe()
     return dict(outcome.result)

@@ -1,4 +1,4 @@
-"""Which optional apps a process installs, decided by its environment (runs/settings.py)."""
+"""Which optional apps a process installs, decided by its environment (runs/settings/)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,14 @@ def installed(tmp_path: Path, **env: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_the_default_agent_modules_bring_the_examples_and_no_harness(tmp_path: Path) -> None:
+def test_the_default_settings_install_no_example_app_and_no_harness(tmp_path: Path) -> None:
     apps = installed(tmp_path)
+    assert "ledger.examples" not in apps
+    assert "harness" not in apps
+
+
+def test_naming_the_example_agents_brings_their_tables(tmp_path: Path) -> None:
+    apps = installed(tmp_path, RUNLEDGER_AGENT_MODULES="ledger.examples.agents")
     assert "ledger.examples" in apps
     assert "harness" not in apps
 

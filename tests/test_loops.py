@@ -22,10 +22,11 @@ from django.utils import timezone
 from llm_wire import WireModel
 
 from harness.cluster import Cluster, database_url, wait_for
-from ledger import registry, transitions, worker
+from ledger import registry, transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from runs.tasks import start_run
+from ledger.processes import execute
+from runs.operations.tasks import start_run
 
 pytest.importorskip("anthropic")
 pytest.importorskip("openai")
@@ -227,7 +228,7 @@ def test_a_worker_killed_mid_loop_resumes_asking_each_turn_once_and_sending_each
     outcomes: list[Any] = []
 
     def resumed() -> bool:  # claimable once the dead worker's lease has lapsed
-        outcomes.append(worker.run_execute(run_id=run_id, worker="w2", clock=timezone.now))
+        outcomes.append(execute.run_execute(run_id=run_id, worker="w2", clock=timezone.now))
         return outcomes[-1] is not None
 
     assert wait_for(resumed, timeout=60, interval=0.1)

@@ -20,8 +20,9 @@ from aiosmtpd.controller import Controller
 from django.db import connection
 from loopback import Mailbox, Receiver, free_port
 
-from ledger import notify, transitions
+from ledger import transitions
 from ledger.models import DeliveryStatus, Notification, Run, Settlement, Step
+from ledger.processes import delivery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,9 +78,9 @@ def test_a_run_needing_a_person_is_told_once_by_webhook_and_email(
     rows = Notification.objects.filter(run_id=run.run_id)
     assert sorted(r.channel for r in rows) == ["email", "webhook"]
     assert all(r.status == DeliveryStatus.PENDING for r in rows)
-    done = notify.deliver_due(clock=clock)
+    done = delivery.deliver_due(clock=clock)
     assert [d.ok for d in done] == [True, True]
-    assert notify.deliver_due(clock=clock) == []  # nothing twice
+    assert delivery.deliver_due(clock=clock) == []  # nothing twice
     assert len(webhook.requests) == 1
     key, body = webhook.requests[0]
     assert body["event"] == "needs_attention" and body["run_id"] == run.run_id
@@ -101,7 +102,7 @@ def test_a_waiting_proposal_tells_the_approvers(execute, crash_at, webhook, cloc
         step=step, outcome="not_happened", reason="no charge in the report", by="olivia",
         seen_version=step.version, clock=clock,
     )  # fmt: skip
-    notify.deliver_due(clock=clock)
+    delivery.deliver_due(clock=clock)
     events = [b["event"] for _, b in webhook.requests]
     assert events == ["needs_attention", "approval_waiting"]
     body = webhook.requests[1][1]
@@ -116,20 +117,20 @@ def test_a_receiver_that_is_down_is_retried_with_back_off_until_it_is_back(
     settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{port}/hook"
     settings.RUNLEDGER_NOTIFY_BACKOFF_SECONDS = 10
     blocked_renewal(execute, crash_at)
-    first = notify.deliver_due(clock=clock)
+    first = delivery.deliver_due(clock=clock)
     row = Notification.objects.get()
     assert [d.ok for d in first] == [False] and "unreachable" in row.last_error
     assert (row.status, row.attempts) == (DeliveryStatus.PENDING, 1)
     assert row.next_attempt_at == clock() + timedelta(seconds=10)
-    assert notify.deliver_due(clock=clock) == []  # not before its back-off
+    assert delivery.deliver_due(clock=clock) == []  # not before its back-off
     clock.advance(10)
-    notify.deliver_due(clock=clock)
+    delivery.deliver_due(clock=clock)
     row.refresh_from_db()
     assert row.attempts == 2 and row.next_attempt_at == clock() + timedelta(seconds=20)
     receiver = Receiver(port)  # the receiver comes back
     try:
         clock.advance(20)
-        assert [d.ok for d in notify.deliver_due(clock=clock)] == [True]
+        assert [d.ok for d in delivery.deliver_due(clock=clock)] == [True]
         row.refresh_from_db()
         assert (row.status, row.attempts, row.last_error) == (DeliveryStatus.SENT, 3, "")
         assert len(receiver.requests) == 1
@@ -140,7 +141,7 @@ def test_a_receiver_that_is_down_is_retried_with_back_off_until_it_is_back(
 def test_deliveries_and_failures_are_counted_for_metrics(
     execute, crash_at, settings, clock
 ) -> None:
-    from runs import metrics
+    from runs.operations import metrics
 
     def scraped(text: str) -> str:
         return next(
@@ -158,13 +159,13 @@ def test_deliveries_and_failures_are_counted_for_metrics(
     port = free_port()
     settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{port}/hook"
     blocked_renewal(execute, crash_at)
-    notify.deliver_due(clock=clock)  # the receiver is down
+    delivery.deliver_due(clock=clock)  # the receiver is down
     assert float(scraped(failed).split()[-1]) == before[failed] + 1
     assert scraped('runledger_notifications{channel="webhook",status="pending"}').endswith(" 1.0")
     receiver = Receiver(port)
     try:
         clock.advance(3600)
-        notify.deliver_due(clock=clock)
+        delivery.deliver_due(clock=clock)
     finally:
         receiver.stop()
     assert float(scraped(sent).split()[-1]) == before[sent] + 1
@@ -177,13 +178,13 @@ def test_a_notification_is_given_up_after_the_last_attempt(
     settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/hook"
     settings.RUNLEDGER_NOTIFY_MAX_ATTEMPTS = 2
     blocked_renewal(execute, crash_at)
-    notify.deliver_due(clock=clock)
+    delivery.deliver_due(clock=clock)
     clock.advance(3600)
-    notify.deliver_due(clock=clock)
+    delivery.deliver_due(clock=clock)
     row = Notification.objects.get()
     assert (row.status, row.attempts) == (DeliveryStatus.FAILED, 2)
     clock.advance(3600)
-    assert notify.deliver_due(clock=clock) == []
+    assert delivery.deliver_due(clock=clock) == []
 
 
 def test_a_long_wait_is_reminded_of_once(execute, crash_at, webhook, settings, clock) -> None:
@@ -198,7 +199,7 @@ def test_a_long_wait_is_reminded_of_once(execute, crash_at, webhook, settings, c
     later = clock() + timedelta(seconds=601)
     assert transitions.notifications_remind(now=later) == 2  # the run and the proposal
     assert transitions.notifications_remind(now=later + timedelta(hours=5)) == 0
-    notify.deliver_due(clock=lambda: later)
+    delivery.deliver_due(clock=lambda: later)
     kinds = sorted((b["event"], b.get("waiting", "")) for _, b in webhook.requests)
     assert kinds == [
         ("approval_waiting", ""),
@@ -238,9 +239,9 @@ def test_a_deliverer_killed_after_sending_sends_again_under_the_same_key(
     assert (row.status, row.attempts) == (DeliveryStatus.SENDING, 1)
     assert row.claimed_until is not None
     claimed = row.claimed_until - timedelta(seconds=1)
-    assert notify.deliver_due(clock=lambda: claimed) == []  # claimed: not sent meanwhile
+    assert delivery.deliver_due(clock=lambda: claimed) == []  # claimed: not sent meanwhile
     lapsed = row.claimed_until + timedelta(seconds=1)
-    assert [d.ok for d in notify.deliver_due(clock=lambda: lapsed)] == [True]
+    assert [d.ok for d in delivery.deliver_due(clock=lambda: lapsed)] == [True]
     row.refresh_from_db()
     assert (row.status, row.attempts) == (DeliveryStatus.SENT, 2)
     keys = [k for k, _ in webhook.requests]

@@ -20,7 +20,7 @@ from django.core.management import CommandError, call_command
 
 from ledger.examples.models import GatewayCharge
 from ledger.models import AuditEvent, Run, Settlement, Step
-from runs.management.commands.list_runs import Command as ListRuns
+from runs.operations.management.commands.list_runs import Command as ListRuns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

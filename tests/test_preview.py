@@ -6,7 +6,7 @@ from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from ledger.preview import preview_resume
+from ledger.processes.preview import preview_resume
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 

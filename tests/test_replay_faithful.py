@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from harness import faults
 from ledger import canonical, llm, registry, transitions
 from ledger.agents import NOT_HAPPENED, agent, tool
-from ledger.examples import faults
 from ledger.models import Run, Step
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]

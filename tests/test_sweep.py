@@ -6,9 +6,10 @@ import pytest
 from django.conf import settings
 from ledger_support import read_write
 
-from ledger import selectors, transitions, worker
+from ledger import selectors, transitions
 from ledger.errors import LeaseLost
 from ledger.models import Run
+from ledger.processes import sweep
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -27,17 +28,17 @@ def claimed(clock, owner: str = "worker-a") -> tuple[Run, str]:
 def test_a_run_whose_lease_expired_is_requeued_once_and_its_lease_cleared(clock) -> None:
     run, _ = claimed(clock)
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
-    assert worker.runs_sweep(clock=clock) == [run.run_id]
+    assert sweep.runs_sweep(clock=clock) == [run.run_id]
     run.refresh_from_db()
     assert (run.status, run.lease_token, run.lease_owner) == ("queued", None, "")
     assert "worker-a" in run.detail
-    assert worker.runs_sweep(clock=clock) == []
+    assert sweep.runs_sweep(clock=clock) == []
 
 
 def test_a_live_lease_is_left_alone(clock) -> None:
     run, token = claimed(clock)
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS - 1)
-    assert worker.runs_sweep(clock=clock) == []
+    assert sweep.runs_sweep(clock=clock) == []
     run.refresh_from_db()
     assert (run.status, run.lease_token) == ("running", token)
 
@@ -65,7 +66,7 @@ def test_a_lease_renewed_after_the_sweep_looked_is_not_requeued(clock) -> None:
 def test_a_worker_whose_run_was_requeued_can_write_nothing(clock) -> None:
     run, token = claimed(clock)
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
-    worker.runs_sweep(clock=clock)
+    sweep.runs_sweep(clock=clock)
     assert not transitions.lease_renew(run_id=run.run_id, token=token, clock=clock)
     write = read_write(run_id=run.run_id, token=token, step_id="late", now=clock(), result_json="1")
     with pytest.raises(LeaseLost):
@@ -76,12 +77,12 @@ def test_a_worker_whose_run_was_requeued_can_write_nothing(clock) -> None:
 
 def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_wait(clock) -> None:
     run = start(clock)
-    assert worker.runs_sweep(lost_after=60, clock=clock) == []
+    assert sweep.runs_sweep(lost_after=60, clock=clock) == []
     clock.advance(61)
-    assert worker.runs_sweep(lost_after=60, clock=clock) == [run.run_id]
-    assert worker.runs_sweep(lost_after=60, clock=clock) == []
+    assert sweep.runs_sweep(lost_after=60, clock=clock) == [run.run_id]
+    assert sweep.runs_sweep(lost_after=60, clock=clock) == []
     clock.advance(61)
-    assert worker.runs_sweep(lost_after=60, clock=clock) == [run.run_id]
+    assert sweep.runs_sweep(lost_after=60, clock=clock) == [run.run_id]
     run.refresh_from_db()
     assert run.status == "queued"
 
@@ -96,7 +97,7 @@ def test_finished_cancelled_and_blocked_runs_are_never_swept(clock, execute) -> 
     blocked, _ = claimed(clock)
     Run.objects.filter(pk=blocked.run_id).update(status="needs_attention", reason="stale")
     clock.advance(3600)
-    assert worker.runs_sweep(lost_after=60, clock=clock) == []
+    assert sweep.runs_sweep(lost_after=60, clock=clock) == []
     statuses = dict(Run.objects.values_list("run_id", "status"))
     assert statuses == {
         done.run_id: "succeeded",

@@ -10,8 +10,8 @@ from dashboard_support import restore_roles, user_in
 from django.test import Client
 from django.utils import timezone
 
-from ledger import worker
 from ledger.models import Beacon
+from ledger.processes import sweep
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +31,7 @@ def test_the_list_warns_when_the_sweep_has_never_run(viewer) -> None:
 
 
 def test_a_sweep_pass_records_its_beacon_and_the_list_shows_it_alive(viewer) -> None:
-    assert worker.runs_sweep() == []
+    assert sweep.runs_sweep() == []
     beacon = Beacon.objects.get(name="sweep")
     assert beacon.detail == {"requeued": 0}
     page = viewer.get("/").content.decode()
@@ -40,7 +40,7 @@ def test_a_sweep_pass_records_its_beacon_and_the_list_shows_it_alive(viewer) -> 
 
 def test_a_sweep_that_stopped_running_is_a_warning(viewer, settings) -> None:
     settings.RUNLEDGER_SWEEP_SECONDS = 10
-    worker.runs_sweep(clock=lambda: timezone.now() - timedelta(minutes=7))
+    sweep.runs_sweep(clock=lambda: timezone.now() - timedelta(minutes=7))
     page = viewer.get("/").content.decode()
     # 7 minutes ago on the page's own clock: more if the machine is slow, never less than 6.
     minutes = re.search(r"has not run for (\d+) min", page)

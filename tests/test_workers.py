@@ -28,7 +28,7 @@ from ledger import registry, transitions
 from ledger.agents import agent
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
-from runs.tasks import resume_run, start_run
+from runs.operations.tasks import resume_run, start_run
 
 pytestmark = [
     pytest.mark.slow,

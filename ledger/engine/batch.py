@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.conf import settings
 from django.db import connections
 
+from ledger.conf import conf
 from ledger.registry import Agent
 from ledger.transitions.steps import StepWrite
 
@@ -51,8 +51,8 @@ class Batch:
         """The agent's batch, or None when it commits every step (durability ``step``)."""
         if agent.durability != "batched":
             return None
-        steps = agent.batch_steps or settings.RUNLEDGER_BATCH_MAX_STEPS
-        ms = settings.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
+        steps = agent.batch_steps or conf.RUNLEDGER_BATCH_MAX_STEPS
+        ms = conf.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
         return cls(max_steps=steps, max_seconds=ms / 1000)
 
     def __len__(self) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.models import StepKind
+from ledger.states import StepKind
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The context turns the agent author's calls (``call``, ``parallel``, ``model``, ``now``,
 ``uuid``, ``random``) into ``Call``s with validated, hashed inputs and stable step ids, and hands
 each to its ``Steps``: the live steps (``ledger.engine.live``) replay, reconcile or execute and
-write the ledger; the dry replay (``ledger.preview``) only compares. Both decide with
+write the ledger; the dry replay (``ledger.processes.preview``) only compares. Both decide with
 ``ledger.engine.decide``.
 """
 
@@ -17,14 +17,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
-from django.conf import settings
-
 from ledger import canonical, llm
+from ledger.conf import conf
 from ledger.engine.calls import Call
 from ledger.engine.walk import Walk
 from ledger.errors import BudgetExhausted, ContinueAsNew, DuplicateStepId
-from ledger.models import StepKind, StepStatus
 from ledger.registry import Agent, Tool
+from ledger.states import StepKind, StepStatus
 
 Clock = Callable[[], datetime]
 #: One sibling of ``ctx.parallel``: a registered tool and its keyword inputs.
@@ -63,7 +62,7 @@ class RunContext:
         self._scope: list[str] = []
         self._used: set[str] = set()
         self._sized = 0  # how many walked steps history_bytes has counted
-        self._max_bytes = settings.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN
+        self._max_bytes = conf.RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN
         self._bytes = 0
 
     @property

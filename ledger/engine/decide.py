@@ -17,8 +17,7 @@ import enum
 from collections.abc import Mapping
 from datetime import datetime
 
-from ledger.models import StepKind, StepStatus
-from ledger.selectors.ledger import StepRow
+from ledger.states import StepKind, StepRow, StepStatus
 
 
 class Action(enum.StrEnum):

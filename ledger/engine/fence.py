@@ -47,17 +47,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from datetime import datetime
 
+from ledger import faultpoints
 from ledger.errors import LeaseLost
 
 log = logging.getLogger(__name__)
-
-#: A test hook (``ledger.examples.faults`` installs it for named hold and kill points): called
-#: with the point's name after an effect's intent committed, before the deadline check. None in
-#: production.
-probe: Callable[[str], None] | None = None
 
 
 class LeaseExpired(LeaseLost):
@@ -111,8 +106,7 @@ class LeaseFence:
 
     def check(self, step_id: str) -> None:
         """Immediately before an effect leaves the process: ``LeaseExpired`` past the deadline."""
-        if probe is not None:
-            probe("engine.before_send")
+        faultpoints.point("engine.before_send")
         late = time.monotonic() - self.deadline
         if late >= 0:
             raise LeaseExpired(

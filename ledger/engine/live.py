@@ -39,10 +39,10 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
 
 from ledger import canonical, observe, transitions
+from ledger.conf import conf
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
@@ -100,8 +100,8 @@ class LiveSteps:
         self._clock = clock
         self._batch = Batch.for_agent(walk.agent)
         # Read once per execution: a lazy settings lookup on every step costs more than it says.
-        self._max_steps = settings.RUNLEDGER_MAX_STEPS_PER_RUN
-        self._max_input_bytes = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
+        self._max_steps = conf.RUNLEDGER_MAX_STEPS_PER_RUN
+        self._max_input_bytes = conf.RUNLEDGER_MAX_STORED_INPUT_BYTES
         # Full batches commit on a thread of their own where threads get their own connections
         # (PostgreSQL); the SQLite demo commits them in line.
         self._flusher = (

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from ledger.engine.decide import StepRow, abandon_branch, expected_step
 from ledger.errors import Divergence
-from ledger.models import StepStatus
 from ledger.registry import Agent
+from ledger.states import StepStatus
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import os
 import time
 from typing import Any
 
-from ledger import llm
+from ledger import faultpoints, llm
 from ledger.agents import RunContext, agent, tool
-from ledger.examples import faults, simulators
+from ledger.examples import simulators
 from ledger.loops import Limits, chat, messages
 
 INVOICES = {
@@ -47,7 +47,7 @@ AUTO_APPROVE_LIMIT_CENTS = 50000
 @tool(kind="read")
 def fetch_invoice(invoice_id: str) -> dict[str, Any]:
     """Look an invoice up in the billing system."""
-    faults.point("fetch_invoice")
+    faultpoints.point("fetch_invoice")
     if invoice_id not in INVOICES:
         raise LookupError(f"no invoice {invoice_id}")
     return {"invoice_id": invoice_id, **INVOICES[invoice_id]}
@@ -108,7 +108,7 @@ def refund_decision(output: dict[str, Any]) -> str:
 
 @llm.script("refund-decision")
 def _decide(prompt: str, system: str) -> dict[str, Any]:
-    faults.point("decide")  # inside a model step
+    faultpoints.point("decide")  # inside a model step
     cents = int(prompt.split(": ", 1)[1].split(" cents")[0])
     verdict = "approve" if cents <= AUTO_APPROVE_LIMIT_CENTS else "deny"
     return {"text": f"{verdict} {cents}", "decision": verdict, "amount_cents": cents}
@@ -205,7 +205,7 @@ def refund_loop(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
 @tool(kind="read")
 def lookup_record(index: int, delay_ms: int = 0) -> dict[str, Any]:
     """A read of record ``index`` of a synthetic data set (``delay_ms`` makes it slow)."""
-    faults.point("lookup_record")
+    faultpoints.point("lookup_record")
     if delay_ms:
         time.sleep(delay_ms / 1000)
     return {"index": index, "value": (index * 7919) % 1000}
@@ -213,7 +213,7 @@ def lookup_record(index: int, delay_ms: int = 0) -> dict[str, Any]:
 
 @llm.script("summarize")
 def _summarize(prompt: str, system: str) -> dict[str, Any]:
-    faults.point("summarize")  # inside a model step
+    faultpoints.point("summarize")  # inside a model step
     return {"text": f"summary of {len(prompt)} chars", "length": len(prompt)}
 
 
@@ -264,7 +264,7 @@ survey_batched = agent(
 @tool(kind="read")
 def fetch_subscription(customer: str) -> dict[str, Any]:
     """Look a subscription up in the billing system."""
-    faults.point("fetch_subscription")
+    faultpoints.point("fetch_subscription")
     if customer not in SUBSCRIPTIONS:
         raise LookupError(f"no subscription for {customer}")
     return {"customer": customer, **SUBSCRIPTIONS[customer]}

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, router, transaction
 from django.db.models import F
 
-from ledger.examples import faults
+from ledger import faultpoints
 from ledger.examples.models import (
     GatewayCharge,
     LedgerEntry,
@@ -72,7 +72,7 @@ def provider_charge(
 ) -> dict[str, Any]:
     """Create a charge, or return the first charge made under this key; refuse a request whose
     fencing token is lower than one already seen for the key (``StaleFencingToken``)."""
-    faults.point("charge.before_effect")
+    faultpoints.point("charge.before_effect")
     if not _admit(idempotency_key, fencing_token):
         raise StaleFencingToken(
             f"key {idempotency_key}: fencing token {fencing_token} is stale; a newer holder "
@@ -93,7 +93,7 @@ def provider_charge(
             raise IdempotencyConflict(
                 f"key {idempotency_key} was first used with other parameters"
             ) from None
-    faults.point("charge.after_effect")
+    faultpoints.point("charge.after_effect")
     return _charge_view(charge)
 
 
@@ -121,11 +121,11 @@ def provider_keys(prefix: str) -> list[str]:
 
 def outbox_send(*, to: str, subject: str, body: str, idempotency_key: str) -> dict[str, Any]:
     """Queue an email; the message id is the idempotency key, so a resend is a no-op."""
-    faults.point("email.before_effect")
+    faultpoints.point("email.before_effect")
     message, _ = OutboxMessage.objects.get_or_create(
         message_id=idempotency_key, defaults={"to": to, "subject": subject, "body": body}
     )
-    faults.point("email.after_effect")
+    faultpoints.point("email.after_effect")
     return {"message_id": message.message_id, "to": message.to}
 
 
@@ -142,17 +142,17 @@ def outbox_keys(prefix: str) -> list[str]:
 
 def notifier_send(*, channel: str, text: str, idempotency_key: str) -> dict[str, Any]:
     """Post a notification. No read path and no dedup: the key is ignored, as many APIs do."""
-    faults.point("notify.before_effect")
+    faultpoints.point("notify.before_effect")
     note = Notification.objects.create(channel=channel, text=text)
-    faults.point("notify.after_effect")
+    faultpoints.point("notify.after_effect")
     return {"notification": note.pk, "channel": channel}
 
 
 def ledger_append(*, account: str, amount_cents: int, memo: str) -> dict[str, Any]:
     """Append an entry to the accounting ledger: no deduplication, every call appends."""
-    faults.point("ledger.before_effect")
+    faultpoints.point("ledger.before_effect")
     entry = LedgerEntry.objects.create(memo=memo, account=account, amount_cents=amount_cents)
-    faults.point("ledger.after_effect")
+    faultpoints.point("ledger.after_effect")
     return _entry_view(entry)
 
 
@@ -168,12 +168,12 @@ def _entry_view(entry: LedgerEntry) -> dict[str, Any]:
 
 def gateway_charge(*, customer: str, amount_cents: int, reference: str) -> dict[str, Any]:
     """Charge through the legacy gateway: no idempotency, no lookup; every call charges."""
-    faults.point("gateway.before_effect")
+    faultpoints.point("gateway.before_effect")
     charge = GatewayCharge.objects.create(
         gateway_ref="gw_" + secrets.token_hex(8),
         customer=customer,
         amount_cents=amount_cents,
         reference=reference,
     )
-    faults.point("gateway.after_effect")
+    faultpoints.point("gateway.after_effect")
     return {"gateway_ref": charge.gateway_ref, "amount_cents": amount_cents}

@@ -1,4 +1,5 @@
-"""Reads of the deploy check (``ledger.deploy``): the runs in flight, the tools a run used."""
+"""Reads of the deploy check (``ledger.processes.deploy_check``): the runs in flight, the tools a
+run used."""
 
 from __future__ import annotations
 

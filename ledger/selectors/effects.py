@@ -1,4 +1,5 @@
-"""Reads of the effect audit (``ledger.effect_audit``): the ledger's effects by key, in order."""
+"""Reads of the effect audit (``ledger.processes.effect_audit``): the ledger's effects by key, in
+order."""
 
 from __future__ import annotations
 

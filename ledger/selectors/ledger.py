@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,34 +9,12 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from ledger import canonical
+from ledger.states import StepRow
 
 _STEP_COLUMNS = (
     "id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, kind, tool, "
     "seq, errors, expires_at, settled_by"
 )
-
-
-@dataclass
-class StepRow:
-    """A ledger row as the engine sees it (results decoded)."""
-
-    pk: int
-    step_id: str
-    input_hash: str
-    status: str
-    result: Any
-    next_step_id: str | None
-    attempt: int
-    effect_key: str | None
-    kind: str
-    tool: str
-    seq: int
-    errors: list[Any] = field(default_factory=list)
-    expires_at: datetime | None = None
-    settled_by: str = ""
-    #: UTF-8 bytes of the result's canonical JSON, when the execution that wrote it knows them
-    #: (``ctx.history_bytes`` counts them without encoding the result again).
-    size: int | None = None
 
 
 def load_steps(run_id: str) -> dict[str, StepRow]:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from ledger import registry
+from ledger.conf import conf
 from ledger.models import (
     AuditAction,
     AuditEvent,
@@ -34,7 +34,7 @@ from ledger.models import (
 
 def approval_required() -> bool:
     """Whether a settlement needs a second person (``RUNLEDGER_SETTLEMENT_APPROVAL``)."""
-    return bool(getattr(settings, "RUNLEDGER_SETTLEMENT_APPROVAL", True))
+    return bool(conf.RUNLEDGER_SETTLEMENT_APPROVAL)
 
 
 @dataclass(frozen=True)

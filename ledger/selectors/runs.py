@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
 
+from ledger.conf import conf
 from ledger.inputs import queryable
 from ledger.models import (
     AuditEvent,
@@ -85,7 +85,7 @@ class SweepHealth:
 
 
 def sweep_health(*, now: datetime) -> SweepHealth:
-    every = float(settings.RUNLEDGER_SWEEP_SECONDS)
+    every = float(conf.RUNLEDGER_SWEEP_SECONDS)
     beacon = Beacon.objects.filter(name="sweep").first()
     if beacon is None:
         return SweepHealth(last=None, minutes_ago=None, ok=False, every_seconds=every)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
@@ -18,6 +17,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from ledger import canonical
+from ledger.conf import conf
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
 from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
@@ -75,7 +75,7 @@ def require_reason(reason: str) -> str:
 
 
 def max_result_bytes() -> int:
-    return int(getattr(settings, "RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES", 65536))
+    return int(conf.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES)
 
 
 def validate_result(value: Any, *, what: str = "the result") -> Any:

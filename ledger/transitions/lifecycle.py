@@ -15,12 +15,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from ledger import canonical, registry, signals
+from ledger.conf import conf
 from ledger.errors import LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
@@ -74,7 +74,7 @@ def run_start(
         plan_version=definition.plan_version,
         tool_schema_hash=definition.tool_schema_hash,
         code_version=definition.code_version,
-        max_resumes=budget if budget is not None else settings.RUNLEDGER_DEFAULT_MAX_RESUMES,
+        max_resumes=budget if budget is not None else conf.RUNLEDGER_DEFAULT_MAX_RESUMES,
         created_at=now,
         updated_at=now,
         status_changed_at=now,
@@ -112,7 +112,7 @@ def lease_claim(
     """
     now = clock()
     token = secrets.token_hex(16)
-    ttl = timedelta(seconds=seconds or settings.RUNLEDGER_LEASE_SECONDS)
+    ttl = timedelta(seconds=seconds or conf.RUNLEDGER_LEASE_SECONDS)
     claimed = (
         Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
@@ -136,7 +136,7 @@ def lease_renew(
 ) -> bool:
     """Extend a held lease (the heartbeat); False when it is no longer ours."""
     now = clock()
-    ttl = timedelta(seconds=seconds or settings.RUNLEDGER_LEASE_SECONDS)
+    ttl = timedelta(seconds=seconds or conf.RUNLEDGER_LEASE_SECONDS)
     return (
         Run.objects.filter(pk=run_id, lease_token=token, status=RunStatus.RUNNING).update(
             lease_expires_at=now + ttl, heartbeat_at=now

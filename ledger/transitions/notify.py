@@ -1,5 +1,5 @@
 """The notification outbox: rows written in the transaction of the event they announce, then
-claimed, marked sent, or failed with back-off by a deliverer (``ledger.notify``).
+claimed, marked sent, or failed with back-off by a deliverer (``ledger.processes.delivery``).
 
 Events: a run entered needs_attention (``run_block`` calls ``notify_run_blocked``), a settlement
 proposal waits for an approver (``settlement_propose``), and either has waited longer than
@@ -17,11 +17,11 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 
 from ledger import signals
+from ledger.conf import conf
 from ledger.models import (
     DeliveryStatus,
     Notification,
@@ -39,9 +39,9 @@ REMIND_BATCH = 500
 def channels() -> list[str]:
     """The configured channels: ``webhook`` and/or ``email``; none by default."""
     found = []
-    if settings.RUNLEDGER_NOTIFY_WEBHOOK_URL:
+    if conf.RUNLEDGER_NOTIFY_WEBHOOK_URL:
         found.append("webhook")
-    if settings.RUNLEDGER_NOTIFY_EMAIL_TO:
+    if conf.RUNLEDGER_NOTIFY_EMAIL_TO:
         found.append("email")
     return found
 
@@ -51,7 +51,7 @@ def idempotency_key(event_key: str, channel: str) -> str:
 
 
 def _run_url(run_id: str) -> str:
-    return f"{settings.RUNLEDGER_PUBLIC_URL.rstrip('/')}/runs/{run_id}/"
+    return f"{conf.RUNLEDGER_PUBLIC_URL.rstrip('/')}/runs/{run_id}/"
 
 
 def _queue(
@@ -158,7 +158,7 @@ def notify_settlement_waiting(*, settlement: Settlement, run: Run, at: datetime)
 def notifications_remind(*, now: datetime) -> int:
     """Queue one reminder for each run that has needed attention, and each proposal that has
     waited, longer than ``RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS`` (0: no reminders)."""
-    age = settings.RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS
+    age = conf.RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS
     if age <= 0 or not channels():
         return 0
     cutoff = now - timedelta(seconds=age)
@@ -206,7 +206,7 @@ def notifications_remind(*, now: datetime) -> int:
                 announce=False,
             )
     if count:
-        # Once for the batch: each announcement enqueues a delivery task (runs.tasks).
+        # Once for the batch: each announcement enqueues a delivery task (runs.operations.tasks).
         signals.send_notifications_queued_on_commit()
     return count
 
@@ -252,8 +252,8 @@ def notification_failed(*, pk: int, token: str, error: str, now: datetime) -> bo
     row = Notification.objects.filter(pk=pk, claim_token=token).only("attempts").first()
     if row is None:
         return False
-    give_up = row.attempts >= settings.RUNLEDGER_NOTIFY_MAX_ATTEMPTS
-    delay = min(settings.RUNLEDGER_NOTIFY_BACKOFF_SECONDS * 2 ** (row.attempts - 1), 3600.0)
+    give_up = row.attempts >= conf.RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+    delay = min(conf.RUNLEDGER_NOTIFY_BACKOFF_SECONDS * 2 ** (row.attempts - 1), 3600.0)
     return (
         Notification.objects.filter(pk=pk, claim_token=token, status=DeliveryStatus.SENDING).update(
             status=DeliveryStatus.FAILED if give_up else DeliveryStatus.PENDING,

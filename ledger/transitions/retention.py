@@ -4,7 +4,7 @@ Two transitions, each one short transaction: ``run_archive_record`` notes where 
 (after the file is complete, with the audit row), and ``steps_delete_archived`` deletes one
 bounded batch of them. The run row, its outcome, its settlements and the audit stay; the steps
 a settlement points at stay too (the audit's evidence). The file is written by
-``ledger.retention`` between commits, never inside one.
+``ledger.processes.retention`` between commits, never inside one.
 """
 
 from __future__ import annotations

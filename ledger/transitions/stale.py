@@ -4,7 +4,8 @@ A ``succeeded`` row whose stored input hash differs from the hash of today's inp
 run with reason ``stale``. A person either
 
 - accepts the stored result: today's inputs and hash (from the dry replay,
-  ``ledger.preview.stale_entry``, which the caller runs first, outside the transaction) are
+  ``ledger.processes.preview.stale_entry``, which the caller runs first, outside the transaction)
+  are
   recorded on the row, so the resume replays it; or
 - re-executes from it: the step and the non-effect steps after it (following ``next_step_id``)
   go back to ``pending`` and run again on resume; effect rows after it are kept as they are, so
@@ -66,7 +67,8 @@ def step_accept_stale(
 ) -> Step:
     """Record today's inputs and hash on a stale step, keeping its stored result.
 
-    ``today`` comes from the dry replay (``ledger.preview.stale_entry``), run before, outside
+    ``today`` comes from the dry replay (``ledger.processes.preview.stale_entry``), run before,
+    outside
     the transaction; the write checks that the row is the one the replay compared (same
     version, same stored hash). When the run is stopped on this very step, it is queued for
     resume (``resume=False`` leaves it stopped).

@@ -37,10 +37,10 @@ from datetime import datetime
 from time import perf_counter
 from typing import Any
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from ledger import canonical, observe
+from ledger.conf import conf
 from ledger.errors import LeaseLost
 
 
@@ -80,7 +80,7 @@ def stored_inputs(text: str, limit: int | None = None) -> tuple[str | None, bool
     (RUNLEDGER_MAX_STORED_INPUT_BYTES), else a marked preview. Returns (json text, truncated).
     """
     if limit is None:
-        limit = settings.RUNLEDGER_MAX_STORED_INPUT_BYTES
+        limit = conf.RUNLEDGER_MAX_STORED_INPUT_BYTES
     if len(text) * 4 <= limit:  # no character is more than 4 bytes in UTF-8: no need to encode
         return text, False
     data = text.encode("utf-8")
@@ -124,7 +124,7 @@ def _pg_cursor() -> Any:
     the same query logging and execute wrappers), preparing when RUNLEDGER_PG_PREPARE is on
     (off for a pooler in transaction mode, where a prepared statement may not outlive it).
     """
-    if not settings.RUNLEDGER_PG_PREPARE:
+    if not conf.RUNLEDGER_PG_PREPARE:
         return connection.cursor()
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
@@ -178,7 +178,7 @@ def _pg_fetch(db: Any, statement: str, params: dict[str, Any]) -> Any:
         or db.execute_wrappers
         or db.queries_logged
         or db.needs_rollback
-        or not settings.RUNLEDGER_PG_PREPARE
+        or not conf.RUNLEDGER_PG_PREPARE
         or (db.health_check_enabled and not db.health_check_done)
         or db.__dict__.get("_runledger_tuned") is not conn
     ):

@@ -9,5 +9,6 @@ library in ``runs/settings.py``).
 It never writes ledger rows itself: a view reads through ``ledger.selectors`` and the dry
 replay, and acts through one function of ``ledger.transitions``. It never imports the kill-test
 harness (``harness``) or ``ledger.examples``; it imports the project wiring only for the
-permissions (``runs.models``) and the tasks it enqueues after a commit (``runs.tasks``).
+permissions (``runs.dashboard.models``) and the tasks it enqueues after a commit
+(``runs.operations.tasks``).
 """

@@ -10,11 +10,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-
 from ledger import registry
+from ledger.conf import conf
 from ledger.models import Run, Step
-from ledger.preview import Preview, PreviewStep, preview_resume
+from ledger.processes.preview import Preview, PreviewStep, preview_resume
 
 
 def pretty(value: Any) -> str:
@@ -158,7 +157,7 @@ def _compare(view: StepView, entry: PreviewStep | None) -> None:
 
 def compute_preview(run: Run) -> Preview:
     """The dry replay of ``run`` (time-bounded by RUNLEDGER_PREVIEW_SECONDS; writes nothing)."""
-    return preview_resume(run_id=run.run_id, seconds=settings.RUNLEDGER_PREVIEW_SECONDS)
+    return preview_resume(run_id=run.run_id, seconds=conf.RUNLEDGER_PREVIEW_SECONDS)
 
 
 def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
@@ -173,7 +172,7 @@ def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
         "execute": preview.by_action("execute"),
         "diverge": preview.by_action("diverge"),
         "downstream": [s for s in preview.steps if s.after_stale],
-        "seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
+        "seconds": conf.RUNLEDGER_PREVIEW_SECONDS,
     }
 
 
@@ -183,8 +182,8 @@ def batched_note(run: Run) -> str:
     agent = registry.get_agent(run.agent)
     if agent is None or agent.durability != "batched":
         return ""
-    steps = agent.batch_steps or settings.RUNLEDGER_BATCH_MAX_STEPS
-    ms = settings.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
+    steps = agent.batch_steps or conf.RUNLEDGER_BATCH_MAX_STEPS
+    ms = conf.RUNLEDGER_BATCH_MAX_MS if agent.batch_ms is None else agent.batch_ms
     return (
         f"batched durability: reads, model calls and clock readings commit together, up to "
         f"{steps} steps or {ms:g} ms at a time, and always before an effect is sent"

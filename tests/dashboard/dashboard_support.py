@@ -14,11 +14,11 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from ledger import registry, transitions
+from ledger import faultpoints, registry, transitions
 from ledger.agents import agent, tool
 from ledger.examples import agents as examples
 from ledger.models import Run
-from runs.roles import user_set_role
+from runs.dashboard.roles import user_set_role
 
 PASSWORD = "correct horse battery"
 # Today's prompt: same facts, new instructions (the scripted model still reads the amount).
@@ -152,7 +152,7 @@ def html_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:
 
     @tool(kind="effect", name="markup_effect")
     def markup_effect(note: str, *, idempotency_key: str) -> dict[str, Any]:
-        examples.faults.point("notify.after_effect")
+        faultpoints.point("notify.after_effect")
         return {"ok": True}
 
     def body(ctx: Any, inputs: dict[str, Any]) -> Any:

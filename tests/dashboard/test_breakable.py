@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runs.dashboard.templatetags import breakable
+from runs.dashboard.templatetags.dashboard import breakable
 
 
 def test_a_key_gets_break_opportunities_after_its_separators() -> None:

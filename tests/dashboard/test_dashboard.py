@@ -29,7 +29,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import registry, selectors, transitions
+from ledger import faultpoints, registry, selectors, transitions
 from ledger.agents import agent, tool
 from ledger.examples import agents as examples
 from ledger.models import Run, Step
@@ -377,7 +377,7 @@ def test_the_chain_follows_next_step_id_and_puts_abandoned_rows_after_it(
     @tool(kind="read", name="replan_read")
     def read(name: str) -> str:
         if name == "d":
-            examples.faults.point("lookup_record")
+            faultpoints.point("lookup_record")
         return name
 
     def body(ctx, inputs):

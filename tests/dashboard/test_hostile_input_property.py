@@ -1,6 +1,6 @@
 """Property: no dashboard view answers 500 to hostile input, and none writes anything for it.
 
-Every URL pattern of the dashboard (``runs.urls.dashboard``, enumerated, so a new view is
+Every URL pattern of the dashboard (``runs.dashboard.urls``, enumerated, so a new view is
 covered without editing this file) gets GET and POST requests from an admin and a viewer, with
 hostile values in its URL (run ids, step and settlement numbers) and in every query parameter
 and form field the dashboard reads: NUL bytes, 5,000-digit numbers, 64-bit overflows, deeply
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from harness.cluster import Cluster
 from ledger.models import AuditEvent, Run, Settlement, Step
-from runs.urls import dashboard
+from runs.dashboard.urls import urlpatterns as dashboard
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -10,8 +10,8 @@ import pytest
 from dashboard_support import expired_lease_run, restore_roles, rewind, user_in
 from django.test import Client
 
-from ledger import worker
 from ledger.models import Step
+from ledger.processes import execute as execution
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +53,7 @@ def test_a_running_run_shows_its_step_count_and_last_write_and_polls_as_one(
     assert polled["HX-Trigger"] == "run-changed"
     assert 'hx-swap-oob="true"' not in polled.content.decode()  # still active: banner stays
     clock.advance(3600)
-    assert worker.run_execute(run_id=run.run_id, worker="w2", clock=clock, heartbeat=False)
+    assert execution.run_execute(run_id=run.run_id, worker="w2", clock=clock, heartbeat=False)
     done = client.get(f"/runs/{run.run_id}/header/", headers={"HX-Request": "true"})
     html = done.content.decode()
     assert done["HX-Trigger"] == "run-changed"  # the table's last refresh
@@ -64,8 +64,8 @@ def test_a_running_run_shows_its_step_count_and_last_write_and_polls_as_one(
 def test_a_running_batched_run_says_its_count_grows_in_batches(execute, crash_at) -> None:
     """An agent with batched durability: the live header says how far its recorded steps may
     lag (its own bounds); a stepwise agent's header says nothing of it."""
+    from harness import faults
     from ledger import transitions
-    from ledger.examples import faults
 
     crash_at("lookup_record")  # the worker dies at its first read: the run stays "running"
     run = transitions.run_start(agent="survey_batched", inputs={"records": 3})

@@ -7,8 +7,8 @@ from dashboard_support import restore_roles, start, user_in
 from django.test import Client
 from loopback import free_port
 
-from ledger import notify
 from ledger.models import Run
+from ledger.processes import delivery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +27,7 @@ def test_the_notifications_page_and_the_run_page_say_who_was_told(
     restore_roles()
     settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/hook"  # down
     run = blocked_renewal(execute, crash_at, clock)
-    notify.deliver_due(clock=clock)
+    delivery.deliver_due(clock=clock)
     client = Client()
     client.force_login(user_in("viewer"))
     page = client.get("/notifications/").content.decode()

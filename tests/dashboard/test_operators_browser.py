@@ -30,9 +30,10 @@ from loopback import Mailbox, Receiver, free_port
 from playwright.sync_api import Page, expect
 
 from harness.cluster import Cluster, wait_for
-from ledger import transitions, worker
+from ledger import transitions
 from ledger.models import DeliveryStatus, Notification, Run
-from runs import tasks
+from ledger.processes import execute as execution
+from runs.operations import tasks
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -107,7 +108,7 @@ def test_titles_a_clean_run_from_a_divergence_and_a_live_step_count(
     live = page.locator("#run-live")
     expect(live).to_contain_text("steps recorded")
     clock.advance(3600)
-    assert worker.run_execute(run_id=running.run_id, worker="w2", clock=clock, heartbeat=False)
+    assert execution.run_execute(run_id=running.run_id, worker="w2", clock=clock, heartbeat=False)
     expect(page.locator("#run-header .badge.big").first).to_have_text("succeeded", timeout=30_000)
     expect(live).to_have_count(0)
     expect(page.locator("#step-table")).to_contain_text("email_customer", timeout=30_000)

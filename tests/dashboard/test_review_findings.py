@@ -83,7 +83,7 @@ def test_two_previews_at_once_leave_the_agents_divergence_policy_as_registered(
     from ledger import registry
     from ledger.agents import agent, tool
     from ledger.engine.walk import Walk
-    from ledger.preview import preview_resume
+    from ledger.processes.preview import preview_resume
 
     @tool(kind="read", name="race-read")
     def read(n: int) -> int:

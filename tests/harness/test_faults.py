@@ -30,7 +30,7 @@ from harness.servers import PostgresServer, RedisServer, postgres_bindir
 from ledger import transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
-from runs.tasks import resume_run, start_run
+from runs.operations.tasks import resume_run, start_run
 
 pytestmark = [
     pytest.mark.slow,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import faults
 from ledger.agents import agent, tool
-from ledger.examples import faults, simulators
+from ledger.examples import simulators
 from ledger.models import Run, Step
 
 # --- test agents ------------------------------------------------------------------------------

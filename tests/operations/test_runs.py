@@ -10,7 +10,7 @@ from ledger import selectors, transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import AppendOnly, AuditEvent, Run, Step
-from ledger.preview import preview_resume
+from ledger.processes.preview import preview_resume
 from tests.operations.support import step_of
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]

@@ -280,7 +280,7 @@ def test_settling_an_effect_while_a_worker_sends_it_is_refused(execute, people, 
 
     from django.db import connections
 
-    from ledger.examples import faults
+    from harness import faults
 
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = False
     run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})

@@ -12,7 +12,7 @@ from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run
-from ledger.preview import preview_resume, stale_entry
+from ledger.processes.preview import preview_resume, stale_entry
 from tests.operations.support import CHAIN, step_of
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]

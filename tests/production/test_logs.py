@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from ledger import transitions
-from runs.logs import LedgerContext, json_formatter
+from runs.operations.logs import LedgerContext, json_formatter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +32,7 @@ def test_a_ledger_line_during_an_execution_is_json_with_run_worker_and_lease(
         logging.getLogger("ledger").removeHandler(handler)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     blocked = next(line for line in lines if "needs attention" in line["message"])
-    assert blocked["level"] == "WARNING" and blocked["logger"] == "ledger.worker"
+    assert blocked["level"] == "WARNING" and blocked["logger"] == "ledger.processes.execute"
     assert blocked["run_id"] == run.run_id
     assert blocked["worker"] == "worker-2"
     assert len(blocked["lease"]) == 8
@@ -43,7 +43,7 @@ def test_a_signed_in_request_binds_its_actor_and_an_anonymous_one_none(rf) -> No
     from django.contrib.auth.models import AnonymousUser, User
 
     from ledger import logcontext
-    from runs.logs import ActorMiddleware
+    from runs.operations.logs import ActorMiddleware
 
     seen: list[dict[str, str]] = []
 

@@ -10,9 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from ledger import retention, transitions
+from ledger import transitions
 from ledger.errors import NotAllowed
 from ledger.models import AuditAction, AuditEvent, Run, RunArchive, Step
+from ledger.processes import retention
 from tests.dashboard.dashboard_support import reconciliation_run, restore_roles, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,14 +20,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 
-from harness import bench_agents  # registers bench-steps here too (run_start checks it)
+from harness.bench import agents  # registers bench-steps here too (run_start checks it)
 from harness.cluster import Cluster, wait_for
 from harness.soak import broker as broker_url
 from ledger import transitions
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step
-from runs.tasks import start_run
+from runs.operations.tasks import start_run
 
-AGENTS = f"ledger.examples.agents,{bench_agents.__name__}"
+AGENTS = f"ledger.examples.agents,{agents.__name__}"
 
 
 class Command(BaseCommand):
@@ -53,9 +53,9 @@ class Command(BaseCommand):
                 continue
             figures.update(self._broker(broker, options))
         if options["json"]:
-            from ledger.management.commands.bench_engine import _merge_json
+            from harness.bench.results import merge_json
 
-            _merge_json(Path(options["json"]), "postgresql_workers", figures)
+            merge_json(Path(options["json"]), "postgresql_workers", figures)
 
     def _broker(self, broker: str, options: dict[str, Any]) -> dict[str, Any]:
         root = Path(tempfile.mkdtemp(prefix=f"bench-workers-{broker}-"))

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from harness import soak
-from harness.management.commands.killtest import finish, scratch, seed_of
+from harness.trials import finish, scratch, seed_of
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""The dashboard's views, one module per page family (``runs/urls.py`` names them all).
+"""The dashboard's views, one module per page family (``runs/dashboard/urls.py`` names them all).
 
 ``run_list``: the runs list and its fragments. ``run_page``: a run, its steps, the resume
 preview and the raw ledger. ``run_actions``: resume, retry, cancel, fork. ``stale``: a stale

@@ -11,8 +11,8 @@ from django.views.decorators.http import require_GET
 from ledger import selectors
 from runs.dashboard.forms import encode_query
 from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.models import VIEW_DASHBOARD
 from runs.dashboard.operator_forms import AuditFilterForm, encode_audit_cursor
-from runs.models import VIEW_DASHBOARD
 
 AUDIT_PAGE = 50
 

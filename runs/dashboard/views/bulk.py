@@ -19,9 +19,9 @@ from ledger.inputs import parse_whole_number
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
-from runs.models import OPERATE_RUNS
-from runs.tasks import enqueue_resume
+from runs.operations.tasks import enqueue_resume
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:

@@ -1,5 +1,6 @@
 """The deploy check page: what the agent code this web process loaded would do to the runs in
-flight (``ledger.deploy``). Reads only; the dry replays run when the page is opened."""
+flight (``ledger.processes.deploy_check``). Reads only; the dry replays run when the page is
+opened."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger.deploy import deploy_check
+from ledger.processes.deploy_check import deploy_check
 from runs.dashboard.http import HtmxHttpRequest, filter_text
-from runs.models import VIEW_DASHBOARD
+from runs.dashboard.models import VIEW_DASHBOARD
 
 PAGE_LIMIT = 200
 SECONDS_PER_RUN = 2.0

@@ -1,4 +1,5 @@
-"""The effect audit pages: the kept reports of ``ledger.effect_audit`` and their findings; an
+"""The effect audit pages: the kept reports of ``ledger.processes.effect_audit`` and their
+findings; an
 operator can run a bounded pass from here (the same as ``manage.py audit_effects``)."""
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors
-from ledger.effect_audit import audit_effects
 from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
 from ledger.models import EffectAudit
+from ledger.processes.effect_audit import audit_effects
 from runs.dashboard.http import HtmxHttpRequest, filter_text
-from runs.models import OPERATE_RUNS, VIEW_DASHBOARD
+from runs.dashboard.models import OPERATE_RUNS, VIEW_DASHBOARD
 
 AUDITS_SHOWN = 20
 #: A pass started from the page is bounded so that the request stays short.

@@ -13,7 +13,7 @@ from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
 from ledger.transitions import notify
 from runs.dashboard.http import HtmxHttpRequest
-from runs.models import VIEW_DASHBOARD
+from runs.dashboard.models import VIEW_DASHBOARD
 
 PAGE = 50
 

@@ -18,9 +18,9 @@ from ledger import selectors, transitions
 from ledger.models import FINAL_STATUSES, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
+from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import CleanRunForm, ForkForm, RunActionForm
-from runs.models import OPERATE_RUNS
-from runs.tasks import enqueue_resume, enqueue_start
+from runs.operations.tasks import enqueue_resume, enqueue_start
 
 RUN_ACTIONS = ("resume", "retry", "cancel")
 

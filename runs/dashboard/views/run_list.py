@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 from ledger import registry, selectors
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
-from runs.models import VIEW_DASHBOARD
+from runs.dashboard.models import VIEW_DASHBOARD
 
 
 def _polled(request: HttpRequest, template: str, context: dict[str, Any], *, dom_id: str) -> str:

@@ -23,11 +23,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
+from ledger.conf import conf
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
-from runs.models import EXPORT_LEDGER, VIEW_DASHBOARD
+from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
 
 #: Audit events shown on a run page (the audit page has them all).
 RUN_AUDIT_SHOWN = 20
@@ -79,7 +80,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         "off_chain": len(chain.pks) - chain.on_chain,
         "compare": compare,
         "preview": preview,
-        "preview_seconds": settings.RUNLEDGER_PREVIEW_SECONDS,
+        "preview_seconds": conf.RUNLEDGER_PREVIEW_SECONDS,
         "blocked_page": blocked_page,
         "focus": request.GET.get("step", ""),
         # While a worker has the run, the table follows it (the header does too).

@@ -3,14 +3,13 @@
 A ``started`` effect whose tool cannot say whether it happened stops its run. An operator
 looks at the evidence and proposes how it ended; with approval on, a different person with the
 approver role approves it, and the ledger change and the queueing of the run are one
-transaction after which the resume task is enqueued (``runs.tasks.enqueue_resume``).
+transaction after which the resume task is enqueued (``runs.operations.tasks.enqueue_resume``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpResponse
@@ -20,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
+from ledger.conf import conf
 from ledger.models import SettlementStatus, Step
 from runs.dashboard import presenting
 from runs.dashboard.http import (
@@ -29,9 +29,9 @@ from runs.dashboard.http import (
     settlement_for,
     step_for,
 )
+from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
 from runs.dashboard.operator_forms import DecideForm, RejectForm, SettleForm
-from runs.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
-from runs.tasks import enqueue_resume
+from runs.operations.tasks import enqueue_resume
 
 #: Who may open a settle page or ask the tool again: an operator or an approver.
 SETTLE_READERS = (OPERATE_RUNS, APPROVE_SETTLEMENTS)
@@ -97,7 +97,7 @@ def _settle_context(
         "is_proposer": proposal is not None and proposal.proposed_by_name == user.get_username(),
         "proposal_result_text": presenting.pretty(proposal.result) if proposal else "",
         "proposal_outdated": proposal is not None and selectors.settlement_is_outdated(proposal),
-        "max_result_bytes": settings.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES,
+        "max_result_bytes": conf.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES,
     }
 
 

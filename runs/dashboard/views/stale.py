@@ -15,12 +15,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
 from ledger.models import Run, Step, StepKind, StepStatus
-from ledger.preview import Preview, stale_entry
+from ledger.processes.preview import Preview, stale_entry
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, step_for
+from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import StaleForm
-from runs.models import OPERATE_RUNS
-from runs.tasks import enqueue_resume
+from runs.operations.tasks import enqueue_resume
 
 #: How many downstream steps the re-execute preview lists by name.
 DOWNSTREAM_SHOWN = 200

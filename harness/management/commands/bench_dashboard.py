@@ -1,0 +1,136 @@
+"""``manage.py bench_dashboard``: server time and SQL queries of the dashboard's pages.
+
+Requests go through Django's test client in this process (URL routing, middleware, sessions,
+permission checks, queries, template rendering: everything but the network), signed in as an
+operator. Each page is requested ``--repeat`` times; the median and the query count are printed.
+Run it after ``seed_bulk``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
+from django.db.models import Count
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from ledger.models import Run, Step
+from runs.dashboard.roles import user_set_role
+
+
+class Command(BaseCommand):
+    help = "Time the runs list and a long run's pages; print server time and SQL query counts."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--repeat", type=int, default=7)
+        parser.add_argument(
+            "--run", default="", help="the long run (default: the one with most steps)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        client = Client()
+        user, _ = User.objects.get_or_create(username="bench-operator")
+        user_set_role(user=user, role="operator")
+        client.force_login(user)
+        big = options["run"] or self._longest_run()
+        small = Step.objects.filter(run_id=big).count()
+        other = Run.objects.exclude(pk=big).order_by("-created_at").values_list("pk", flat=True)[0]
+        runs, steps = Run.objects.count(), Step.objects.count()
+        self.stdout.write(f"{runs} runs, {steps} steps; long run {big} has {small} steps\n")
+        deep = self._deep_cursor(client, pages=20)
+        htmx = {"HX-Request": "true", "HX-Target": "run-table"}
+        table = client.get("/", headers=htmx).content.decode()
+        digest = table.split('data-digest="', 1)[1].split('"', 1)[0]
+        compare = f"/runs/{big}/steps/?page=100&compare=1"
+        preview = f"/runs/{big}/preview/"
+        cases: list[tuple[str, str, dict[str, str]]] = [
+            ("list, newest first", "/", {}),
+            ("list, needs attention, oldest first", "/?status=needs_attention&order=oldest", {}),
+            ("list, reason stale, oldest first", "/?reason=stale&order=oldest", {}),
+            ("list, agent survey + succeeded", "/?agent=survey&status=succeeded", {}),
+            ("list, in state >= 7d", "/?age=7d", {}),
+            ("list, lease expired", "/?status=lease_expired", {}),
+            ("list, run id prefix search", "/?q=run_ab", {}),
+            ("list, title words search (20 of 100k)", "/?q=for+cus_0042", {}),
+            ("list, label search customer:cus_0042", "/?q=customer:cus_0042", {}),
+            ("list, 21st page (keyset)", f"/?{deep}", {}),
+            ("list table refresh (htmx), changed", "/", htmx),
+            ("list table refresh (htmx), unchanged: 204", f"/?digest={digest}", htmx),
+            ("run page, short run", f"/runs/{other}/", {}),
+            ("run page, long run, page 1", f"/runs/{big}/", {}),
+            ("run page, long run, page 100", f"/runs/{big}/?page=100", {}),
+            ("steps + hash compare (dry replay), p.100", compare, {}),
+            ("resume preview (dry replay), long run", preview, {"HX-Request": "true"}),
+            ("ledger.json download, long run", f"/runs/{big}/ledger.json?download=1", {}),
+            ("settlement queue, page 1", "/settlements/", {}),
+            ("settle page (evidence, forms)", self._settle_url(), {}),
+            ("audit, newest", "/audit/", {}),
+            ("audit, one actor + action", "/audit/?actor=amy&action=run_resume", {}),
+            ("audit, one run", f"/audit/?run={other}", {}),
+            ("audit, 21st page (keyset)", f"/audit/?{self._deep_audit(client, 20)}", {}),
+        ]  # fmt: skip
+        self.stdout.write(
+            f"{'page':<44} {'median ms':>10} {'max ms':>8} {'sql ms':>7} {'queries':>8} "
+            f"{'bytes':>10}"
+        )
+        for name, url, headers in cases:
+            self._measure(client, name, url, headers, options["repeat"])
+
+    def _longest_run(self) -> str:
+        row = Step.objects.values("run_id").annotate(n=Count("*")).order_by("-n").first()
+        return str(row["run_id"]) if row else ""
+
+    def _settle_url(self) -> str:
+        step = Step.objects.filter(status="started", kind="effect").order_by("updated_at").first()
+        return f"/runs/{step.run_id}/steps/{step.pk}/settle/" if step else "/settlements/"
+
+    def _deep_audit(self, client: Client, pages: int) -> str:
+        """Follow the audit's 'Older' links ``pages`` times; the last query string."""
+        query = ""
+        for _ in range(pages):
+            html = client.get(f"/audit/?{query}").content.decode()
+            if 'rel="next"' not in html:
+                break
+            before = html[: html.index('rel="next"')]
+            query = before[before.rindex('href="?') + 7 :].split('"', 1)[0].replace("&amp;", "&")
+        return query
+
+    def _deep_cursor(self, client: Client, pages: int) -> str:
+        """Follow 'Next page' links ``pages`` times; return the last query string."""
+        query = ""
+        for _ in range(pages):
+            html = client.get(f"/?{query}").content.decode()
+            marker = 'rel="next"'
+            before = html[: html.index(marker)]
+            href = before[before.rindex('href="') + 6 :]
+            query = href[href.index("?") + 1 : href.index('"')].replace("&amp;", "&")
+        return query
+
+    def _measure(
+        self, client: Client, name: str, url: str, headers: dict[str, str], repeat: int
+    ) -> None:
+        times, sql, queries, size = [], [], 0, 0
+        client.get(url, headers=headers)  # warm caches (templates, plans)
+        for _ in range(repeat):
+            with CaptureQueriesContext(connection) as captured:
+                start = time.perf_counter()
+                response = client.get(url, headers=headers)
+                body = (
+                    b"".join(response.streaming_content)  # type: ignore[attr-defined]
+                    if response.streaming
+                    else response.content
+                )
+                times.append((time.perf_counter() - start) * 1000)
+            queries, size = len(captured), len(body)
+            sql.append(sum(float(q["time"]) for q in captured.captured_queries) * 1000)
+            if response.status_code not in (200, 204):
+                self.stderr.write(f"{name}: HTTP {response.status_code}")
+        self.stdout.write(
+            f"{name:<44} {statistics.median(times):>10.1f} {max(times):>8.1f} "
+            f"{statistics.median(sql):>7.1f} {queries:>8} {size:>10}"
+        )

@@ -1,0 +1,272 @@
+"""Measure the levers on the PostgreSQL step write, one against another: `make bench`.
+
+Each variant is the engine's own fenced statement (``ledger.transitions.steps``), changed in one
+way, executed end to end from Python (autocommit: one statement, one commit) on the
+connection Django holds, in alternating rounds beside the floor (one INSERT+COMMIT):
+
+- ``engine``: the statement as the engine sends it for a step that links its previous one
+  (nearly every step): bound on the server, prepared once, planned once (the session's
+  ``plan_cache_mode`` is ``force_generic_plan``, as the engine sets it);
+- ``full_body``: the same with the ``gone`` CTE (abandoning no row), as every step sent it
+  before the floor work;
+- ``custom_plan``: the same, re-planned at every execution (PostgreSQL's choice left to itself,
+  as before the floor work: its generic-plan estimate never wins for this statement);
+- ``insert_only``: the engine's, without ``ON CONFLICT DO UPDATE`` (a step with no row yet);
+- ``no_fk``: the engine's, with the deferred foreign key's check on ledger_run skipped
+  (``session_replication_role = replica``, which fires no RI trigger: superuser only);
+- ``client``: the same bound on the client, as Django's cursors do (re-sent, re-planned);
+- ``join_prev``: the previous row found through a join on the lease, its ``updated_at`` bumped
+  (the statement before issue 12), prepared;
+- ``no_prev``: the engine's write that links nothing (a fan-out sibling's: no ``prev`` CTE,
+  the run row shared);
+- ``no_fence``: the engine's, the lease read without its row lock (unsafe: a lower bound only);
+- ``advisory``: the engine's, a shared advisory transaction lock instead of the row lock;
+- ``fat``: the engine's, with the two run_id indexes that migration 0006 dropped put back for
+  a second pass (beside the engine's write again, by which it is scaled);
+- ``before``: all of the above undone (client-bound, join, both indexes, the full body): the
+  write before issue 12, in the second pass;
+- ``no_seq_index``: the engine's without the (run_id, seq) index, in a third pass (beside the
+  engine's write again; the index is recreated after it).
+
+All prepared variants but ``custom_plan`` run planned once, as the engine's statements do.
+
+Prints ``name: value unit`` lines (median ms per write, and x floor). Writes only runs it
+creates, and deletes them afterwards; the dropped indexes are recreated after each round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
+from django.utils import timezone
+
+from harness.bench.agents import bench_agent
+from harness.bench.results import merge_json
+from ledger import transitions
+from ledger.models import Run, Step
+from ledger.transitions import steps as sql
+
+_FENCE = "FOR NO KEY UPDATE"  # the run row's lock in a write that links the previous step
+_ADVISORY = "AND pg_advisory_xact_lock_shared(hashtextextended(run_id, 0)) IS NOT NULL"
+FIRST = (
+    "engine", "full_body", "custom_plan", "insert_only", "no_fk", "client", "join_prev",
+    "no_prev", "no_fence", "advisory",
+)  # fmt: skip
+SECOND = ("fat", "before")
+THIRD = ("no_seq_index",)
+VARIANTS = FIRST + SECOND + THIRD
+_PREV_NOW = """prev AS (
+    UPDATE ledger_step SET next_step_id = %(step_id)s, version = version + 1
+    WHERE run_id = %(run_id)s AND step_id = %(prev_step_id)s AND EXISTS (SELECT FROM lease)
+)"""
+_PREV_BEFORE = """prev AS (
+    UPDATE ledger_step SET next_step_id = %(step_id)s, updated_at = %(now)s,
+        version = version + 1
+    WHERE run_id IN (SELECT run_id FROM lease) AND step_id = %(prev_step_id)s
+)"""
+_DROPPED = (
+    'CREATE INDEX "ledger_step_run_id_9b3bd036" ON ledger_step (run_id)',
+    'CREATE INDEX "ledger_step_run_id_9b3bd036_like" ON ledger_step (run_id varchar_pattern_ops)',
+)
+
+
+def _statement(variant: str) -> str:
+    engine = sql._PG_UPSERT_LINK
+    assert _PREV_NOW in engine and _FENCE in engine, "the engine's statement changed: update me"
+    if variant == "no_fence":
+        return engine.replace(_FENCE, "")
+    if variant == "advisory":
+        return engine.replace(_FENCE, _ADVISORY)
+    if variant == "join_prev":
+        return engine.replace(_PREV_NOW, _PREV_BEFORE)
+    if variant == "before":
+        return sql._PG_UPSERT.replace(_PREV_NOW, _PREV_BEFORE)
+    if variant == "insert_only":
+        return engine[: engine.index("ON CONFLICT")] + "RETURNING id"
+    if variant == "no_prev":
+        return sql._PG_UPSERT_ALONE
+    if variant == "full_body":
+        return sql._PG_UPSERT_EXCLUSIVE
+    return engine
+
+
+class Command(BaseCommand):
+    help = "Measure each lever on the PostgreSQL step write against the floor."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--rounds", type=int, default=5)
+        parser.add_argument("--writes", type=int, default=300, help="writes per variant/round")
+        parser.add_argument(
+            "--flush",
+            action="store_true",
+            help="wait for the WAL flush at each commit (default: synchronous_commit off, so "
+            "that the disk's noise does not hide the statements' own cost)",
+        )
+        parser.add_argument("--json", default="", help="add the figures to this file")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", verbosity=0)
+        if connection.vendor != "postgresql":
+            self.stdout.write("# bench_levers measures PostgreSQL only")
+            return
+        connection.ensure_connection()
+        connection.connection.prepare_threshold = 2**31 - 1  # Django's None never prepares
+        self._superuser = connection.connection.execute(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()[0]
+        self._own: dict[str, psycopg.Connection[Any]] = {}
+        self._sync_commit = "on" if options["flush"] else "off"
+        if not options["flush"]:
+            connection.connection.execute("SET synchronous_commit = off")
+        connection.connection.execute("SET plan_cache_mode = force_generic_plan")  # the engine's
+        self.stdout.write(f"# synchronous_commit {'on' if options['flush'] else 'off'}")
+        self._runs: list[str] = []
+        rounds: list[dict[str, float]] = []
+        try:
+            for _ in range(options["rounds"]):
+                rounds.append(self._round(options["writes"]))
+        finally:
+            Step.objects.filter(run_id__in=self._runs).delete()
+            Run.objects.filter(run_id__in=self._runs).delete()
+        figures = {"lever_floor": (statistics.median(r["floor"] for r in rounds), "ms")}
+        for variant in VARIANTS:
+            if any(variant not in r for r in rounds):
+                self.stdout.write(f"# lever_{variant}: not measured (needs a superuser)")
+                continue
+            ms = statistics.median(r[variant] for r in rounds)
+            ratio = statistics.median(r[variant] / r["floor"] for r in rounds)
+            figures[f"lever_{variant}"] = (ms, "ms")
+            figures[f"lever_{variant}_vs_floor"] = (ratio, "x")
+        for name, (value, unit) in figures.items():
+            self.stdout.write(f"{name}: {value:.3f} {unit}")
+        if options["json"]:
+            values: dict[str, Any] = {n: {"value": v, "unit": u} for n, (v, u) in figures.items()}
+            values["rounds"] = {"value": rounds, "unit": "ms per write, per round"}
+            merge_json(Path(options["json"]), "postgresql_levers", values)
+
+    def _round(self, n: int) -> dict[str, float]:
+        """One write of each variant in turn, ``n`` times, so that load hits all alike; the
+        variants with the dropped indexes in a second pass, beside the engine's write again."""
+        raw = connection.connection
+        raw.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer, note text)")
+        try:
+            one = self._interleaved(["floor", *FIRST], n)
+            with _with_dropped_indexes():
+                second = self._interleaved(["engine", *SECOND], n)
+            with _without_seq_index():
+                third = self._interleaved(["engine", *THIRD], n)
+        finally:
+            raw.execute("DROP TABLE bench_floor")
+        for later in (second, third):  # scaled by the engine's write, measured in each pass
+            for variant in later.keys() - {"engine"}:
+                one[variant] = later[variant] * one["engine"] / later["engine"]
+        return one
+
+    def _interleaved(self, variants: list[str], n: int) -> dict[str, float]:
+        if "no_fk" in variants and not self._superuser:
+            variants = [v for v in variants if v != "no_fk"]
+        writers = {v: self._writer(v) for v in variants}
+        samples: dict[str, list[float]] = {v: [] for v in variants}
+        try:
+            for i in range(n):
+                for variant, write in writers.items():
+                    t = time.perf_counter()
+                    write(i)
+                    samples[variant].append(time.perf_counter() - t)
+        finally:
+            for own in self._own.values():
+                own.close()
+            self._own.clear()
+        return {v: statistics.median(s) * 1000 for v, s in samples.items()}
+
+    def _connection(self, setting: str) -> psycopg.Connection[Any]:
+        """Another connection like Django's (autocommit, the same commit mode) with ``setting``."""
+        conn = psycopg.connect(
+            connection.connection.info.dsn,
+            password=connection.settings_dict.get("PASSWORD") or None,
+            autocommit=True,
+            prepare_threshold=2**31 - 1,
+        )
+        conn.execute(f"SET synchronous_commit = {self._sync_commit}")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(setting)
+        return conn
+
+    def _writer(self, variant: str) -> Callable[[int], None]:
+        prepared = variant not in ("client", "before")
+        conn = connection.connection
+        if variant in _SESSION:
+            conn = self._own[variant] = self._connection(_SESSION[variant])
+        cur = (psycopg.Cursor if prepared else psycopg.ClientCursor)(conn)
+        if variant == "floor":
+
+            def insert(i: int) -> None:
+                cur.execute(_FLOOR, [i, "x"], prepare=True)
+
+            return insert
+        run = transitions.run_start(agent=bench_agent("read", 0, "bench-lever"), inputs={})
+        self._runs.append(run.run_id)
+        token = transitions.lease_claim(run_id=run.run_id, owner="bench-levers") or ""
+        statement = _statement(variant)
+
+        def write(i: int) -> None:
+            params = _params(run.run_id, token, i, prev=variant != "no_prev")
+            cur.execute(statement, params, prepare=prepared or None)
+            assert cur.fetchone() is not None, "lease lost"
+
+        return write
+
+
+_FLOOR = "INSERT INTO bench_floor VALUES (%s, %s)"
+#: Variants that need another session run on their own connection, set up so (switching
+#: session_replication_role back and forth would empty every session's plan cache each time);
+#: the others share the engine's session (plan_cache_mode force_generic_plan, set in handle).
+_SESSION = {
+    "custom_plan": "SET plan_cache_mode = auto",
+    "no_fk": "SET session_replication_role = replica",
+}
+
+
+def _params(run_id: str, token: str, i: int, *, prev: bool) -> dict[str, Any]:
+    now = timezone.now()
+    return {
+        "run_id": run_id, "token": token, "step_id": f"s{i}", "input_hash": "0" * 64,
+        "status": "succeeded", "result": f'{{"i": {i}}}', "attempt": 1, "effect_key": None,
+        "now": now, "kind": "read", "tool": "bench-read", "seq": i + 1,
+        "inputs": f'{{"i": {i}}}', "inputs_truncated": False, "error": "", "errors": "[]",
+        "finished_at": now, "expires_at": None, "model_id": "", "prompt_hash": "",
+        "prev_step_id": f"s{i - 1}" if prev and i else None, "abandon": [],
+        "next_step_id": None,
+    }  # fmt: skip
+
+
+@contextlib.contextmanager
+def _without_seq_index() -> Iterator[None]:
+    """Drop the (run_id, seq) index for a while (the timeline's and the history's order)."""
+    connection.connection.execute("DROP INDEX step_run_seq")
+    try:
+        yield
+    finally:
+        connection.connection.execute("CREATE INDEX step_run_seq ON ledger_step (run_id, seq)")
+
+
+@contextlib.contextmanager
+def _with_dropped_indexes() -> Iterator[None]:
+    """Put back for a while the two run_id indexes that migration 0006 dropped."""
+    for statement in _DROPPED:
+        connection.connection.execute(statement)
+    try:
+        yield
+    finally:
+        connection.connection.execute(
+            'DROP INDEX "ledger_step_run_id_9b3bd036", "ledger_step_run_id_9b3bd036_like"'
+        )

@@ -1,0 +1,360 @@
+"""The ledger app's settings, each declared once: name, default, type, meaning.
+
+As Django's ``global_settings`` holds Django's defaults, this module holds the ledger's. Code reads
+them through one accessor, ``conf``::
+
+    from ledger.conf import conf
+
+    seconds = conf.RUNLEDGER_LEASE_SECONDS
+
+which answers the Django setting of that name when the project's settings define one (so
+``override_settings`` and a project's own settings module work) and the declared default
+otherwise. The project's settings (``runs.settings``) read each declared name from the
+environment variable of the same name (``from_environ``). The documentation's configuration
+reference is generated from these declarations, and a test fails when a setting read anywhere is
+undeclared.
+
+Importing this module needs no Django settings: the accessor touches them only when read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: The kinds a declared value may have, and how an environment variable's text becomes one.
+KINDS = ("bool", "int", "float", "str", "list")
+
+TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: ``default`` is its value unless ``derive`` computes it from the settings
+    declared before it (``default_text`` then says in words what the default is)."""
+
+    name: str
+    default: Any
+    kind: str
+    doc: str
+    section: str
+    default_text: str = ""
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} is not one of {KINDS}")
+        if not self.doc.strip():
+            raise ValueError(f"{self.name}: a setting needs a meaning")
+
+    def parse(self, text: str) -> Any:
+        """The value of ``text`` (an environment variable's) as this setting's kind."""
+        if self.kind == "bool":
+            return text.strip().lower() in TRUE
+        if self.kind == "int":
+            return int(text)
+        if self.kind == "float":
+            return float(text)
+        if self.kind == "list":
+            return [item.strip() for item in text.split(",") if item.strip()]
+        return text
+
+    def shown_default(self) -> str:
+        """The default as a person reads it in the reference."""
+        if self.default_text:
+            return self.default_text
+        if self.kind == "bool":
+            return "on" if self.default else "off"
+        if self.kind == "list":
+            return ", ".join(self.default) if self.default else "(empty)"
+        return str(self.default) if self.default != "" else "(empty)"
+
+
+WORKERS = "Workers and leases"
+ENGINE = "The engine"
+AGENTS = "Agents"
+OPERATORS = "Operators and settlements"
+NOTIFY = "Notifications"
+RECOVERY = "Recovery"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "RUNLEDGER_AGENT_MODULES",
+        [],
+        "list",
+        "Comma-separated modules imported at start-up so that their `@agent` and `@tool` "
+        "decorators register (e.g. `acme_agents.refunds`). Empty by default: a deployment names "
+        "its own agents; `make demo` and the tests name `ledger.examples.agents`. A module that "
+        "fails to import is logged, and its runs stop with reason `agent_missing`.",
+        AGENTS,
+    ),
+    Setting(
+        "RUNLEDGER_MODEL_CLIENT",
+        "ledger.llm.AnthropicClient",
+        "str",
+        "Dotted path of the model client (`ledger.llm.ModelClient`) behind `ctx.model`. Models "
+        "named `scripted:<name>` never reach it: they answer from the scripted-model registry.",
+        AGENTS,
+    ),
+    Setting(
+        "RUNLEDGER_DEFAULT_MAX_RESUMES",
+        10,
+        "int",
+        "The resume budget of an agent that sets none: past it a run stops as needs_attention "
+        "(reason `budget`) until a person raises it.",
+        AGENTS,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_STORED_INPUT_BYTES",
+        65536,
+        "int",
+        "Canonical inputs larger than this are stored as a truncated preview (the input hash "
+        "always covers all of them).",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_STEPS_PER_RUN",
+        10000,
+        "int",
+        "A run's ledger holds at most this many steps: a call that would add one more stops the "
+        "run as needs_attention (reason `budget`). Long-lived agents `continue_as_new` first.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN",
+        50 * 1024 * 1024,
+        "int",
+        "The same bound by size: the stored results (canonical JSON bytes) of the steps a run "
+        "walked. A new step past it stops the run (`budget`); agents compare "
+        "`ctx.history_bytes`.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_PG_PREPARE",
+        True,
+        "bool",
+        "The engine's step writes as server-side prepared statements on PostgreSQL (one parse "
+        "and plan per connection). Turn off behind a pooler in transaction mode (PgBouncer "
+        "before 1.21).",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_BATCH_MAX_STEPS",
+        100,
+        "int",
+        'Batched durability (agents registered with `durability="batched"`): the results of '
+        "read, model and clock steps wait in memory and commit together once this many wait "
+        "(or with the next effect's intent, any other write, the end of the execution). No "
+        "effect is sent before every step ahead of it is committed. At least 1.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_BATCH_MAX_MS",
+        200.0,
+        "float",
+        "Batched durability: the waiting steps commit once the oldest has waited this many "
+        "milliseconds (checked at each step). At least 0.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_LEASE_SECONDS",
+        30.0,
+        "float",
+        "How long a worker's lease on a run lasts without a heartbeat. A run whose worker "
+        "stopped renewing it is recovered by the sweep once it expires.",
+        WORKERS,
+    ),
+    Setting(
+        "RUNLEDGER_EFFECT_MARGIN_SECONDS",
+        None,
+        "float",
+        "Fencing for effects: a worker sends an effect only while its lease is valid by its own "
+        "monotonic clock with this margin to spare, and a worker taking a run over waits this "
+        "long past the previous lease's expiry before it asks about or re-sends that holder's "
+        "effects. Keep it below a third of the lease; half or more is refused.",
+        WORKERS,
+        default_text="5, or a quarter of a lease shorter than 20 s",
+        derive=lambda s: min(5.0, s["RUNLEDGER_LEASE_SECONDS"] / 4),
+    ),
+    Setting(
+        "RUNLEDGER_SWEEP_SECONDS",
+        10.0,
+        "float",
+        "Celery beat runs the lease sweep (task `runledger.sweep`) this often: it re-queues "
+        "runs whose worker's lease expired.",
+        RECOVERY,
+    ),
+    Setting(
+        "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS",
+        300.0,
+        "float",
+        "A queued run that no worker touched for this long has lost its message: the sweep "
+        "enqueues it again.",
+        RECOVERY,
+    ),
+    Setting(
+        "RUNLEDGER_SETTLEMENT_APPROVAL",
+        True,
+        "bool",
+        "Hand settlements of ambiguous effects need two people: a settlement is a proposal that "
+        "a second person approves. Off, the proposer's settlement applies at once.",
+        OPERATORS,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES",
+        65536,
+        "int",
+        "The largest result (canonical JSON bytes) an operator may enter for an effect that "
+        "happened.",
+        OPERATORS,
+    ),
+    Setting(
+        "RUNLEDGER_PREVIEW_SECONDS",
+        5.0,
+        "float",
+        "Time bound of a dry replay (the stale-hash comparison, the resume preview, the deploy "
+        "check's per-run judgement).",
+        OPERATORS,
+    ),
+    Setting(
+        "RUNLEDGER_PUBLIC_URL",
+        "http://127.0.0.1:8000",
+        "str",
+        "The dashboard's address as people reach it: links in notifications point here.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_WEBHOOK_URL",
+        "",
+        "str",
+        "Where notifications of runs that need attention are POSTed. Empty: no webhook.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_WEBHOOK_FORMAT",
+        "json",
+        "str",
+        '`json` (runledger\'s payload) or `slack` (a Slack-compatible `{"text": …}`).',
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_EMAIL_TO",
+        [],
+        "list",
+        "Comma-separated addresses that notifications are emailed to (through Django's mail "
+        "framework, the `EMAIL_*` settings). Empty: no email.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_EMAIL_FROM",
+        "runledger@localhost",
+        "str",
+        "The sender of notification emails.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS",
+        3600.0,
+        "float",
+        "A run still needing attention this long after its notification is announced again.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_MAX_ATTEMPTS",
+        8,
+        "int",
+        "Delivery attempts of one notification before it is given up (and shown as failed).",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_BACKOFF_SECONDS",
+        10.0,
+        "float",
+        "The first retry's delay after a failed delivery; each further retry doubles it.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_TIMEOUT_SECONDS",
+        10.0,
+        "float",
+        "How long one delivery attempt (webhook request, SMTP conversation) may take.",
+        NOTIFY,
+    ),
+    Setting(
+        "RUNLEDGER_NOTIFY_EVERY_SECONDS",
+        15.0,
+        "float",
+        "Celery beat delivers due notifications (task `runledger.notifications`) this often; "
+        "a notification is also delivered at once after its event.",
+        NOTIFY,
+    ),
+)
+
+DECLARED: dict[str, Setting] = {s.name: s for s in SETTINGS}
+if len(DECLARED) != len(SETTINGS):
+    raise RuntimeError("ledger.conf declares a setting twice")
+
+
+def from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Every declared setting's value: the environment variable of its name, else its default
+    (derived from the settings before it where it has ``derive``). Raises ``ValueError`` naming
+    the variable whose text is not of its kind, and what ``validate`` refuses."""
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        text = environ.get(setting.name)
+        if text is not None and text != "":
+            try:
+                values[setting.name] = setting.parse(text)
+            except ValueError:
+                raise ValueError(f"{setting.name}={text!r} is not a valid {setting.kind}") from None
+        elif setting.derive is not None:
+            values[setting.name] = setting.derive(values)
+        else:
+            values[setting.name] = setting.default
+    validate(values)
+    return values
+
+
+def validate(values: Mapping[str, Any]) -> None:
+    """Refuse combinations that would break a guarantee (``ValueError`` saying which)."""
+    margin, lease = values["RUNLEDGER_EFFECT_MARGIN_SECONDS"], values["RUNLEDGER_LEASE_SECONDS"]
+    if not 0 <= margin < lease / 2:
+        raise ValueError(
+            f"RUNLEDGER_EFFECT_MARGIN_SECONDS={margin} must be at least 0 and below half of "
+            f"RUNLEDGER_LEASE_SECONDS={lease} (keep it below a third): a worker stops sending "
+            "effects that long before its lease ends"
+        )
+    if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
+        raise ValueError(
+            "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"
+        )
+
+
+class _Conf:
+    """``conf.NAME``: the project's Django setting ``NAME`` if it has one, else the default."""
+
+    def __getattr__(self, name: str) -> Any:
+        setting = DECLARED.get(name)
+        if setting is None:
+            raise AttributeError(f"{name} is not a declared runledger setting (ledger.conf)")
+        from django.conf import settings
+
+        if hasattr(settings, name):
+            return getattr(settings, name)
+        if setting.derive is not None:
+            return setting.derive(_Defaults())
+        return setting.default
+
+    def __dir__(self) -> Iterable[str]:
+        return list(DECLARED)
+
+
+class _Defaults(dict[str, Any]):
+    """What a derived default reads: the other settings through the accessor."""
+
+    def __missing__(self, key: str) -> Any:
+        return getattr(conf, key)
+
+
+conf = _Conf()

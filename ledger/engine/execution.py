@@ -1,0 +1,46 @@
+"""A live execution's run context, and the end of its batch (batched durability)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ledger.engine.context import RunContext
+from ledger.engine.fence import LeaseFence
+from ledger.engine.live import LiveSteps
+from ledger.engine.walk import Walk
+from ledger.registry import Agent
+from ledger.states import StepRow
+
+
+def live_context(
+    *,
+    run_id: str,
+    token: str,
+    fence: LeaseFence,
+    agent: Agent,
+    inputs: Any,
+    ledger: dict[str, StepRow],
+    clock: Callable[[], datetime],
+) -> RunContext:
+    """The context of an execution that holds the run's lease ``token``; ``fence`` says when its
+    effects may leave the process, and carries the fencing token its tools receive."""
+    walk = Walk(run_id=run_id, agent=agent, ledger=ledger)
+    steps = LiveSteps(walk=walk, token=token, fence=fence, clock=clock)
+    return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
+
+
+def flush(ctx: RunContext) -> None:
+    """Commit what an execution's batch still holds (batched durability): called by the worker
+    inside the transaction that records how the execution ended."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.flush()
+
+
+def close(ctx: RunContext) -> None:
+    """The execution is over (however it ended): stop its batch's flusher thread, if any."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.close()

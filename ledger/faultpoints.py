@@ -1,0 +1,33 @@
+"""Named points where development equipment may inject a fault; a no-op in production.
+
+The product marks a handful of places — ``engine.before_send`` (an effect's intent committed,
+before the lease check and the send), ``task.after_execute`` (a run's outcome committed, before
+the task returns), ``notify.after_send`` (a notification received, before it is recorded as
+sent) — and the example tools mark theirs (``charge.after_effect`` …). ``point(name)`` does
+nothing unless a hook is installed; only the development equipment installs one
+(``harness.faults``: kill, freeze or call a test's function at a named point). Nothing here
+reads the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+_hook: Callable[[str], None] | None = None
+
+
+def point(name: str) -> None:
+    """Reached a named point: the installed hook, if any, decides what happens."""
+    hook = _hook
+    if hook is not None:
+        hook(name)
+
+
+def install(hook: Callable[[str], None] | None) -> None:
+    """Install the one hook (``None`` removes it)."""
+    global _hook
+    _hook = hook
+
+
+def installed() -> bool:
+    return _hook is not None

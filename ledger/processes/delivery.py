@@ -1,0 +1,132 @@
+"""Delivering the notification outbox: webhook (JSON POST, or Slack-compatible) and email.
+
+``deliver_due`` claims due rows one at a time (``transitions.notification_claim``), sends each
+outside any transaction, then marks it sent or failed (with back-off). Every attempt carries the
+row's idempotency key — the webhook's ``Idempotency-Key`` header and payload field, the email's
+``Message-ID`` and ``X-Runledger-Idempotency-Key`` header — so a receiver recognises a message
+sent again after a deliverer died between sending and recording it (the kill test sets
+``RUNLEDGER_KILL_AT=notify.after_send`` to die in exactly that window).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.mail import EmailMessage, get_connection
+from django.utils import timezone
+
+from ledger import faultpoints, observe, transitions
+from ledger.conf import conf
+from ledger.models import Notification
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+class DeliveryError(Exception):
+    """The channel did not take the message (down, refused, timed out)."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    pk: int
+    channel: str
+    ok: bool
+    error: str = ""
+
+
+def deliver_due(*, clock: Clock = timezone.now, limit: int = 100) -> list[Delivered]:
+    """Send up to ``limit`` due notifications; what happened to each."""
+    done: list[Delivered] = []
+    while len(done) < limit:
+        row = transitions.notification_claim(
+            now=clock(), claim_seconds=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS * 3 + 5
+        )
+        if row is None:
+            break
+        try:
+            send(row)
+        except DeliveryError as exc:
+            transitions.notification_failed(
+                pk=row.pk, token=row.claim_token, error=str(exc), now=clock()
+            )
+            log.warning("notification %s to %s failed: %s", row.pk, row.channel, exc)
+            observe.emit("notification", channel=row.channel, outcome="failed")
+            done.append(Delivered(row.pk, row.channel, ok=False, error=str(exc)))
+            continue
+        faultpoints.point("notify.after_send")  # the receiver has it; not yet recorded
+        transitions.notification_sent(pk=row.pk, token=row.claim_token, now=clock())
+        observe.emit("notification", channel=row.channel, outcome="sent")
+        done.append(Delivered(row.pk, row.channel, ok=True))
+    return done
+
+
+def send(row: Notification) -> None:
+    if row.channel == "webhook":
+        _send_webhook(row)
+    elif row.channel == "email":
+        _send_email(row)
+    else:
+        raise DeliveryError(f"unknown channel {row.channel!r}")
+
+
+def text_of(row: Notification) -> str:
+    """The message in words: subject, what happened, the link."""
+    p = row.payload
+    lines = [row.subject]
+    if p.get("detail"):
+        lines.append(str(p["detail"]))
+    settlement = p.get("settlement") or {}
+    if settlement.get("reason"):
+        lines.append(f"Proposed by {settlement.get('proposed_by')}: {settlement['reason']}")
+    lines.append(str(p.get("url", "")))
+    return "\n".join(lines)
+
+
+def _send_webhook(row: Notification) -> None:
+    url = conf.RUNLEDGER_NOTIFY_WEBHOOK_URL
+    if not url:
+        raise DeliveryError("RUNLEDGER_NOTIFY_WEBHOOK_URL is not set")
+    if conf.RUNLEDGER_NOTIFY_WEBHOOK_FORMAT == "slack":
+        body: dict[str, object] = {"text": text_of(row)}
+    else:
+        body = {**row.payload, "subject": row.subject}
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Idempotency-Key": row.idempotency_key},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS) as r:
+            if not 200 <= r.status < 300:
+                raise DeliveryError(f"the webhook answered HTTP {r.status}")
+    except urllib.error.HTTPError as exc:
+        raise DeliveryError(f"the webhook answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise DeliveryError(f"the webhook is unreachable: {exc}") from None
+
+
+def _send_email(row: Notification) -> None:
+    message = EmailMessage(
+        subject=row.subject,
+        body=text_of(row),
+        from_email=conf.RUNLEDGER_NOTIFY_EMAIL_FROM,
+        to=list(conf.RUNLEDGER_NOTIFY_EMAIL_TO),
+        headers={
+            "Message-ID": f"<{row.idempotency_key}@runledger>",
+            "X-Runledger-Idempotency-Key": row.idempotency_key,
+        },
+        connection=get_connection(timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS),
+    )
+    try:
+        message.send()
+    except OSError as exc:  # smtplib's errors are OSErrors
+        raise DeliveryError(f"the mail server did not take it: {exc}") from None

@@ -1,0 +1,41 @@
+"""The sweep: recover the runs of workers that died (an expired lease) and of messages that were
+lost (a run queued too long with no worker). Celery beat runs it (``runledger.sweep``); the
+caller enqueues the run ids it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.utils import timezone
+
+from ledger import observe, selectors, transitions
+from ledger.conf import conf
+
+Clock = Callable[[], datetime]
+
+
+def runs_sweep(
+    *, lost_after: float | None = None, clock: Clock = timezone.now, limit: int = 100
+) -> list[str]:
+    """One pass of the sweep; returns the runs that this caller must enqueue for a worker.
+
+    Re-queues running runs whose lease expired (the worker died, froze, or lost its machine)
+    and queued runs untouched for ``lost_after`` seconds (their message was lost). Two
+    sweepers at once each get a disjoint list: every re-queue is a compare-and-set.
+    """
+    wait = conf.RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS if lost_after is None else lost_after
+    ids = [
+        lease.run_id
+        for lease in selectors.runs_with_expired_leases(now=clock(), limit=limit)
+        if transitions.run_requeue_expired(lease=lease, clock=clock)
+    ]
+    for run_id in ids:
+        observe.emit("lease_expired", run_id=run_id)
+    for run_id, seen_at in selectors.runs_lost_in_queue(older_than=wait, now=clock(), limit=limit):
+        if transitions.run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
+            ids.append(run_id)
+    transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
+    observe.emit("sweep", requeued=len(ids))
+    return ids

@@ -1,0 +1,76 @@
+"""The states a run and a step can be in, and the kinds of step: plain enumerations that the
+engine and the author's API use without the tables (``ledger.models`` re-exports them).
+
+Importing this module needs no Django settings and no app registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import TextChoices
+
+
+class RunStatus(TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    NEEDS_ATTENTION = "needs_attention"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Reason(TextChoices):
+    NONE = "", "—"
+    RECONCILIATION = "reconciliation"
+    STALE = "stale"
+    DIVERGENCE = "divergence"
+    BUDGET = "budget"
+    AGENT_MISSING = "agent_missing"
+
+
+class StepStatus(TextChoices):
+    PENDING = "pending"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+class StepKind(TextChoices):
+    PURE = "pure"
+    READ = "read"
+    MODEL = "model"
+    EFFECT = "effect"
+    CLOCK = "clock"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: Stopped runs: a person may resume them (after which a worker picks them up).
+STOPPED_STATUSES = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
+
+
+@dataclass
+class StepRow:
+    """A ledger row as the engine sees it (results decoded)."""
+
+    pk: int
+    step_id: str
+    input_hash: str
+    status: str
+    result: Any
+    next_step_id: str | None
+    attempt: int
+    effect_key: str | None
+    kind: str
+    tool: str
+    seq: int
+    errors: list[Any] = field(default_factory=list)
+    expires_at: datetime | None = None
+    settled_by: str = ""
+    #: UTF-8 bytes of the result's canonical JSON, when the execution that wrote it knows them
+    #: (``ctx.history_bytes`` counts them without encoding the result again).
+    size: int | None = None

@@ -1,0 +1,60 @@
+"""Show a run and its steps in order: `manage.py show_run run_…`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from ledger.models import Run
+from runs.operations.commands import OperatorCommand, text_arg
+
+
+def _preview(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True) if value is not None else "-"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Command(OperatorCommand):
+    help = "Show a run's status, lease and every step of its ledger in order."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", type=text_arg)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run = Run.objects.filter(pk=options["run_id"]).first()
+        if run is None:
+            raise CommandError(f"no run {options['run_id']}")
+        write = self.stdout.write
+        write(f"run {run.run_id}  agent {run.agent}  plan {run.plan_version}")
+        if run.title:
+            write(f"title {run.title}")
+        if run.parent_id:
+            write(f"{run.parent_kind or 'child'} of {run.parent_id}")
+        write(
+            f"status {run.status}"
+            + (f" ({run.reason}, step {run.blocked_step_id!r})" if run.reason else "")
+        )
+        if run.detail:
+            write(f"detail {run.detail}")
+        write(f"resumes {run.resume_count}/{run.max_resumes}  executions {run.executions}")
+        if run.lease_token:
+            write(
+                f"lease {run.lease_owner} until {run.lease_expires_at:%H:%M:%S.%f} "
+                f"(heartbeat {run.heartbeat_at:%H:%M:%S.%f})"
+            )
+        write(f"inputs {_preview(run.inputs, 200)}")
+        if run.result is not None:
+            write(f"result {_preview(run.result, 200)}")
+        if run.error:
+            write(f"error {run.error.splitlines()[0][:200]}")
+        write(f"{'seq':>4} {'step':<24} {'kind':<7} {'status':<10} att  effect key / result")
+        for step in run.steps.order_by("seq"):
+            extra = step.effect_key if step.status == "started" else _preview(step.result)
+            write(
+                f"{step.seq:>4} {step.step_id:<24} {step.kind:<7} {step.status:<10} "
+                f"{step.attempt:>3}  {extra or '-'}"
+            )
+            if step.error:
+                write(f"{'':>5} error: {step.error.splitlines()[0][:100]}")

@@ -1,0 +1,147 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``: answered before Django's host check and HTTPS
+redirect, so that a load balancer or Prometheus can reach any web process by its address.
+
+- ``/healthz``: liveness. The process answers; nothing else is checked.
+- ``/readyz``: readiness. The database answers, every migration is applied, the broker accepts
+  a connection, and the recovery sweep ran lately (a worker and beat are alive). 200 when all
+  hold, 503 otherwise; JSON naming each check, never a secret (no URL, no password).
+- ``/metrics``: Prometheus text (runs.operations.metrics), for addresses in
+RUNLEDGER_METRICS_NETWORKS or
+  requests carrying ``Authorization: Bearer <RUNLEDGER_METRICS_TOKEN>``; 403 to anyone else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+
+Check = dict[str, Any]
+_migrated = False  # once every migration is applied it stays so for this process's code
+
+
+def check_database() -> Check:
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1")
+    return {"ok": True}
+
+
+def check_migrations() -> Check:
+    global _migrated
+    if not _migrated:
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if plan:
+            return {"ok": False, "detail": f"{len(plan)} migrations not applied"}
+        _migrated = True
+    return {"ok": True}
+
+
+def check_broker() -> Check:
+    from runs.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=int(settings.RUNLEDGER_READY_BROKER_SECONDS))
+    return {"ok": True}
+
+
+def check_sweep() -> Check:
+    from ledger.models import Beacon
+
+    beacon = Beacon.objects.filter(name="sweep").first()
+    if beacon is None:
+        return {"ok": False, "detail": "the recovery sweep never ran (are a worker and beat up?)"}
+    age = max((timezone.now() - beacon.at).total_seconds(), 0.0)
+    late = settings.RUNLEDGER_READY_SWEEP_LATE_SECONDS
+    if age > late:
+        return {
+            "ok": False,
+            "age_seconds": round(age, 1),
+            "detail": f"the recovery sweep last ran {age:.0f} s ago (over {late:.0f} s): "
+            "is a worker and `celery -A runs beat` running?",
+        }
+    return {"ok": True, "age_seconds": round(age, 1)}
+
+
+CHECKS: dict[str, Callable[[], Check]] = {
+    "database": check_database,
+    "migrations": check_migrations,
+    "broker": check_broker,
+    "sweep": check_sweep,
+}
+
+
+def readiness() -> tuple[bool, dict[str, Check]]:
+    results: dict[str, Check] = {}
+    for name, check in CHECKS.items():
+        try:
+            results[name] = check()
+        except Exception as exc:  # a check that cannot run is a failed check, never a 500
+            results[name] = {"ok": False, "detail": f"{type(exc).__name__}"}
+        if name == "database" and not results[name]["ok"]:
+            break  # the other checks read the database
+    return all(r["ok"] for r in results.values()) and len(results) == len(CHECKS), results
+
+
+def healthz(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request: HttpRequest) -> HttpResponse:
+    ok, checks = readiness()
+    return JsonResponse(
+        {"status": "ok" if ok else "fail", "checks": checks}, status=200 if ok else 503
+    )
+
+
+def metrics_allowed(request: HttpRequest) -> bool:
+    token = settings.RUNLEDGER_METRICS_TOKEN
+    given = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in net for net in settings.RUNLEDGER_METRICS_NETWORKS)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not metrics_allowed(request):
+        return JsonResponse({"status": "forbidden"}, status=403)
+    from runs.operations.metrics import exposition
+
+    body, content_type = exposition()
+    return HttpResponse(body, content_type=content_type)
+
+
+PROBES: dict[str, Callable[[HttpRequest], HttpResponse]] = {
+    "/healthz": healthz,
+    "/readyz": readyz,
+    "/metrics": metrics,
+}
+
+
+class ProbesMiddleware:
+    """Answers the probe paths itself (GET and HEAD only: 405 otherwise; no session, no cookie)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        probe = PROBES.get(request.path_info.rstrip("/") or "/")
+        if probe is None:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            return JsonResponse({"status": "method not allowed"}, status=405)
+        response = probe(request)
+        add_never_cache_headers(response)
+        return response

@@ -1,0 +1,131 @@
+"""Celery tasks: thin wrappers that take run ids and call ledger functions.
+
+A task may be delivered twice, late, or never. Twice and late are harmless: the run's lease
+admits one executor and a finished run is not claimable. Never is repaired by the sweep, which
+re-queues runs whose lease expired and runs that sat queued with no worker. Tasks never retry:
+recovery is a resume from the ledger, not a broker redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import partial
+
+from celery import Task, shared_task
+from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
+
+from ledger import faultpoints, logcontext, transitions
+from ledger.models import Run
+from ledger.processes import delivery, execute
+from ledger.processes import sweep as sweeping
+from ledger.signals import notifications_queued
+
+log = logging.getLogger(__name__)
+
+
+def _worker_name(task: Task) -> str:
+    return f"{task.request.hostname or 'celery'}/pid:{os.getpid()}"
+
+
+def _execute(task: Task, run_id: str, why: str) -> str | None:
+    """Execute the run if this worker can claim it; the outcome's status, or None."""
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+        return _execute_bound(task, run_id, why)
+
+
+def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status is None:
+        log.warning("%s of run %s: no such run; nothing to do", why, run_id)
+        return None
+    outcome = execute.run_execute(run_id=run_id, worker=_worker_name(task))
+    # After the outcome's commit, before the broker's acknowledgement (a no-op in production).
+    faultpoints.point("task.after_execute")
+    if outcome is None:
+        log.info(
+            "%s of run %s: nothing recorded by this worker (the run was %s: finished, leased by "
+            "another worker, or this worker lost its lease)",
+            why,
+            run_id,
+            status,
+        )
+        return None
+    log.info("%s of run %s: %s %s", why, run_id, outcome.status, outcome.reason)
+    return outcome.status
+
+
+@shared_task(bind=True, name="runledger.start_run")
+def start_run(self: Task, run_id: str) -> str | None:
+    """Execute a newly started run."""
+    return _execute(self, run_id, "start")
+
+
+@shared_task(bind=True, name="runledger.resume_run")
+def resume_run(self: Task, run_id: str) -> str | None:
+    """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
+    return _execute(self, run_id, "resume")
+
+
+@shared_task(name="runledger.sweep")
+def sweep() -> list[str]:
+    """Re-queue runs whose worker lease expired, and runs whose message was lost."""
+    run_ids = sweeping.runs_sweep()
+    for run_id in run_ids:
+        enqueue_resume(run_id)
+    return run_ids
+
+
+@shared_task(name="runledger.prune")
+def prune() -> int:
+    """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step
+    rows of runs finished longer ago than that; the number of runs pruned."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from ledger.processes import retention
+
+    done = retention.prune_finished(
+        finished_before=timezone.now() - timedelta(days=settings.RUNLEDGER_PRUNE_AFTER_DAYS),
+        directory=settings.RUNLEDGER_ARCHIVE_DIR,
+        by="beat:prune",
+    )
+    log.info("retention: %s runs pruned, %s rows deleted", done.runs, done.deleted)
+    return done.runs
+
+
+def enqueue_start(run_id: str) -> None:
+    """Send start_run once the transaction that created the run commits."""
+    transaction.on_commit(partial(_send, start_run, run_id))
+
+
+def enqueue_resume(run_id: str) -> None:
+    """Send resume_run once the transaction that made the resume necessary commits."""
+    transaction.on_commit(partial(_send, resume_run, run_id))
+
+
+def _send(task: Task, run_id: str) -> None:
+    try:
+        task.delay(run_id)
+    except Exception:
+        # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
+        log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)
+
+
+@shared_task(name="runledger.notifications")
+def notifications() -> int:
+    """Queue reminders for long waits, then deliver every due notification (beat runs it every
+    RUNLEDGER_NOTIFY_EVERY_SECONDS; an event also sends it after its commit)."""
+    transitions.notifications_remind(now=timezone.now())
+    return sum(1 for d in delivery.deliver_due() if d.ok)
+
+
+@receiver(notifications_queued)
+def _deliver_soon(sender: object, **kwargs: object) -> None:
+    try:
+        notifications.delay()
+    except Exception:
+        log.exception("could not enqueue the notification delivery; beat delivers them")

@@ -1,0 +1,189 @@
+"""Paths, Django's core switches, the installed apps, middleware, templates and static files."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from runs.settings import env, sections
+from runs.settings.ledger import RUNLEDGER_EXAMPLES, RUNLEDGER_HARNESS
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = env.path(
+    "RUNLEDGER_VAR_DIR",
+    BASE_DIR / "var",
+    section=sections.PATHS,
+    shown="./var",
+    doc="Where the no-server defaults keep their files: the SQLite ledger, the filesystem "
+    "broker's messages, the generated secret key, beat's schedule, collected static files, "
+    "archives.",
+)
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env.bool(
+    "DEBUG",
+    False,
+    section=sections.WEB,
+    doc="Django's debug mode. Never in production. Off, cookies are Secure, HSTS is on and "
+    "plain HTTP is redirected (see `RUNLEDGER_PLAIN_HTTP`).",
+)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY, or a random key made once and kept in VAR_DIR (never a key known to all).
+
+    Several web machines must share one SECRET_KEY: set it in their environment.
+    """
+    given = env.str(
+        "SECRET_KEY",
+        "",
+        section=sections.WEB,
+        shown="a random key made once and kept in RUNLEDGER_VAR_DIR/secret_key",
+        doc="Django's secret key (sessions, CSRF, signed links). Several web machines must "
+        "share one: set it in their environment.",
+    )
+    if given:
+        return given
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        # Written aside, then linked into place: processes starting together agree on one key.
+        draft = path.with_name(f".secret_key.{os.getpid()}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.list(
+    "ALLOWED_HOSTS",
+    ["localhost", "127.0.0.1", "[::1]", "testserver"],
+    section=sections.WEB,
+    doc="Comma-separated host names this site answers to (Django's `ALLOWED_HOSTS`).",
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "axes",
+    "ledger",
+    *(["ledger.examples"] if RUNLEDGER_EXAMPLES or RUNLEDGER_HARNESS else []),
+    "runs.dashboard",
+    "runs.operations",
+    *(["harness"] if RUNLEDGER_HARNESS else []),
+]
+
+MIDDLEWARE = [
+    # /healthz, /readyz and /metrics answer before the host check and the HTTPS redirect: a load
+    # balancer or Prometheus reaches a web process by its address over plain HTTP.
+    "runs.operations.probes.ProbesMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "runs.dashboard.security.NoStoreForSignedInMiddleware",
+    "runs.operations.logs.ActorMiddleware",
+    # Last: a locked-out sign-in is answered after the other middleware ran (django-axes).
+    "axes.middleware.AxesMiddleware",
+]
+
+ROOT_URLCONF = "runs.urls"
+WSGI_APPLICATION = "runs.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "runs.dashboard.context_processors.dashboard",
+            ],
+        },
+    },
+]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's four validators, applied by the admin, `changepassword` and `createroleuser`.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {
+            "min_length": env.int(
+                "RUNLEDGER_PASSWORD_MIN_LENGTH",
+                12,
+                section=sections.SIGN_IN,
+                doc="The shortest password the admin, `changepassword` and `createroleuser` "
+                "accept (beside Django's other three validators).",
+            )
+        },
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes first: it refuses a locked-out sign-in before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env.path(
+    "RUNLEDGER_STATIC_ROOT",
+    VAR_DIR / "staticfiles",
+    section=sections.PATHS,
+    shown="RUNLEDGER_VAR_DIR/staticfiles",
+    doc="Where `collectstatic` (run by `serve`) puts the hashed, compressed static files that "
+    "WhiteNoise serves.",
+)
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up when it is missing
+# WhiteNoise serves static files from every web process. After `manage.py collectstatic` (the
+# serve stack runs it) the files have hashed, compressed copies served with a one-year immutable
+# cache; before it (the demo, the tests) they are found where they are, under their own names.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "runs.staticfiles.HashedStaticStorage"},
+}
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "staticfiles.json").exists()
+
+# Checks that a process may silence on purpose (the development equipment silences
+# runledger.E001, "the harness is installed with DEBUG off", for its own processes).
+SILENCED_SYSTEM_CHECKS = env.list(
+    "RUNLEDGER_SILENCED_CHECKS",
+    [],
+    section=sections.WEB,
+    doc="Comma-separated system checks to silence (Django's `SILENCED_SYSTEM_CHECKS`), e.g. "
+    "`runledger.W001` where the example systems are installed on purpose.",
+)

@@ -1,0 +1,104 @@
+"""Celery: the broker, how tasks are acknowledged, and beat's schedule (see runs/celery.py).
+
+The ledger, not the broker, is what makes runs durable. A broker only carries "run X should make
+progress" hints; every hint is safe to lose (the lease sweep re-queues a run whose worker died or
+whose message vanished) and safe to deliver twice (the run's lease admits one executor). When a
+whole worker (parent and children) is SIGKILLed, the filesystem and the SQLAlchemy transports
+lose the message it held ("unacked" lives only in the worker's memory), and Redis gives it back
+only after visibility_timeout. So recovery comes from the sweep (the kill test relies on nothing
+else); the broker only makes it faster.
+"""
+
+from __future__ import annotations
+
+from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
+from runs.brokers import filesystem_options
+from runs.settings import env, sections
+from runs.settings.base import VAR_DIR
+from runs.settings.ledger import LEDGER
+
+CELERY_BROKER_URL = env.str(
+    "CELERY_BROKER_URL",
+    "filesystem://localhost//",
+    section=sections.BROKER,
+    shown="filesystem://localhost// (files under RUNLEDGER_VAR_DIR/broker)",
+    doc="The broker: `redis://host:6379/0` or `amqp://user:pass@host:5672//` in production. "
+    "The no-server default keeps messages as files shared by the processes of one machine.",
+)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Still a real worker process. The transport is kombu's, fixed to publish each message
+    # whole (see runs/brokers.py).
+    CELERY_BROKER_TRANSPORT = FILESYSTEM_TRANSPORT
+    CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_options(
+        VAR_DIR / "broker",
+        polling_interval=env.float(
+            "RUNLEDGER_BROKER_POLL_SECONDS",
+            0.2,
+            section=sections.BROKER,
+            doc="How often a worker looks for new messages on the filesystem broker.",
+        ),
+    )
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Redis re-delivers an unacknowledged message after visibility_timeout, and a message
+        # with an ETA or countdown is "unacknowledged" from the moment it is fetched: a timeout
+        # shorter than a countdown re-delivers it over and over. runledger sends no countdowns
+        # or ETAs, and the sweep recovers lost work within seconds, so a long timeout (1 h)
+        # costs nothing and keeps a long-running agent's message from being handed to a second
+        # worker mid-run (which the lease would refuse, but why wake it).
+        "visibility_timeout": env.int(
+            "RUNLEDGER_BROKER_VISIBILITY_TIMEOUT",
+            3600,
+            section=sections.BROKER,
+            doc="Redis only: seconds before an unacknowledged message is delivered again.",
+        ),
+    }
+CELERY_TASK_ALWAYS_EAGER = env.bool(
+    "CELERY_TASK_ALWAYS_EAGER",
+    False,
+    section=sections.BROKER,
+    doc="Run tasks inline in the process that sends them (tests, one-off scripts).",
+)
+# One named queue, so that a shared broker can carry other projects' queues beside ours.
+CELERY_TASK_DEFAULT_QUEUE = env.str(
+    "RUNLEDGER_QUEUE",
+    "runledger",
+    section=sections.BROKER,
+    doc="The queue runledger's tasks go to (a shared broker carries other queues beside it).",
+)
+# Acknowledge a task after it returns, not when it is fetched: a worker that dies mid-task
+# leaves the message to be re-delivered (where the transport can) instead of silently consumed.
+CELERY_TASK_ACKS_LATE = True
+# When a pool child is killed (OOM, SIGKILL), put its message back rather than ack it as failed.
+# The re-delivered task finds the dead child's lease still live and does nothing; the sweep
+# re-queues the run when that lease expires. A run is never executed twice at once either way.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A task that raised is acknowledged: retrying is the ledger's job (resume), not the broker's.
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+# Agent runs are long and uneven: a worker reserves one message per pool process, no more, so a
+# worker that dies takes no extra prefetched messages down with it, and a free worker is not
+# starved while a busy one sits on a backlog.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The dashboard reads state from the ledger, never from Celery results: store none.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+_SWEEP = LEDGER["RUNLEDGER_SWEEP_SECONDS"]
+_NOTIFY = LEDGER["RUNLEDGER_NOTIFY_EVERY_SECONDS"]
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "runledger-sweep": {
+        "task": "runledger.sweep",
+        "schedule": _SWEEP,
+        # A sweep nobody picked up in time is replaced by the next one; do not pile them up.
+        "options": {"expires": max(_SWEEP * 2, 1.0)},
+    },
+    "runledger-notifications": {
+        "task": "runledger.notifications",
+        "schedule": _NOTIFY,
+        "options": {"expires": max(_NOTIFY * 2, 1.0)},
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -1,0 +1,46 @@
+"""The ledger's database: SQLite for the demo (no server), PostgreSQL in production."""
+
+from __future__ import annotations
+
+import dj_database_url
+
+from runs.settings import env, sections
+from runs.settings.base import VAR_DIR
+
+DATABASE_URL = (
+    env.str(
+        "DATABASE_URL",
+        "",
+        section=sections.DATABASE,
+        shown="a SQLite file, RUNLEDGER_VAR_DIR/runledger.sqlite3",
+        doc="The ledger's database, as a URL (`postgres://user:pass@host:5432/name`). PostgreSQL "
+        "in production and in the tests; the SQLite default is for the demo.",
+    )
+    or f"sqlite:///{VAR_DIR / 'runledger.sqlite3'}"
+)
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # BEGIN IMMEDIATE takes the write lock up front, so a fenced write's lease check and its
+    # write cannot be split by another writer (the SQLite analogue of FOR SHARE).
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        # WAL lets the dashboard read while a worker writes.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("TEST", {})
+
+# A fault test that cuts the workers' line to the ledger reaches the example downstream systems
+# on another line, as a real payment provider or mail server would be: a cut ledger connection
+# must not also be a failing provider (harness.routers).
+RUNLEDGER_DOWNSTREAM_DATABASE_URL = env.str(
+    "RUNLEDGER_DOWNSTREAM_DATABASE_URL",
+    "",
+    section=sections.EQUIPMENT,
+    doc="Fault tests only: the example downstream systems' tables reached on a connection of "
+    "their own (the same database), so that a cut ledger line is not also a failing provider.",
+)
+if RUNLEDGER_DOWNSTREAM_DATABASE_URL:
+    DATABASES["downstream"] = dj_database_url.parse(RUNLEDGER_DOWNSTREAM_DATABASE_URL)
+    DATABASE_ROUTERS = ["harness.routers.DownstreamRouter"]

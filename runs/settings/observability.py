@@ -1,0 +1,89 @@
+"""Logs (JSON lines or plain text), the health probes and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from runs.settings import env, sections
+from runs.settings.ledger import LEDGER
+
+# Logs: JSON lines by default (runs/operations/logs.py names the fields), plain text for people
+# with RUNLEDGER_LOG_FORMAT=plain (the demo sets it). Celery's workers use the same format.
+RUNLEDGER_LOG_FORMAT = env.str(
+    "RUNLEDGER_LOG_FORMAT",
+    "json",
+    section=sections.OBSERVE,
+    doc="`json` (one JSON object a line, with the run, step and worker of each record) or "
+    "`plain` (text for people; the demo's). Celery's workers use the same.",
+)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"ledger_context": {"()": "runs.operations.logs.LedgerContext"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(context)s %(message)s"},
+        "json": {"()": "runs.operations.logs.json_formatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain" if RUNLEDGER_LOG_FORMAT == "plain" else "json",
+            "filters": ["ledger_context"],
+        }
+    },
+    "loggers": {
+        "ledger": {
+            "handlers": ["console"],
+            "level": env.str(
+                "LEDGER_LOG_LEVEL",
+                "INFO",
+                section=sections.OBSERVE,
+                doc="The `ledger` logger's level.",
+            ),
+        },
+        "runs": {
+            "handlers": ["console"],
+            "level": env.str(
+                "RUNS_LOG_LEVEL", "INFO", section=sections.OBSERVE, doc="The `runs` logger's level."
+            ),
+        },
+    },
+}
+
+# /readyz fails when the sweep beacon is older than this (three sweep intervals and a minute).
+RUNLEDGER_READY_SWEEP_LATE_SECONDS = env.float(
+    "RUNLEDGER_READY_SWEEP_LATE_SECONDS",
+    3 * LEDGER["RUNLEDGER_SWEEP_SECONDS"] + 60,
+    section=sections.OBSERVE,
+    shown="3 * RUNLEDGER_SWEEP_SECONDS + 60",
+    doc="`/readyz` fails when the sweep last ran longer ago than this (beat is down).",
+)
+RUNLEDGER_READY_BROKER_SECONDS = env.float(
+    "RUNLEDGER_READY_BROKER_SECONDS",
+    2.0,
+    section=sections.OBSERVE,
+    doc="How long `/readyz` waits for the broker to accept a connection.",
+)
+RUNLEDGER_METRICS_TOKEN = env.str(
+    "RUNLEDGER_METRICS_TOKEN",
+    "",
+    section=sections.OBSERVE,
+    doc="`/metrics` also answers requests carrying `Authorization: Bearer <token>`.",
+)
+RUNLEDGER_METRICS_NETWORKS = [
+    ipaddress.ip_network(net, strict=False)
+    for net in env.list(
+        "RUNLEDGER_METRICS_NETWORKS",
+        ["127.0.0.0/8", "::1/128"],
+        section=sections.OBSERVE,
+        doc="Comma-separated networks whose requests `/metrics` answers without a token.",
+    )
+]
+env.declare(
+    "PROMETHEUS_MULTIPROC_DIR",
+    section=sections.OBSERVE,
+    kind="path",
+    default="(unset; serve sets RUNLEDGER_VAR_DIR/prometheus)",
+    doc="prometheus_client's multiprocess directory: set for several gunicorn workers (and "
+    "Celery pool children), so that `/metrics` adds up every process's counters.",
+)

@@ -1,0 +1,13 @@
+"""The sections of the configuration reference (one name each, shared by the settings modules)."""
+
+PATHS = "Paths"
+WEB = "Web and security"
+SIGN_IN = "Sign-in"
+DATABASE = "Database"
+BROKER = "Broker and Celery"
+EMAIL = "Email"
+OBSERVE = "Logs, probes and metrics"
+DASHBOARD = "The dashboard"
+RETENTION = "Retention"
+PROCESSES = "Processes (serve, gunicorn)"
+EQUIPMENT = "Development equipment"

@@ -1,0 +1,173 @@
+"""HTTPS, cookies, sessions, sign-in throttling (django-axes) and the Content-Security-Policy.
+
+With DEBUG off, cookies are Secure, HSTS is on and plain HTTP is redirected to HTTPS, so that
+``manage.py check --deploy`` is clean with only SECRET_KEY and ALLOWED_HOSTS set. Development
+over plain HTTP (the demo, a laptop) sets RUNLEDGER_PLAIN_HTTP=1, which turns all three off.
+"""
+
+from __future__ import annotations
+
+from runs.settings import env, sections
+from runs.settings.base import DEBUG
+
+RUNLEDGER_PLAIN_HTTP = env.bool(
+    "RUNLEDGER_PLAIN_HTTP",
+    DEBUG,
+    section=sections.WEB,
+    shown="as DEBUG",
+    doc="Serve over plain HTTP: turns off the HTTPS redirect, Secure cookies and HSTS (the "
+    "defaults of the three settings below). For the demo and a laptop.",
+)
+_https = not RUNLEDGER_PLAIN_HTTP
+_HTTPS_DEFAULT = "on, off with RUNLEDGER_PLAIN_HTTP"
+SECURE_SSL_REDIRECT = env.bool(
+    "SECURE_SSL_REDIRECT",
+    _https,
+    section=sections.WEB,
+    shown=_HTTPS_DEFAULT,
+    doc="Redirect plain HTTP to HTTPS (Django's setting).",
+)
+SESSION_COOKIE_SECURE = env.bool(
+    "SESSION_COOKIE_SECURE",
+    _https,
+    section=sections.WEB,
+    shown=_HTTPS_DEFAULT,
+    doc="Send the session cookie over HTTPS only.",
+)
+CSRF_COOKIE_SECURE = env.bool(
+    "CSRF_COOKIE_SECURE",
+    _https,
+    section=sections.WEB,
+    shown=_HTTPS_DEFAULT,
+    doc="Send the CSRF cookie over HTTPS only.",
+)
+SECURE_HSTS_SECONDS = env.int(
+    "SECURE_HSTS_SECONDS",
+    31536000 if _https else 0,
+    section=sections.WEB,
+    shown="31536000 (a year), 0 with RUNLEDGER_PLAIN_HTTP",
+    doc="HTTP Strict Transport Security's max-age.",
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool(
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    _https,
+    section=sections.WEB,
+    shown=_HTTPS_DEFAULT,
+    doc="HSTS covers subdomains too.",
+)
+SECURE_HSTS_PRELOAD = env.bool(
+    "SECURE_HSTS_PRELOAD",
+    _https,
+    section=sections.WEB,
+    shown=_HTTPS_DEFAULT,
+    doc="Ask browsers to preload HSTS for this site.",
+)
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto: https`` (the header your proxy sets on HTTPS requests) as Django
+    wants it: ``("HTTP_X_FORWARDED_PROTO", "https")``. Empty: no proxy header is trusted."""
+    if not value.strip():
+        return None
+    name, sep, expected = value.partition(":")
+    if not sep or not name.strip() or not expected.strip():
+        raise ValueError(
+            f"RUNLEDGER_PROXY_SSL_HEADER must read 'Header-Name: value', not {value!r}"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), expected.strip()
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(
+    env.str(
+        "RUNLEDGER_PROXY_SSL_HEADER",
+        "",
+        section=sections.WEB,
+        doc="The header your TLS-terminating proxy sets on HTTPS requests, as `Header-Name: "
+        "value` (e.g. `X-Forwarded-Proto: https`). Empty: no proxy header is trusted.",
+    )
+)
+USE_X_FORWARDED_HOST = env.bool(
+    "USE_X_FORWARDED_HOST",
+    False,
+    section=sections.WEB,
+    doc="Trust the proxy's `X-Forwarded-Host` for the request's host.",
+)
+CSRF_TRUSTED_ORIGINS = env.list(
+    "CSRF_TRUSTED_ORIGINS",
+    [],
+    section=sections.WEB,
+    doc="Comma-separated origins (`https://runs.example.com`) trusted for unsafe requests.",
+)
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_AGE = env.int(
+    "RUNLEDGER_SESSION_SECONDS",
+    8 * 3600,
+    section=sections.SIGN_IN,
+    doc="A session lasts this long from sign-in (8 h).",
+)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env.bool(
+    "RUNLEDGER_SESSION_BROWSER_CLOSE",
+    False,
+    section=sections.SIGN_IN,
+    doc="End the session when the browser closes.",
+)
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one user name
+# from one address, that pair is locked out for AXES_COOLOFF_MINUTES (`manage.py axes_reset`,
+# `axes_reset_username NAME` or `axes_reset_ip ADDR` unlock it at once).
+AXES_FAILURE_LIMIT = env.int(
+    "AXES_FAILURE_LIMIT",
+    5,
+    section=sections.SIGN_IN,
+    doc="Wrong passwords for one user name from one address before that pair is locked out.",
+)
+AXES_COOLOFF_TIME = (
+    env.float(
+        "AXES_COOLOFF_MINUTES",
+        15.0,
+        section=sections.SIGN_IN,
+        doc="How long a lockout lasts (`manage.py axes_reset` lifts it at once).",
+    )
+    / 60
+)  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_META_PRECEDENCE_ORDER = env.list(
+    "AXES_IP_HEADERS",
+    ["REMOTE_ADDR"],
+    section=sections.SIGN_IN,
+    doc="Where the client address that lockouts count by comes from: `REMOTE_ADDR`, or behind a "
+    "proxy the header it sets (e.g. `HTTP_X_FORWARDED_FOR` with `AXES_IPWARE_PROXY_COUNT=1`).",
+)
+AXES_IPWARE_PROXY_COUNT = (
+    env.int(
+        "AXES_IPWARE_PROXY_COUNT",
+        0,
+        section=sections.SIGN_IN,
+        doc="How many proxies stand in front of the web processes (0: none).",
+    )
+    or None
+)
+_CSP_REPORT_URI = env.str(
+    "RUNLEDGER_CSP_REPORT_URI",
+    "",
+    section=sections.WEB,
+    doc="Where browsers report Content-Security-Policy violations. Empty: nowhere.",
+)
+# Content-Security-Policy (django-csp): scripts, styles and connections from this site only;
+# no inline script or style (htmx's own indicator style is turned off in base.html).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        **({"report-uri": [_CSP_REPORT_URI]} if _CSP_REPORT_URI else {}),
+    }
+}

@@ -1,0 +1,15 @@
+"""The test suite's settings: the project's own (``runs.settings``), with the example agents and
+the development equipment named explicitly, as ``make demo`` and the harness name them.
+
+Set in the environment before the project's settings read it, so that every process a test
+starts (``manage.py`` …, Celery workers) inherits the same choice.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+os.environ.setdefault("RUNLEDGER_SILENCED_CHECKS", "runledger.E001,runledger.W001")
+
+from runs.settings import *  # noqa: F403
