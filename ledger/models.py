@@ -12,12 +12,10 @@ import secrets
 from django.conf import settings
 from django.db import models
 
-from ledger.states import (
-    Reason,
-    RunStatus,
-    StepKind,
-    StepStatus,
-)
+from ledger.states import ACTIVE_STATUSES as ACTIVE_STATUSES
+from ledger.states import FINAL_STATUSES as FINAL_STATUSES
+from ledger.states import STOPPED_STATUSES as STOPPED_STATUSES
+from ledger.states import Reason, RunStatus, StepKind, StepStatus
 
 
 def new_run_id() -> str:

@@ -57,11 +57,11 @@ def test_no_dashboard_view_module_imports_another() -> None:
 def test_the_scan_sees_an_import_of_each_form(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "import runs.operations.tasks\nfrom runs import tasks\nfrom ledger.examples import faults\n"
+        "import runs.operations.tasks\nfrom runs import tasks\nfrom harness import faults\n"
     )
     assert {
         "runs.operations.tasks",
         "runs",
-        "ledger.examples",
+        "harness",
         "harness.faults",
     } <= imported_modules(sample)

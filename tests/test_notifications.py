@@ -226,7 +226,9 @@ def test_a_deliverer_killed_after_sending_sends_again_under_the_same_key(
         **os.environ,
         "DATABASE_URL": _database_url(),
         "RUNLEDGER_NOTIFY_WEBHOOK_URL": f"http://127.0.0.1:{webhook.port}/hook",
-        "RUNLEDGER_NOTIFY_KILL_AFTER_SEND": "1",
+        # The harness's fault registry kills the deliverer between sending and recording.
+        "RUNLEDGER_HARNESS": "1",
+        "RUNLEDGER_KILL_AT": "notify.after_send",
         "RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS": "0",  # the run blocked "yesterday" (fake clock)
     }
     done = subprocess.run(

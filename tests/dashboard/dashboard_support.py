@@ -33,7 +33,7 @@ def restore_roles() -> None:
     empties every table, the migration's groups included)."""
     from django.apps import apps
 
-    import_module("runs.migrations.0002_roles").create_roles(apps, None)
+    import_module("runs.dashboard.migrations.0002_roles").create_roles(apps, None)
 
 
 def user_in(role: str, name: str | None = None) -> User:
