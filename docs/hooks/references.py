@@ -118,7 +118,8 @@ def configuration_page() -> str:
     lines = list(head)
     lines += ["Sections: " + " · ".join(f"[{name}](#{_anchor(name)})" for name in sections), ""]
     for section, settings in sections.items():
-        lines += [f"## {section}", "", "| variable | kind | default | meaning |", "| --- | --- | --- | --- |"]
+        lines += [f"## {section}", "", "| variable | kind | default | meaning |"]
+        lines.append("| --- | --- | --- | --- |")
         for s in settings:
             default = _cell(s.default) or "(empty)"
             lines.append(f"| `{s.name}` | {s.kind} | {default} | {_cell(s.doc)} |")
