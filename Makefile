@@ -9,7 +9,7 @@ EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODU
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
+.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -98,6 +98,10 @@ check: lint typecheck test
 bench-dashboard: $(STAMP)
 	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
 		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
+
+## This documentation site, into site/ (strict: a broken link or a missing page fails the build).
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache
