@@ -12,6 +12,6 @@ class HarnessConfig(AppConfig):
     verbose_name = "Development equipment"
 
     def ready(self) -> None:
-        from harness import faults  # installs itself into ledger.faultpoints
+        from harness import faults
 
-        assert faults.point is not None
+        del faults  # imported to install itself as the product's fault hook (ledger.faultpoints)

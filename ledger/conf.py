@@ -332,7 +332,7 @@ def validate(values: Mapping[str, Any]) -> None:
 
 
 class _Conf:
-    """``conf.NAME``: the project's Django setting ``NAME`` if it has one, else the default."""
+    """``conf.<name>``: the project's Django setting of that name, else the declared default."""
 
     def __getattr__(self, name: str) -> Any:
         setting = DECLARED.get(name)

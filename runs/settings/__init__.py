@@ -16,4 +16,5 @@ from runs.settings.database import *  # noqa: F403
 from runs.settings.ledger import *  # noqa: F403
 from runs.settings.notifications import *  # noqa: F403
 from runs.settings.observability import *  # noqa: F403
+from runs.settings.processes import *  # noqa: F403
 from runs.settings.security import *  # noqa: F403
