@@ -36,6 +36,6 @@ for workers in (1, 4, 8):
             run_id=run.run_id, worker="bench", clock=timezone.now, heartbeat=False
         )
         times.append(time.perf_counter() - t)
-        assert out.status == "succeeded"
+        assert out is not None and out.status == "succeeded"
     median = sorted(times)[1] * 1000
     print(f"fan-out of 8 reads of 50 ms, max_workers={workers}: median {median:.0f} ms per run")

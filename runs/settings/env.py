@@ -88,7 +88,7 @@ def _shown(default: Any, shown: builtins.str | None) -> builtins.str:
 
 
 def str(
-    name: str,
+    name: builtins.str,
     default: builtins.str,
     *,
     section: builtins.str,
