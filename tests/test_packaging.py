@@ -4,6 +4,7 @@ bulk seeding, the demo's staged crashes) and never the tests."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,17 +16,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.slow]
 
+LEFT_OUT = (".git", ".venv*", "build", "var", "site", "*.egg-info", "__pycache__", ".*_cache")
 EQUIPMENT_WORDS = ("killtest", "soak", "bench", "seed_bulk", "faults", "demo_scenarios")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    # A copy of the tree, so that no build/ folder of an earlier build (whose stale files a
+    # wheel would pick up) is read, and none is left in the checkout.
+    source = tmp_path_factory.mktemp("source") / "runledger"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LEFT_OUT))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-         "-q", "-w", str(out)],
-        check=True, cwd=build, capture_output=True, text=True,
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
     [path] = out.glob("runledger-*.whl")
     return zipfile.ZipFile(path)
