@@ -34,7 +34,8 @@ from typing import Any
 
 from harness.cluster import Cluster
 from harness.proxy import PHASES, Cut, Proxy
-from ledger import registry, transitions
+from harness.unannounced import start_unannounced
+from ledger import registry
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
 from ledger.processes import execute
@@ -341,7 +342,7 @@ def _effects(run_id: str, notes: list[str], baseline_notes: list[str]) -> tuple[
 def baseline(scenario: Scenario) -> Baseline:
     """The uninterrupted run, executed in this process."""
     before = Notification.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-    run = transitions.run_start(agent=scenario.agent, inputs=scenario.inputs)
+    run = start_unannounced(agent=scenario.agent, inputs=scenario.inputs)
     started = time.monotonic()
     outcome = execute.run_execute(run_id=run.run_id, worker="killtest-baseline")
     duration = time.monotonic() - started
@@ -370,7 +371,7 @@ def _snapshot(run_id: str) -> dict[str, Any]:
 
 
 def _launch(cluster: Cluster, trial: Trial, root: Path) -> None:
-    run = transitions.run_start(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
+    run = start_unannounced(agent=trial.scenario.agent, inputs=trial.scenario.inputs)
     trial.run_id = run.run_id
     queue = f"killtest-victim-{trial.index}"
     env: dict[str, str] = {}

@@ -1,25 +1,33 @@
 """Signals the ledger sends, for the project around it to act on (``ledger`` never imports
 ``runs``: the workers connect here instead of the ledger calling them).
 
-``run_queued``: the ledger itself queued a run that no caller knows about, so nobody else will
-enqueue it. Today that is the continuation of ``ctx.continue_as_new`` (``cause="continue"``).
-Runs queued by a caller — ``transitions.run_start``, ``transitions.run_resume``, the operator
-functions (which take ``on_commit=``) — do not send it: their callers enqueue them.
+``run_queued`` is the one way a queued run reaches the workers. Every transition that queues a
+run sends it after its commit (never if it rolls back), with ``run_id`` and ``cause``:
 
-Sent after the commit that queued the run (``transaction.on_commit``), with ``run_id`` and
-``cause``. A receiver that raises is logged, not propagated: the run stays queued for the next
-receiver or sweep. The workers connect it to their start task::
+- ``start``: a new run (``transitions.run_start``); ``fork`` and ``clean``: a run made from
+  another by a person; ``continue``: the continuation of ``ctx.continue_as_new``;
+- ``resume``, ``retry``: a person resumed or retried a stopped run; ``settled`` and ``stale``:
+  a settlement or a stale-step decision queued it (a bulk resume or retry is one of each);
+- ``recovery``: the sweep re-queued a run whose worker's lease expired, or whose message was
+  lost.
 
-    from ledger.signals import run_queued
+A receiver that raises is logged, not propagated: the run stays queued for the next receiver
+or sweep. The workers connect it to their tasks (``runs.operations``)::
 
     @receiver(run_queued)
     def _enqueue(sender, run_id, cause, **kwargs):
         start_run.delay(run_id)
+
+A caller that executes the run itself, in this process (a command's ``--inline``, a benchmark),
+queues it inside ``with held():`` so that no worker is told about it too.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.db import transaction
 from django.dispatch import Signal
@@ -28,9 +36,26 @@ log = logging.getLogger(__name__)
 
 run_queued = Signal()
 
+#: The causes that make a new run (the workers start it) rather than resume one.
+NEW_RUN_CAUSES = frozenset({"start", "fork", "clean", "continue"})
+
+_held: ContextVar[bool] = ContextVar("runledger_run_queued_held", default=False)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Runs queued inside the block are not announced: the caller executes them itself."""
+    reset = _held.set(True)
+    try:
+        yield
+    finally:
+        _held.reset(reset)
+
 
 def send_run_queued_on_commit(*, run_id: str, cause: str) -> None:
     """Send ``run_queued`` once the current transaction commits (never if it rolls back)."""
+    if _held.get():
+        return
 
     def send() -> None:
         for receiver, answer in run_queued.send_robust(sender=None, run_id=run_id, cause=cause):

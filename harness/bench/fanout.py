@@ -11,7 +11,7 @@ import time
 
 from django.utils import timezone
 
-from ledger import transitions
+from harness.unannounced import start_unannounced
 from ledger.agents import agent
 from ledger.examples.agents import lookup_record
 from ledger.processes import execute
@@ -30,7 +30,7 @@ for workers in (1, 4, 8):
     times = []
     for _ in range(3):
         inputs = {"n": 8, "delay_ms": 50, "workers": workers}
-        run = transitions.run_start(agent="fanout-bench", inputs=inputs)
+        run = start_unannounced(agent="fanout-bench", inputs=inputs)
         t = time.perf_counter()
         out = execute.run_execute(
             run_id=run.run_id, worker="bench", clock=timezone.now, heartbeat=False

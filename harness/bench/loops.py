@@ -16,6 +16,7 @@ import time
 from django.utils import timezone
 from llm_wire import WireModel
 
+from harness.unannounced import start_unannounced
 from ledger import transitions
 from ledger.models import Run
 from ledger.processes import execute
@@ -31,7 +32,7 @@ with WireModel() as served:
         live, replay = [], []
         for _ in range(5):
             inputs = {"invoice_ids": ["inv_1001", "inv_1003"], "api": api}
-            run = transitions.run_start(agent="refund_loop", inputs=inputs)
+            run = start_unannounced(agent="refund_loop", inputs=inputs)
             t = time.perf_counter()
             out = execute.run_execute(
                 run_id=run.run_id, worker="bench", clock=timezone.now, heartbeat=False

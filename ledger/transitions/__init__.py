@@ -17,8 +17,9 @@ nothing.
 - ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
-``on_commit(run_id)`` arguments run after the commit that queued a run (the dashboard passes a
-function that enqueues the Celery task: ``ledger`` never imports ``runs``). Permission checks
+Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
+(the workers connect it to their tasks: ``ledger`` never imports ``runs``); the ``on_commit=``
+arguments of the operator functions are deprecated. Permission checks
 (viewer/operator/approver) are the caller's; the four-eyes rule of settlements is enforced here.
 Imports ``ledger.models``, ``ledger.selectors`` and ``ledger.registry``; never the engine or
 ``runs``.

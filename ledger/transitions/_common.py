@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import warnings
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from ledger import canonical
+from ledger import canonical, signals
 from ledger.conf import conf
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
@@ -25,7 +26,8 @@ from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settleme
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
 #: (a script, a command).
 Actor = AbstractBaseUser | AnonymousUser | str
-#: Called with a run id after the commit that queued the run (e.g. to enqueue a Celery task).
+#: Deprecated: a function called with a run id after the commit that queued the run. The ledger
+#: announces every queued run through ``ledger.signals.run_queued``; see ``announce_queued``.
 OnCommit = Callable[[str], None] | None
 Clock = Callable[[], datetime]
 
@@ -295,9 +297,30 @@ def write_step(row: Step, **changes: Any) -> None:
     row.version += 1
 
 
-def queue_resume(run: Run, *, on_commit: OnCommit, clock: Clock) -> str:
+def deprecated_on_commit(on_commit: OnCommit, function: str) -> OnCommit:
+    """``on_commit=`` of the operator functions, kept working for callers written before
+    ``run_queued`` announced every queued run (it is called too, after the same commit)."""
+    if on_commit is not None:
+        warnings.warn(
+            f"{function}(on_commit=...) is deprecated and will be removed: every queued run is "
+            "announced through ledger.signals.run_queued, which the workers enqueue",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return on_commit
+
+
+def announce_queued(run_id: str, *, cause: str, on_commit: OnCommit = None) -> None:
+    """After the commit that queued ``run_id``: ``signals.run_queued`` (the one way a queued
+    run reaches the workers), and a deprecated caller's ``on_commit``."""
+    signals.send_run_queued_on_commit(run_id=run_id, cause=cause)
+    if on_commit is not None:
+        transaction.on_commit(lambda: on_commit(run_id))
+
+
+def queue_resume(run: Run, *, cause: str, on_commit: OnCommit, clock: Clock) -> str:
     """After a ledger change, put a stopped run back in the queue (same transaction) and
-    arrange ``on_commit(run_id)`` for after the commit. Returns what happened, in words.
+    announce it for after the commit (``cause``). Returns what happened, in words.
     """
     if run.status in STOPPED_STATUSES:
         try:
@@ -306,7 +329,5 @@ def queue_resume(run: Run, *, on_commit: OnCommit, clock: Clock) -> str:
             return f"not queued: {exc}"
     elif run.status != RunStatus.QUEUED:
         return f"not queued: the run is {run.status}"
-    if on_commit is not None:
-        run_id = run.run_id
-        transaction.on_commit(lambda: on_commit(run_id))
+    announce_queued(run.run_id, cause=cause, on_commit=on_commit)
     return "queued for a worker to resume"

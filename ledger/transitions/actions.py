@@ -22,8 +22,10 @@ from ledger.transitions._common import (
     Clock,
     OnCommit,
     actor_name,
+    announce_queued,
     cancel,
     check_run_version,
+    deprecated_on_commit,
     lock_run,
     record,
     requeue,
@@ -58,7 +60,7 @@ def run_resume(
         reason=reason,
         seen_version=seen_version,
         max_resumes=max_resumes,
-        on_commit=on_commit,
+        on_commit=deprecated_on_commit(on_commit, "run_resume"),
         clock=clock,
         allowed=STOPPED_STATUSES,
         action=AuditAction.RUN_RESUME,
@@ -83,7 +85,7 @@ def run_retry(
         reason=reason,
         seen_version=seen_version,
         max_resumes=max_resumes,
-        on_commit=on_commit,
+        on_commit=deprecated_on_commit(on_commit, "run_retry"),
         clock=clock,
         allowed=(RunStatus.FAILED,),
         action=AuditAction.RUN_RETRY,
@@ -124,9 +126,7 @@ def _requeue(
             after=run_snapshot(locked),
             reason=text,
         )
-        if on_commit is not None:
-            run_id = locked.run_id
-            transaction.on_commit(lambda: on_commit(run_id))
+        announce_queued(locked.run_id, cause=action.replace("run_", ""), on_commit=on_commit)
     return locked
 
 
@@ -223,9 +223,9 @@ def run_fork(
                 after={"fork_run_id": fork.run_id, "other_run_id": other, "copied": copied},
                 reason=text,
             )
-        if on_commit is not None:
-            fork_id = fork.run_id
-            transaction.on_commit(lambda: on_commit(fork_id))
+        announce_queued(
+            fork.run_id, cause="fork", on_commit=deprecated_on_commit(on_commit, "run_fork")
+        )
     return fork
 
 
@@ -286,9 +286,9 @@ def run_start_clean(
                 after={"clean_run_id": new.run_id, "other_run_id": other, "old": run_snapshot(old)},
                 reason=text,
             )
-        if on_commit is not None:
-            new_id = new.run_id
-            transaction.on_commit(lambda: on_commit(new_id))
+        announce_queued(
+            new.run_id, cause="clean", on_commit=deprecated_on_commit(on_commit, "run_start_clean")
+        )
     return new
 
 

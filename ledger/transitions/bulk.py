@@ -18,7 +18,13 @@ from ledger.errors import OperationError
 from ledger.models import Run
 from ledger.selectors.bulk import BULK_LIMIT, check_action
 from ledger.transitions import actions
-from ledger.transitions._common import Actor, Clock, OnCommit, require_reason
+from ledger.transitions._common import (
+    Actor,
+    Clock,
+    OnCommit,
+    deprecated_on_commit,
+    require_reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,7 @@ def bulk_apply(
     require_reason(reason)
     if len(targets) > BULK_LIMIT:
         raise OperationError(f"a bulk action takes at most {BULK_LIMIT} runs at once")
+    later = deprecated_on_commit(on_commit, "bulk_apply")
     outcomes = []
     for run_id, version in targets.items():
         outcomes.append(
@@ -57,7 +64,7 @@ def bulk_apply(
                 by=by,
                 reason=reason,
                 max_resumes=max_resumes,
-                on_commit=on_commit,
+                on_commit=later,
                 clock=clock,
             )
         )
@@ -89,9 +96,10 @@ def _apply_one(
                 reason=reason,
                 seen_version=version,
                 max_resumes=max_resumes,
-                on_commit=on_commit,
                 clock=clock,
             )
+            if on_commit is not None:  # deprecated: run_resume's commit announced the run
+                on_commit(done.run_id)
             message = "queued for a worker to resume"
     except Run.DoesNotExist:
         return BulkOutcome(run_id=run_id, ok=False, message="no such run", status="")

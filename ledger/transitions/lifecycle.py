@@ -57,6 +57,9 @@ def run_start(
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
     None for runs the system starts (continuations, and forks, which audit themselves).
+
+    A run without a parent is announced after the commit (``signals.run_queued``, cause
+    ``start``); a run made from another is announced by the transition that made it.
     """
     definition = registry.get_agent(agent)
     if definition is None:
@@ -95,6 +98,8 @@ def run_start(
                 after={"agent": agent, "inputs": data, "max_resumes": run.max_resumes},
                 reason=reason.strip() or "started by hand",
             )
+        if parent is None:
+            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
     return run
 
 
@@ -274,6 +279,7 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
     )
     if updated == 1:
         log.warning("run %s: lease of %s expired; re-queued", run_id, owner)
+        signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
     return updated == 1
 
 
@@ -285,6 +291,7 @@ def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.
     )
     if updated == 1:
         log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
+        signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
     return updated == 1
 
 

@@ -12,7 +12,8 @@ A ``started`` effect row whose tool could not say whether it happened stops its 
 
 With ``RUNLEDGER_SETTLEMENT_APPROVAL`` on (the default) the answer is a proposal that a
 different person approves; off, it applies at once. Applying, queueing the run for resume and
-the audit row are one transaction; ``on_commit(run_id)`` runs after it commits.
+the audit row are one transaction; the queued run is announced after it commits
+(``ledger.signals.run_queued``).
 
 Every write is a compare-and-set: the run row is locked, the step's version must equal the one
 the person saw (or, for an approval, the one the proposal was made against), so of two people
@@ -53,6 +54,7 @@ from ledger.transitions._common import (
     cancel,
     check_not_running,
     check_step_version,
+    deprecated_on_commit,
     lock_run,
     lock_step,
     queue_resume,
@@ -179,7 +181,7 @@ def settlement_propose(
                 by=by,
                 name=name,
                 reason=text,
-                on_commit=on_commit,
+                on_commit=deprecated_on_commit(on_commit, "settlement_propose"),
                 clock=clock,
                 action=AuditAction.SETTLEMENT_APPLY,
             )
@@ -236,7 +238,7 @@ def settlement_approve(
             by=by,
             name=name,
             reason=text,
-            on_commit=on_commit,
+            on_commit=deprecated_on_commit(on_commit, "settlement_approve"),
             clock=clock,
             action=AuditAction.SETTLEMENT_APPROVE,
         )
@@ -315,7 +317,7 @@ def _apply(
     if settlement.outcome == SettlementOutcome.ABANDON:
         queued = _abandon_run(run, name=name, reason=settlement.reason, clock=clock)
     else:
-        queued = queue_resume(run, on_commit=on_commit, clock=clock)
+        queued = queue_resume(run, cause="settled", on_commit=on_commit, clock=clock)
     settlement.run = run
     record(
         by=name,

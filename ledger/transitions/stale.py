@@ -32,6 +32,7 @@ from ledger.transitions._common import (
     actor_name,
     check_not_running,
     check_step_version,
+    deprecated_on_commit,
     lock_run,
     lock_step,
     queue_resume,
@@ -103,7 +104,12 @@ def step_accept_stale(
         )
         queued = "not queued"
         if resume and _blocked_on(run, row.step_id):
-            queued = queue_resume(run, on_commit=on_commit, clock=clock)
+            queued = queue_resume(
+                run,
+                cause="stale",
+                on_commit=deprecated_on_commit(on_commit, "step_accept_stale"),
+                clock=clock,
+            )
         record(
             by=name,
             action=AuditAction.STALE_ACCEPT,
@@ -152,7 +158,10 @@ def run_reexecute_from(
             write_step(
                 row, status=StepStatus.PENDING, result=None, finished_at=None, updated_at=now
             )
-        queued = queue_resume(locked, on_commit=on_commit, clock=clock) if resume else "no"
+        later = deprecated_on_commit(on_commit, "run_reexecute_from")
+        queued = (
+            queue_resume(locked, cause="stale", on_commit=later, clock=clock) if resume else "no"
+        )
         locked.refresh_from_db()
         record(
             by=name,

@@ -14,11 +14,12 @@ class OperationsConfig(AppConfig):
     verbose_name = "Operations"
 
     def ready(self) -> None:
-        # Runs the ledger queues (a start, a resume, an operator's requeue, a continuation) are
-        # announced once, after their commit, by ledger.signals.run_queued: enqueue each here.
+        # Every run the ledger queues (a start, a resume, an operator's requeue, a settlement,
+        # a continuation, the sweep's recovery) is announced once, after its commit, by
+        # ledger.signals.run_queued: each goes to a worker from here.
         from ledger.signals import run_queued
 
-        run_queued.connect(_enqueue_start, dispatch_uid="runs.enqueue_queued_run")
+        run_queued.connect(_enqueue, dispatch_uid="runs.enqueue_queued_run")
         # The ledger's events counted for Prometheus (/metrics, runs.operations.metrics).
         from ledger import observe
         from runs.operations import metrics
@@ -26,7 +27,10 @@ class OperationsConfig(AppConfig):
         observe.subscribe(metrics.observe)
 
 
-def _enqueue_start(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
-    from runs.operations.tasks import enqueue_start
+def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
+    """A new run goes to the start task, any other to the resume task (after the commit that
+    queued it: the signal is sent then)."""
+    from ledger.signals import NEW_RUN_CAUSES
+    from runs.operations.tasks import send_resume, send_start
 
-    enqueue_start(run_id)
+    (send_start if cause in NEW_RUN_CAUSES else send_resume)(run_id)

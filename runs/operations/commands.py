@@ -9,6 +9,7 @@ did not end as asked (it stopped again, or failed); 141 the reader of the output
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -19,12 +20,11 @@ from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from ledger import transitions
+from ledger import signals, transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text, queryable
 from ledger.models import Run, RunStatus, Settlement
 from ledger.processes import execute, preview
-from runs.operations import tasks
 
 EXIT_REFUSED = 1
 EXIT_NOT_AS_ASKED = 3
@@ -154,9 +154,10 @@ def execute_inline(run_id: str, out: OutputWrapper) -> None:
         )
 
 
-def on_commit(options: dict[str, Any], enqueue: Callable[[str], None]) -> Any:
-    """What a transition calls after its commit: ``enqueue`` unless the run executes inline."""
-    return None if options["inline"] else enqueue
+def where(options: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """Around the transition that queues a run: with ``--inline`` the run is not announced to
+    the workers (``ledger.signals.held``), since this process executes it."""
+    return signals.held() if options["inline"] else contextlib.nullcontext()
 
 
 class RequeueCommand(OperatorCommand):
@@ -186,17 +187,17 @@ class RequeueCommand(OperatorCommand):
         run_id = options["run_id"]
         if not options["anyway"]:
             refuse_if_it_blocks_again(run_id)
-        act(
-            run_id,
-            lambda: type(self).transition(
-                run_id=run_id,
-                by=transitions.cli_actor(),
-                reason=options["reason"] or self.default_reason,
-                seen_version=None,
-                max_resumes=options["max_resumes"],
-                on_commit=on_commit(options, tasks.enqueue_resume),
-            ),
-        )
+        with where(options):
+            act(
+                run_id,
+                lambda: type(self).transition(
+                    run_id=run_id,
+                    by=transitions.cli_actor(),
+                    reason=options["reason"] or self.default_reason,
+                    seen_version=None,
+                    max_resumes=options["max_resumes"],
+                ),
+            )
         if options["inline"]:
             execute_inline(run_id, self.stdout)
         else:
@@ -213,19 +214,16 @@ class NewRunCommand(OperatorCommand):
         add_where(parser)
 
     def start_new(self, options: dict[str, Any], make: Callable[..., Run], **kwargs: Any) -> Run:
-        """``make(run_id=…, by=…, reason=…, on_commit=…, **kwargs)``; the new run, once it was
-        queued (or executed inline)."""
+        """``make(run_id=…, by=…, reason=…, **kwargs)``; the new run, once it was queued (or
+        executed inline)."""
         run_id = options["run_id"]
-        new = act(
-            run_id,
-            lambda: make(
-                run_id=run_id,
-                by=transitions.cli_actor(),
-                reason=options["reason"],
-                on_commit=on_commit(options, tasks.enqueue_start),
-                **kwargs,
-            ),
-        )
+        with where(options):
+            new = act(
+                run_id,
+                lambda: make(
+                    run_id=run_id, by=transitions.cli_actor(), reason=options["reason"], **kwargs
+                ),
+            )
         self.stdout.write(self.describe(new, options))
         if options["inline"]:
             execute_inline(new.run_id, self.stdout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from functools import partial
 
 from celery import Task, shared_task
@@ -71,11 +72,9 @@ def resume_run(self: Task, run_id: str) -> str | None:
 
 @shared_task(name="runledger.sweep")
 def sweep() -> list[str]:
-    """Re-queue runs whose worker lease expired, and runs whose message was lost."""
-    run_ids = sweeping.runs_sweep()
-    for run_id in run_ids:
-        enqueue_resume(run_id)
-    return run_ids
+    """Re-queue runs whose worker lease expired, and runs whose message was lost (each is
+    announced by its re-queue and sent to the resume task from there)."""
+    return sweeping.runs_sweep()
 
 
 @shared_task(name="runledger.prune")
@@ -97,14 +96,36 @@ def prune() -> int:
     return done.runs
 
 
+def send_start(run_id: str) -> None:
+    """Send start_run now (the receiver of ``run_queued`` calls it after the commit)."""
+    _send(start_run, run_id)
+
+
+def send_resume(run_id: str) -> None:
+    """Send resume_run now (the receiver of ``run_queued`` calls it after the commit)."""
+    _send(resume_run, run_id)
+
+
 def enqueue_start(run_id: str) -> None:
-    """Send start_run once the transaction that created the run commits."""
+    """Deprecated: every queued run is announced by ``ledger.signals.run_queued``, which sends
+    it. Sends start_run once the current transaction commits."""
+    _deprecated("enqueue_start")
     transaction.on_commit(partial(_send, start_run, run_id))
 
 
 def enqueue_resume(run_id: str) -> None:
-    """Send resume_run once the transaction that made the resume necessary commits."""
+    """Deprecated, as ``enqueue_start``: sends resume_run once the transaction commits."""
+    _deprecated("enqueue_resume")
     transaction.on_commit(partial(_send, resume_run, run_id))
+
+
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        f"runs.operations.tasks.{name} is deprecated: the ledger announces every queued run "
+        "(ledger.signals.run_queued) and the workers enqueue it",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _send(task: Task, run_id: str) -> None:

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from harness.bench.agents import bench_agent, durations
 from harness.bench.results import merge_json
+from harness.unannounced import start_unannounced
 from ledger import canonical, transitions
 from ledger.models import Run, Step
 from ledger.processes import execute
@@ -160,7 +161,7 @@ class Command(BaseCommand):
 
     def _execute(self, kind: str, steps: int, name: str | None = None) -> str:
         name = bench_agent(kind, steps, name)
-        run = transitions.run_start(agent=name, inputs={})
+        run = start_unannounced(agent=name, inputs={})
         self._created.append(run.run_id)
         outcome = execute.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
         assert outcome is not None and outcome.status == "succeeded", outcome
@@ -184,7 +185,7 @@ class Command(BaseCommand):
     def _queries(self, kind: str, steps: int) -> int:
         """Statements of one whole execution (claim, load, steps, finish)."""
         name = bench_agent(kind, steps, f"bench-count-{kind}-{steps}")
-        run = transitions.run_start(agent=name, inputs={})
+        run = start_unannounced(agent=name, inputs={})
         self._created.append(run.run_id)
         with CaptureQueriesContext(connection) as queries:
             execute.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
@@ -192,7 +193,7 @@ class Command(BaseCommand):
 
     def _orm_write(self, n: int) -> float:
         """The same fenced read-step write through the Django ORM, for comparison."""
-        run = transitions.run_start(agent=bench_agent("read", 0, "bench-orm"), inputs={})
+        run = start_unannounced(agent=bench_agent("read", 0, "bench-orm"), inputs={})
         self._created.append(run.run_id)
         token = transitions.lease_claim(run_id=run.run_id, owner="bench")
         samples = []
@@ -294,7 +295,7 @@ class Command(BaseCommand):
         """``runs`` runs of ``steps`` read steps in as many processes, started together once
         every process is set up; steps/s from the first start to the last finish."""
         ids = [
-            transitions.run_start(agent=bench_agent("read", steps, "bench-conc"), inputs={}).run_id
+            start_unannounced(agent=bench_agent("read", steps, "bench-conc"), inputs={}).run_id
             for _ in range(runs)
         ]
         self._created.extend(ids)

@@ -51,6 +51,7 @@ from django.utils import timezone
 
 from harness.bench.agents import bench_agent
 from harness.bench.results import merge_json
+from harness.unannounced import start_unannounced
 from ledger import transitions
 from ledger.models import Run, Step
 from ledger.transitions import steps as sql
@@ -213,7 +214,7 @@ class Command(BaseCommand):
                 cur.execute(_FLOOR, [i, "x"], prepare=True)
 
             return insert
-        run = transitions.run_start(agent=bench_agent("read", 0, "bench-lever"), inputs={})
+        run = start_unannounced(agent=bench_agent("read", 0, "bench-lever"), inputs={})
         self._runs.append(run.run_id)
         token = transitions.lease_claim(run_id=run.run_id, owner="bench-levers") or ""
         statement = _statement(variant)

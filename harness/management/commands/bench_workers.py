@@ -23,7 +23,7 @@ from django.db import connection
 from harness.bench import agents  # registers bench-steps here too (run_start checks it)
 from harness.cluster import Cluster, wait_for
 from harness.soak import broker as broker_url
-from ledger import transitions
+from harness.unannounced import start_unannounced
 from ledger.models import FINAL_STATUSES, Run, RunStatus, Step
 from runs.operations.tasks import start_run
 
@@ -74,7 +74,7 @@ class Command(BaseCommand):
     def _measure(self, cluster: Cluster, broker: str, options: dict[str, Any]) -> dict[str, Any]:
         runs, steps = options["runs"], options["steps"]
         ids = [
-            transitions.run_start(agent="bench-steps", inputs={"steps": steps}).run_id
+            start_unannounced(agent="bench-steps", inputs={"steps": steps}).run_id
             for _ in range(runs)
         ]
         commits = _commits()

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from harness import demo_scenarios as scenarios
-from ledger import transitions
+from harness.unannounced import start_unannounced
 from ledger.models import Run
 from runs.operations import stack
 
@@ -94,7 +94,7 @@ class Command(BaseCommand):
             run = scenarios.produce(scenario)
             state = run.status + (f" ({run.reason})" if run.reason else "")
             self.stdout.write(f"  {run.run_id}  {scenario.key:<28} {state}")
-        long_run = transitions.run_start(agent="survey", inputs=LONG_RUN)
+        long_run = start_unannounced(agent="survey", inputs=LONG_RUN)
         self.stdout.write(
             f"  {long_run.run_id}  {'long-run-in-progress':<28} queued for the worker"
         )
@@ -139,10 +139,11 @@ class Command(BaseCommand):
             self._stop(children)
 
     def _enqueue_queued(self) -> None:
-        from runs.operations.tasks import enqueue_start
+        """Once the worker runs: the queued runs (the long run, and any a previous demo left)."""
+        from runs.operations.tasks import send_start
 
         for run_id in Run.objects.filter(status="queued").values_list("run_id", flat=True):
-            enqueue_start(run_id)
+            send_start(run_id)
 
     def _stop(self, children: stack.Children) -> None:
         """SIGTERM everything; what still runs after a few seconds is killed.

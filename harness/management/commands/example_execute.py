@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger import transitions
+from harness.unannounced import start_unannounced
 from ledger.processes import execute
 
 
@@ -29,7 +29,7 @@ class Command(BaseCommand):
                 inputs = json.loads(options["inputs"])
             except json.JSONDecodeError as exc:
                 raise CommandError(f"--inputs is not JSON: {exc}") from exc
-            run_id = transitions.run_start(
+            run_id = start_unannounced(
                 agent=options["new"], inputs=inputs, max_resumes=options["max_resumes"]
             ).run_id
             # Written before executing: the caller learns the id even if this process dies.

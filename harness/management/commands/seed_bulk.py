@@ -20,7 +20,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger import canonical, transitions
+from harness.unannounced import start_unannounced
+from ledger import canonical
 from ledger.models import Run
 from ledger.processes import execute
 
@@ -111,7 +112,7 @@ class Command(BaseCommand):
         records = (steps - 1) * 10 // 11
         while records + records // 10 + 1 < steps:
             records += 1
-        run = transitions.run_start(agent="survey", inputs={"records": records})
+        run = start_unannounced(agent="survey", inputs={"records": records})
         outcome = execute.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
         if outcome is None or outcome.status != "succeeded":
             raise CommandError(f"the long run did not succeed: {outcome}")

@@ -21,7 +21,6 @@ from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
-from runs.operations.tasks import enqueue_resume
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:
@@ -110,7 +109,6 @@ def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
             by=request.user,
             reason=data["reason"],
             max_resumes=data["max_resumes"] if data["action"] != "cancel" else None,
-            on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
         return render(request, "runs/bulk_done.html", {"problems": [str(exc)]}, status=400)

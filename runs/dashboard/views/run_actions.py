@@ -20,7 +20,6 @@ from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import CleanRunForm, ForkForm, RunActionForm
-from runs.operations.tasks import enqueue_resume, enqueue_start
 
 RUN_ACTIONS = ("resume", "retry", "cancel")
 
@@ -93,7 +92,6 @@ def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dic
         **common,
         seen_version=data["seen_version"],
         max_resumes=data["max_resumes"],
-        on_commit=enqueue_resume,
     )
 
 
@@ -115,7 +113,6 @@ def run_fork(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             step_id=form.cleaned_data["step_id"],
             by=request.user,
             reason=form.cleaned_data["reason"],
-            on_commit=enqueue_start,
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/run_fork.html", _fork_context(run, form), exc)
@@ -145,7 +142,6 @@ def run_clean(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
-            on_commit=enqueue_start,
         )
     except transitions.OperationError as exc:
         fresh = run_for(request, run_id, perm=OPERATE_RUNS)

@@ -3,7 +3,7 @@
 A ``started`` effect whose tool cannot say whether it happened stops its run. An operator
 looks at the evidence and proposes how it ended; with approval on, a different person with the
 approver role approves it, and the ledger change and the queueing of the run are one
-transaction after which the resume task is enqueued (``runs.operations.tasks.enqueue_resume``).
+transaction after which the run is announced to the workers (``ledger.signals.run_queued``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from runs.dashboard.http import (
 )
 from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
 from runs.dashboard.operator_forms import DecideForm, RejectForm, SettleForm
-from runs.operations.tasks import enqueue_resume
 
 #: Who may open a settle page or ask the tool again: an operator or an approver.
 SETTLE_READERS = (OPERATE_RUNS, APPROVE_SETTLEMENTS)
@@ -137,7 +136,6 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
             reason=data["reason"],
             by=request.user,
             seen_version=data["seen_version"],
-            on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
         return _refused(request, step, exc, form)
@@ -211,7 +209,6 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             settlement=settlement,
             by=request.user,
             reason=form.cleaned_data["reason"],
-            on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
         return _refused_plain(request, settlement.step_row, exc)

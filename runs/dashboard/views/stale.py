@@ -20,7 +20,6 @@ from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, step_for
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import StaleForm
-from runs.operations.tasks import enqueue_resume
 
 #: How many downstream steps the re-execute preview lists by name.
 DOWNSTREAM_SHOWN = 200
@@ -92,7 +91,6 @@ def stale_accept(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpResponse
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
-            on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/stale.html", _page_context(request, step), exc)
@@ -120,7 +118,6 @@ def stale_reexecute(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespo
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
-            on_commit=enqueue_resume,
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/stale.html", _page_context(request, step), exc)

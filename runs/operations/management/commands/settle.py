@@ -21,7 +21,6 @@ from django.core.management.base import CommandParser
 from ledger import selectors, transitions
 from ledger.errors import NotAllowed
 from ledger.models import Run, Settlement, SettlementOutcome, Step
-from runs.operations import tasks
 from runs.operations.commands import (
     OperatorCommand,
     act,
@@ -84,7 +83,6 @@ class Command(OperatorCommand):
                 by=transitions.cli_actor(),
                 seen_version=step.version,
                 result=result,
-                on_commit=tasks.enqueue_resume,
             ),
         )
         self._report(settlement)
@@ -97,7 +95,6 @@ class Command(OperatorCommand):
                 settlement=settlement,
                 by=transitions.cli_actor(),
                 reason=options["reason"],
-                on_commit=tasks.enqueue_resume,
             ),
         )
         self._report(done)

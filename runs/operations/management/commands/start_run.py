@@ -9,11 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import transaction
 
 from ledger import registry, transitions
 from ledger.errors import NotJSON
-from runs.operations import tasks
 from runs.operations.commands import (
     EXIT_REFUSED,
     OperatorCommand,
@@ -21,6 +19,7 @@ from runs.operations.commands import (
     bounded_int,
     execute_inline,
     parse_json,
+    where,
 )
 
 
@@ -46,7 +45,7 @@ class Command(OperatorCommand):
                 returncode=EXIT_REFUSED,
             )
         try:
-            with transaction.atomic():
+            with where(options):  # announced to the workers after the commit, unless --inline
                 run = transitions.run_start(
                     agent=name,
                     inputs=inputs,
@@ -55,8 +54,6 @@ class Command(OperatorCommand):
                     by=transitions.cli_actor(),
                     reason="started from the command line",
                 )
-                if not options["inline"]:
-                    tasks.enqueue_start(run.run_id)
         except (NotJSON, ValueError) as exc:  # InvalidInput is a ValueError
             raise CommandError(str(exc), returncode=EXIT_REFUSED) from exc
         if options["inline"]:
