@@ -1,6 +1,6 @@
 -- The step table partitioned by time, for PostgreSQL at 10^9 rows: retention drops a month
 -- instead of deleting its rows. A sketch of the target layout, run at small scale by
--- tests/production/test_partitioning_pg.py (in a schema of its own; the live table is not
+-- tests/runs/operations/test_partitioning_pg.py (in a schema of its own; the live table is not
 -- changed by any migration today). See docs/partitioning.md.
 --
 -- The partition key is the run's creation time, copied onto each of its steps

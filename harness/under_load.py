@@ -5,7 +5,7 @@ is. The hog is ``stress-ng --cpu N`` (installed from Debian with apt-get when mi
 possible), else one Python busy loop per core. It runs in its own process group and is
 stopped when the command ends, fails, or this script is interrupted (SIGINT, SIGTERM).
 
-    python tests/under_load.py make test
+    python harness/under_load.py make test
 
 ``RUNLEDGER_HOG=python`` forces the Python loops; ``RUNLEDGER_HOG_CPUS`` sets how many
 (default: every core). The exit status is the command's.

@@ -1,6 +1,6 @@
 """Run a command against PostgreSQL: DATABASE_URL when set, else a throwaway server.
 
-    python tests/with_postgres.py pytest -q
+    python harness/with_postgres.py pytest -q
 
 The suite never falls back to a fake. Without DATABASE_URL this starts a private PostgreSQL
 cluster in a temporary directory from the local binaries (initdb/pg_ctl on PATH or under

@@ -17,7 +17,7 @@ def _plain_http() -> None:
     """The test client and the live server speak plain HTTP, as ``RUNLEDGER_PLAIN_HTTP=1``
     makes a process do. pytest-django reads the settings before this file is imported, so the
     environment variable cannot be set here; the production defaults themselves are tested
-    in subprocesses (tests/test_production.py)."""
+    in subprocesses (tests/runs/settings/test_deploy_settings.py)."""
     from django.conf import settings
 
     for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
@@ -135,7 +135,7 @@ def page(page: Any) -> Any:
 @pytest.fixture(scope="session", autouse=True)
 def _ledger_owner_guard() -> None:
     """Every SQL write to a run or a step row in this process must come from the owner."""
-    import ownership
+    from tests.support import ownership
 
     ownership.install_runtime_guard()
 

@@ -1,6 +1,6 @@
 """Fan-out wall time: 8 reads of 50 ms each through ctx.parallel, 1, 4 and 8 workers at once.
 
-    DATABASE_URL=... .venv/bin/python manage.py shell < tests/bench/fanout.py
+    DATABASE_URL=... .venv/bin/python manage.py shell < harness/bench/fanout.py
 
 Prints the median of three runs per width; the floor is one read (50 ms) plus the writes.
 """

@@ -1,9 +1,9 @@
 """A tool-use loop's overhead: the example refund_loop (4 turns, 6 tool steps, 4 of them
-effects) on each real SDK against the loopback provider of tests/llm_wire.py, executed and then
-replayed (a resume that finds every step recorded asks the model nothing).
+effects) on each real SDK against the loopback provider of tests/support/llm_wire.py, executed
+and then replayed (a resume that finds every step recorded asks the model nothing).
 
-    PYTHONPATH=tests DATABASE_URL=... RUNLEDGER_EXAMPLES=1 \
-        .venv/bin/python manage.py shell < tests/bench/loops.py
+    DATABASE_URL=... RUNLEDGER_EXAMPLES=1 \
+        .venv/bin/python manage.py shell < harness/bench/loops.py
 
 Prints the median of five runs per SDK: the whole run, and the replay of the finished run.
 """
@@ -14,12 +14,12 @@ import os
 import time
 
 from django.utils import timezone
-from llm_wire import WireModel
 
 from harness.unannounced import start_unannounced
 from ledger import transitions
 from ledger.models import Run
 from ledger.processes import execute
+from tests.support.llm_wire import WireModel
 
 with WireModel() as served:
     os.environ.update(

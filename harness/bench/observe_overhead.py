@@ -1,9 +1,9 @@
 """What the metrics hook adds to each step write: ``ledger.observe.emit("step_written")`` with
 the Prometheus observer subscribed, against no observer. Prints microseconds per call.
 
-    RUNLEDGER_VAR_DIR=$(mktemp -d) .venv/bin/python tests/bench/observe_overhead.py
+    RUNLEDGER_VAR_DIR=$(mktemp -d) .venv/bin/python harness/bench/observe_overhead.py
     PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) RUNLEDGER_VAR_DIR=$(mktemp -d) \\
-        .venv/bin/python tests/bench/observe_overhead.py      # as under gunicorn and Celery
+        .venv/bin/python harness/bench/observe_overhead.py      # as under gunicorn and Celery
 """
 
 from __future__ import annotations

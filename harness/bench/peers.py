@@ -10,7 +10,7 @@ on stdin (``dbos 1000``, ``langgraph-sync 1000``, ``langgraph-exit 1000``, ``flo
 
 By hand, one round of each:
 
-    python tests/bench/peers.py postgres://postgres@127.0.0.1:5432/postgres [steps]
+    python harness/bench/peers.py postgres://postgres@127.0.0.1:5432/postgres [steps]
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ the run over and sent it, or an operator has settled it. Three guards close that
    provider, ``ledger.examples.simulators``, does).
 
 What holds for each kind of provider is in the README's recovery section, as tested by
-``tests/test_effect_fencing.py`` with real worker processes frozen by SIGSTOP.
+``tests/ledger/engine/test_effect_fencing.py`` with real worker processes frozen by SIGSTOP.
 """
 
 from __future__ import annotations

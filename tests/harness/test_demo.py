@@ -1,0 +1,209 @@
+"""`make demo`'s set-up end to end, as a newcomer meets it: no DATABASE_URL, no broker server.
+
+Runs the real demo command (SQLite file, filesystem broker, a real Celery worker and beat, the
+web server) in a temporary directory, signs in over HTTP and checks that the runs list shows
+every scenario with the status the engine gave it; then stops it with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTED = {
+    "charge-lookup-down": ("needs_attention", "reconciliation"),
+    "notify-no-read-path": ("needs_attention", "reconciliation"),
+    "gateway-charge-unknown": ("needs_attention", "reconciliation"),
+    "gateway-charge-never-sent": ("needs_attention", "reconciliation"),
+    "stale-after-prompt-change": ("needs_attention", "stale"),
+    "plan-divergence": ("needs_attention", "divergence"),
+    "budget-used": ("needs_attention", "budget"),
+    "recovered-before-charge": ("succeeded", ""),
+    "recovered-after-email": ("succeeded", ""),
+}
+ROW = re.compile(
+    r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'
+    r'(?:\s*<div class="mono small muted">[^<]*</div>)?</td>\s*<td>[^<]*</td>\s*<td>\s*'
+    r'<span class="badge st-[^"]*">(?P<status>[^<]*)</span>\s*'
+    r'(?:<span class="badge reason">(?P<reason>[^<]*)</span>)?'
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Browser:
+    """Just enough of a browser: cookies, CSRF, forms."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def get(self, path: str) -> str:
+        with self.opener.open(self.base + path, timeout=30) as response:
+            return str(response.read().decode())
+
+    def sign_in(self, username: str, password: str) -> str:
+        self.get("/accounts/login/")
+        token = next(c.value for c in self.jar if c.name == "csrftoken")
+        data = urllib.parse.urlencode(
+            {"username": username, "password": password, "csrfmiddlewaretoken": token}
+        ).encode()
+        request = urllib.request.Request(
+            self.base + "/accounts/login/", data=data, headers={"Referer": self.base + "/"}
+        )
+        with self.opener.open(request, timeout=30) as response:
+            return str(response.read().decode())
+
+
+def _wait_for(process: subprocess.Popen[str], needle: str, seconds: float) -> str:
+    """Read the demo's output until ``needle`` appears; return all of it."""
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            if process.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+    raise AssertionError(f"{needle!r} never appeared; the demo printed:\n{''.join(seen)}")
+
+
+def _reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def production_database() -> Iterator[str]:
+    """A fresh database on the PostgreSQL server the suite runs on, dropped afterwards."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("no PostgreSQL server (DATABASE_URL) to run the demo against")
+    import psycopg
+
+    name = f"runledger_demo_{os.getpid()}"
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    yield url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_the_demo_sets_up_real_stuck_runs_and_serves_them(tmp_path: Path) -> None:
+    """On the embedded defaults: no DATABASE_URL, no broker server."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    _run_demo(tmp_path, env)
+
+
+@pytest.mark.parametrize(
+    ("broker", "port"),
+    [("redis://127.0.0.1:6379/15", 6379), ("amqp://guest:guest@127.0.0.1:5672//", 5672)],
+    ids=["redis", "rabbitmq"],
+)
+def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
+    tmp_path: Path, production_database: str, broker: str, port: int
+) -> None:
+    """The production parts, chosen by environment variables only."""
+    if not _reachable(port):
+        pytest.skip(f"no broker listening on {port}")
+    env = {**os.environ, "DATABASE_URL": production_database, "CELERY_BROKER_URL": broker}
+    queue = env["RUNLEDGER_QUEUE"] = f"runledger-demo-test-{os.getpid()}"  # a queue of its own
+    try:
+        _run_demo(tmp_path, env)
+    finally:
+        from kombu import Connection
+
+        with Connection(broker) as connection:  # leave the broker as we found it
+            connection.default_channel.queue_delete(queue)
+
+
+def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
+    port = _free_port()
+    env.update({"RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        printed = _wait_for(demo, "runledger demo: http://", 300)
+        # Keep reading what the demo and its children (web server, worker) print, so a full
+        # pipe never blocks them on a slow machine; the tail explains a failure.
+        later: list[str] = []
+        reader = threading.Thread(target=lambda: later.extend(demo.stdout or []), daemon=True)
+        reader.start()
+        users = dict(
+            re.findall(r"^\s+(\w+)\s+(\S+)\s+(?:viewer|operator|approver|admin)\s", printed, re.M)
+        )
+        assert set(users) == {"viewer", "olivia", "arthur", "admin"}
+        runs = dict(
+            (key, run_id)
+            for run_id, key in re.findall(r"^\s+(run_\w+)\s+([\w-]+)\s", printed, re.M)
+        )
+        assert set(EXPECTED) <= set(runs)
+        browser = Browser(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 120  # the web server starts beside the worker
+        while True:
+            try:
+                browser.get("/accounts/login/")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        page = browser.sign_in("viewer", users["viewer"])
+        assert "Sign out" in page or "sign out" in page.lower()
+        rows = {m["run"]: (m["status"], m["reason"] or "") for m in ROW.finditer(browser.get("/"))}
+        for key, expected in EXPECTED.items():
+            assert rows.get(runs[key]) == expected, (key, rows.get(runs[key]))
+        # The long run is picked up by the demo's real worker.
+        long_run = runs["long-run-in-progress"]
+        deadline = time.monotonic() + 120
+        while "running" not in browser.get(f"/runs/{long_run}/"):
+            if time.monotonic() > deadline:
+                raise AssertionError("the demo's worker never started the long run")
+            time.sleep(0.5)
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
+        try:
+            demo.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            raise
+    reader.join(timeout=30)
+    assert demo.returncode == 0, "".join(later)[-4000:]
