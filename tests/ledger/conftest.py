@@ -3,13 +3,13 @@ transitions/ and the admin's (test_admin.py, whose edits go through the same tra
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from ledger import transitions
+from ledger import signals, transitions
 from ledger.models import Run
 from tests.support.operator_agents import CHAIN, LOOKUP
 
@@ -45,17 +45,24 @@ def people(django_user_model: Any) -> People:
 
 @dataclass
 class Enqueued:
-    """Stands in for the Celery enqueue the dashboard passes as on_commit: records run ids."""
+    """The runs announced to the workers (``ledger.signals.run_queued``) after a commit: run ids,
+    in order. The test's own starts (cause ``start``) are left out."""
 
     ids: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
 
-    def __call__(self, run_id: str) -> None:
-        self.ids.append(run_id)
+    def receive(self, sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
+        if cause != "start":
+            self.ids.append(run_id)
+            self.causes.append(cause)
 
 
 @pytest.fixture
-def enqueued() -> Enqueued:
-    return Enqueued()
+def enqueued() -> Iterator[Enqueued]:
+    seen = Enqueued()
+    signals.run_queued.connect(seen.receive, dispatch_uid="test-enqueued")
+    yield seen
+    signals.run_queued.disconnect(dispatch_uid="test-enqueued")
 
 
 # --- runs in the states the operator actions start from ---------------------------------------
@@ -66,7 +73,8 @@ def blocked(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Calla
     """Start ``agent``, crash at ``point``, resume once: the run stops for a person."""
 
     def make(agent_name: str, inputs: dict[str, Any], point: str, reason: str) -> Run:
-        run = transitions.run_start(agent=agent_name, inputs=inputs)
+        with signals.held():  # the test executes it itself
+            run = transitions.run_start(agent=agent_name, inputs=inputs)
         crash_at(point)
         execute(run.run_id, crash_expected=True)
         outcome = execute(run.run_id, worker="worker-2")

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def runledger(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
     environ.pop("DJANGO_SETTINGS_MODULE", None)
+    environ.pop("DATABASE_URL", None)  # the project's own default: a SQLite file in its VAR_DIR
     environ.update({"RUNLEDGER_VAR_DIR": str(tmp_path / "var"), **env})
     script = shutil.which("runledger", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-m", "runs.cli"]

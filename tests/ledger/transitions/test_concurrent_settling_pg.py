@@ -67,7 +67,7 @@ def test_many_approvers_at_once_exactly_one_applies(
     results = race(
         6,
         lambda i: transitions.settlement_approve(
-            settlement=proposal, by=approvers[i], reason=f"approver {i}", on_commit=enqueued
+            settlement=proposal, by=approvers[i], reason=f"approver {i}"
         ),
     )
 
@@ -107,7 +107,6 @@ def test_operators_settling_one_step_at_once_with_approval_off_one_wins(
             reason=f"operator {i}",
             by=f"operator{i}",
             seen_version=step.version,
-            on_commit=enqueued,
             **answers[i],
         ),
     )

@@ -48,7 +48,6 @@ def test_resume_raises_the_budget_audits_and_enqueues(execute, budget_stopped, p
         reason="the invoice service is back",
         seen_version=run.version,
         max_resumes=3,
-        on_commit=enqueued,
     )
     assert run_row(run) == ("queued", run.version + 1, 3)
     assert enqueued.ids == [run.run_id]
@@ -118,7 +117,6 @@ def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) 
         by=people.alice,
         reason="invoice imported",
         seen_version=run.version,
-        on_commit=enqueued,
     )
     assert enqueued.ids == [run.run_id]
     assert execute(run.run_id).status == "succeeded"
@@ -141,7 +139,6 @@ def test_a_fork_copies_the_ledger_up_to_a_step_and_never_resends_copied_effects(
         step_id="refund",
         by=people.alice,
         reason="redo the email",
-        on_commit=enqueued,
     )
     assert (fork.parent_id, fork.parent_kind, fork.forked_from_step_id) == (
         run.run_id,

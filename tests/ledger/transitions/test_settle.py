@@ -61,12 +61,10 @@ def test_an_unknown_notification_is_settled_as_happened_approved_and_resumed_onc
     assert proposal.status == "proposed"
     assert step_of(run, "notify").status == "started"  # a proposal alone changes nothing
     with pytest.raises(transitions.SelfApproval):
-        transitions.settlement_approve(settlement=proposal, by=people.alice, on_commit=enqueued)
+        transitions.settlement_approve(settlement=proposal, by=people.alice)
     assert Settlement.objects.get().status == "proposed" and enqueued.ids == []
 
-    transitions.settlement_approve(
-        settlement=proposal, by=people.bob, reason="checked", on_commit=enqueued
-    )
+    transitions.settlement_approve(settlement=proposal, by=people.bob, reason="checked")
 
     settled = step_of(run, "notify")
     assert settled.status == "succeeded"
@@ -109,7 +107,7 @@ def test_did_not_happen_re_executes_the_charge_with_the_same_effect_key_once(
         by=people.alice,
         seen_version=step.version,
     )
-    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob)
     reset = step_of(run, "charge")
     assert (reset.status, reset.effect_key, reset.result) == ("pending", key, None)
     assert enqueued.ids == [run.run_id]
@@ -133,7 +131,7 @@ def test_abandon_abandons_the_step_and_cancels_the_run(execute, blocked, people,
         by=people.alice,
         seen_version=step.version,
     )
-    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob)
     assert step_of(run, "charge").status == "abandoned"
     run.refresh_from_db()
     assert run.status == "cancelled"
@@ -156,7 +154,6 @@ def test_with_approval_off_a_settlement_applies_at_once(
         reason="seen it",
         by=people.alice,
         seen_version=step.version,
-        on_commit=enqueued,
     )
     assert (settlement.status, settlement.approval_required) == ("applied", False)
     assert step_of(run, "notify").settled_by == "alice"
@@ -350,7 +347,7 @@ def test_look_it_up_again_records_the_answer_and_leaves_the_step(
         by=people.alice,
         seen_version=step.version,
     )
-    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob)
     assert execute(run.run_id, worker="worker-3").status == "succeeded"
     assert ProviderCharge.objects.count() == 1
 
@@ -423,7 +420,7 @@ def test_a_settlement_stands_when_the_run_waits_for_a_raised_budget(
     proposal = transitions.settlement_propose(
         step=step, outcome="not_happened", reason="r", by=people.alice, seen_version=step.version
     )
-    transitions.settlement_approve(settlement=proposal, by=people.bob, on_commit=enqueued)
+    transitions.settlement_approve(settlement=proposal, by=people.bob)
     assert step_of(run, "charge").status == "pending"
     run.refresh_from_db()
     assert (run.status, run.reason, enqueued.ids) == ("needs_attention", "budget", [])
@@ -435,7 +432,6 @@ def test_a_settlement_stands_when_the_run_waits_for_a_raised_budget(
         reason="settled",
         seen_version=run.version,
         max_resumes=1,
-        on_commit=enqueued,
     )
     assert enqueued.ids == [run.run_id]
     assert execute(run.run_id, worker="worker-3").status == "succeeded"

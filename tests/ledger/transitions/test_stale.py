@@ -44,7 +44,6 @@ def test_accepting_a_stale_result_records_todays_inputs_and_the_resume_goes_on(
         by=people.alice,
         reason="the salt is cosmetic",
         seen_version=b.version,
-        on_commit=enqueued,
     )
     assert accepted.input_hash == today.current_hash != b.input_hash
     assert accepted.inputs == {"v": 21, "salt": "v2"}
@@ -89,7 +88,6 @@ def test_re_executing_from_a_stale_step_keeps_the_effect_and_charges_once(
         by=people.alice,
         reason="recompute with the new salt",
         seen_version=b.version,
-        on_commit=enqueued,
     )
     assert reset == ["b", "c"]  # d never ran; pay is an effect and is kept
     assert [step_of(run, s).status for s in ("a", "b", "pay", "c")] == [
