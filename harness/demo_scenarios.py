@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ledger.models import Run
 
-MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
 
 
 @dataclass(frozen=True)

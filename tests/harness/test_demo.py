@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from runs.cli import EQUIPMENT_ENV  # the harness's commands, and the examples
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "charge-lookup-down": ("needs_attention", "reconciliation"),
@@ -149,7 +151,7 @@ def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
 
 def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
     port = _free_port()
-    env.update({"RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    env.update({**EQUIPMENT_ENV, "RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     demo = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--port", str(port)],

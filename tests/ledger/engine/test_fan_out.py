@@ -36,6 +36,7 @@ from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
 from ledger.processes import execute
 from ledger.processes.preview import preview_resume
+from runs.cli import EQUIPMENT_ENV  # the harness's commands, and the examples
 
 pytestmark = pytest.mark.django_db(transaction=True)
 both = pytest.mark.sqlite_ok
@@ -309,6 +310,7 @@ def test_a_real_process_killed_during_a_fanout_resumes_with_every_refund_once(
         [sys.executable, str(MANAGE), "example_execute", run_id],
         env={
             **os.environ,
+            **EQUIPMENT_ENV,
             "DATABASE_URL": _database_url(),
             "RUNLEDGER_KILL_AT": kill_at,
             **SHORT_LEASE,
@@ -580,7 +582,7 @@ def test_threaded_siblings_on_the_sqlite_file_default_survive_a_real_sigkill(tmp
     with its own connection, writers taking the lock in turn): kill the worker process at the
     third refund, resume it in another process, and every invoice is refunded once."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env["RUNLEDGER_VAR_DIR"] = str(tmp_path)
+    env.update(EQUIPMENT_ENV, RUNLEDGER_VAR_DIR=str(tmp_path))
     manage = [sys.executable, str(MANAGE)]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, capture_output=True)
     invoices = [f"inv_100{n}" for n in range(1, 7)]

@@ -25,6 +25,7 @@ from ledger import registry, transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
 from ledger.processes import execute
+from runs.cli import EQUIPMENT_ENV  # the harness's commands, and the examples
 from runs.operations.tasks import start_run
 from tests.support.llm_wire import WireModel
 
@@ -203,6 +204,7 @@ def test_a_worker_killed_mid_loop_resumes_asking_each_turn_once_and_sending_each
         [sys.executable, str(MANAGE), "example_execute", run_id],
         env={
             **os.environ,
+            **EQUIPMENT_ENV,
             **sdk_env(model),
             "DATABASE_URL": database_url(),
             "RUNLEDGER_KILL_AT": kill_at,

@@ -102,6 +102,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Web, dict[str, str], dict[str, int]]
         "SECRET_KEY": secrets.token_urlsafe(50),
         "ALLOWED_HOSTS": "127.0.0.1",
         "RUNLEDGER_PLAIN_HTTP": "1",  # loopback without TLS; the HTTPS defaults are tested apart
+        "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",  # a deployment names its agents
         "RUNLEDGER_VAR_DIR": str(tmp_path),
         "RUNLEDGER_SWEEP_SECONDS": "0.5",
         "RUNLEDGER_LEASE_SECONDS": "3",
