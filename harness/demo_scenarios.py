@@ -1,5 +1,5 @@
 """The demo's scenarios, produced for real: each run is executed by a separate process that
-SIGKILLs itself at a named crash point (ledger/examples/faults.py), and resumed by another
+SIGKILLs itself at a named crash point (harness/faults.py), and resumed by another
 process, sometimes after a "deploy" (a changed prompt or plan). What the dashboard then shows
 was written by the engine, not inserted by hand.
 """

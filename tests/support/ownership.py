@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OWNER = "ledger/transitions/"
 #: Tooling that writes fixtures directly, by design: benchmarks and their seeders.
 ALLOWED = {
-    "ledger/management/commands/bench_engine.py",  # measures the ORM write beside the SQL one
-    "ledger/management/commands/bench_levers.py",  # variants of the step write, measured
-    "runs/management/commands/seed_bulk.py",  # 100,000 runs for the dashboard bench
+    "harness/management/commands/bench_engine.py",  # measures the ORM write beside the SQL one
+    "harness/management/commands/bench_levers.py",  # variants of the step write, measured
+    "harness/management/commands/seed_bulk.py",  # 100,000 runs for the dashboard bench
 }
 WRITES = {"update", "delete", "create", "bulk_create", "bulk_update", "get_or_create",
           "update_or_create"}  # fmt: skip

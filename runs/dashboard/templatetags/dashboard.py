@@ -1,8 +1,7 @@
 """Small formatting helpers for the dashboard's templates (plain text out; Django escapes it).
 
-Registered as the template library ``dashboard`` (``{% load dashboard %}``) by
-``TEMPLATES[...]["OPTIONS"]["libraries"]`` in ``runs/settings.py``: the dashboard is a package
-of the ``runs`` app, not an app of its own, so Django would not find a ``templatetags`` folder.
+The template library ``dashboard`` (``{% load dashboard %}``), found by Django in the
+dashboard app's ``templatetags`` package.
 """
 
 from __future__ import annotations
