@@ -13,7 +13,12 @@ imports the development equipment (``harness``).
 
 from __future__ import annotations
 
+from ledger.moved import keep
+
 # Load the Celery app with Django, so that @shared_task binds to it and on_commit enqueues work.
 from runs.celery import app as celery_app
+
+# runs.tasks moved to runs.operations.tasks: the old name warns (ledger/moved.py).
+keep({"runs.tasks": ("runs.operations.tasks",)})
 
 __all__ = ("celery_app",)

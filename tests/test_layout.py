@@ -31,6 +31,7 @@ DJANGO_FREE = {
     "ledger.engine.walk",
     "ledger.errors",
     "ledger.llm",
+    "ledger.moved",
     "ledger.registry",
     "ledger.schemas",
     "ledger.states",
