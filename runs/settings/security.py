@@ -19,28 +19,22 @@ RUNLEDGER_PLAIN_HTTP = env.bool(
     "defaults of the three settings below). For the demo and a laptop.",
 )
 _https = not RUNLEDGER_PLAIN_HTTP
-_HTTPS_DEFAULT = "on, off with RUNLEDGER_PLAIN_HTTP"
-SECURE_SSL_REDIRECT = env.bool(
-    "SECURE_SSL_REDIRECT",
-    _https,
-    section=sections.WEB,
-    shown=_HTTPS_DEFAULT,
-    doc="Redirect plain HTTP to HTTPS (Django's setting).",
+
+
+def _on_over_https(name: str, doc: str) -> bool:
+    """A switch that is on unless the site is served over plain HTTP (RUNLEDGER_PLAIN_HTTP)."""
+    return env.bool(
+        name, _https, section=sections.WEB, shown="on, off with RUNLEDGER_PLAIN_HTTP", doc=doc
+    )
+
+
+SECURE_SSL_REDIRECT = _on_over_https(
+    "SECURE_SSL_REDIRECT", "Redirect plain HTTP to HTTPS (Django's setting)."
 )
-SESSION_COOKIE_SECURE = env.bool(
-    "SESSION_COOKIE_SECURE",
-    _https,
-    section=sections.WEB,
-    shown=_HTTPS_DEFAULT,
-    doc="Send the session cookie over HTTPS only.",
+SESSION_COOKIE_SECURE = _on_over_https(
+    "SESSION_COOKIE_SECURE", "Send the session cookie over HTTPS only."
 )
-CSRF_COOKIE_SECURE = env.bool(
-    "CSRF_COOKIE_SECURE",
-    _https,
-    section=sections.WEB,
-    shown=_HTTPS_DEFAULT,
-    doc="Send the CSRF cookie over HTTPS only.",
-)
+CSRF_COOKIE_SECURE = _on_over_https("CSRF_COOKIE_SECURE", "Send the CSRF cookie over HTTPS only.")
 SECURE_HSTS_SECONDS = env.int(
     "SECURE_HSTS_SECONDS",
     31536000 if _https else 0,
@@ -48,19 +42,11 @@ SECURE_HSTS_SECONDS = env.int(
     shown="31536000 (a year), 0 with RUNLEDGER_PLAIN_HTTP",
     doc="HTTP Strict Transport Security's max-age.",
 )
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool(
-    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-    _https,
-    section=sections.WEB,
-    shown=_HTTPS_DEFAULT,
-    doc="HSTS covers subdomains too.",
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _on_over_https(
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS", "HSTS covers subdomains too."
 )
-SECURE_HSTS_PRELOAD = env.bool(
-    "SECURE_HSTS_PRELOAD",
-    _https,
-    section=sections.WEB,
-    shown=_HTTPS_DEFAULT,
-    doc="Ask browsers to preload HSTS for this site.",
+SECURE_HSTS_PRELOAD = _on_over_https(
+    "SECURE_HSTS_PRELOAD", "Ask browsers to preload HSTS for this site."
 )
 
 
