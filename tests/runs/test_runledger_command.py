@@ -51,3 +51,12 @@ def test_an_unknown_command_is_refused_clearly(tmp_path: Path) -> None:
     done = runledger(tmp_path, "no_such_command")
     assert done.returncode != 0
     assert "Unknown command: 'no_such_command'" in done.stderr
+
+
+def test_worker_and_beat_are_celerys_own_commands_on_the_projects_app(tmp_path: Path) -> None:
+    worker = runledger(tmp_path, "worker", "--help")
+    assert worker.returncode == 0, worker.stderr
+    assert "Usage: runledger worker" in worker.stdout and "--concurrency" in worker.stdout
+    beat = runledger(tmp_path, "beat", "--help")
+    assert beat.returncode == 0, beat.stderr
+    assert "periodic task scheduler" in beat.stdout
