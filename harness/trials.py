@@ -41,7 +41,7 @@ def print_failures(write: Callable[[str], Any], report: killtest.Report, replay:
         write(f"{report.summary_line().split(':')[0]}: FAILED {trial.describe()}")
         for problem in trial.problems:
             write(f"    {problem}")
-        write(f"    reproduce: RUNLEDGER_HARNESS=1 {replay} --only {trial.index}")
+        write(f"    reproduce: {replay} --only {trial.index}  (DATABASE_URL: a PostgreSQL)")
 
 
 def require_postgres() -> None:
@@ -74,7 +74,7 @@ def finish(
 ) -> None:
     """The failures (each with how to replay it), the time, the recovery and ``summary``
     lines; exit 1 when a trial failed."""
-    print_failures(stdout.write, report, f"manage.py {name} --seed {seed}")
+    print_failures(stdout.write, report, f"runledger {name} --seed {seed}")
     stdout.write(f"{name}: {report.elapsed:.0f}s")
     stdout.write(report.recovery_line())
     stdout.write(summary)
