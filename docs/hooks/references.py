@@ -81,12 +81,6 @@ def on_files(files: Files, config: Any) -> Files:
 # --- configuration ---------------------------------------------------------------------------
 
 
-def _cell(text: str) -> str:
-    """Markdown for one table cell: paragraphs kept apart by <br>, pipes escaped."""
-    paragraphs = [" ".join(p.split()) for p in str(text).split("\n\n")]
-    return "<br><br>".join(p for p in paragraphs if p).replace("|", "\\|")
-
-
 def configuration_page() -> str:
     head = [
         "# Configuration reference",
@@ -96,34 +90,26 @@ def configuration_page() -> str:
         "`runs.settings.env`, so it lists exactly what the code reads.",
         "",
     ]
-    try:
-        from runs.settings.env import reference
-    except ImportError:
-        return "\n".join(
-            [
-                *head,
-                '!!! note "Not generated in this build"',
-                "",
-                "    This reference is generated from `runs.settings.env` (its `reference()`:",
-                "    each setting's name, section, kind, default and meaning). That module is",
-                "    not importable in this checkout, so the table could not be made here.",
-                "    See the [platform guide](../platform/configuration.md) for the settings",
-                "    described by hand.",
-                "",
-            ]
-        )
+    from runs.settings.env import reference
+
     sections: dict[str, list[Any]] = defaultdict(list)
     for setting in reference():
         sections[setting.section].append(setting)
     lines = list(head)
     lines += ["Sections: " + " · ".join(f"[{name}](#{_anchor(name)})" for name in sections), ""]
+    # One block per setting, not a table: a name and its meaning read whole on a phone too.
     for section, settings in sections.items():
-        lines += [f"## {section}", "", "| variable | kind | default | meaning |"]
-        lines.append("| --- | --- | --- | --- |")
+        lines += [f"## {section}", ""]
         for s in settings:
-            default = _cell(s.default) or "(empty)"
-            lines.append(f"| `{s.name}` | {s.kind} | {default} | {_cell(s.doc)} |")
-        lines.append("")
+            default = s.default or "(empty)"
+            lines += [
+                f'<a id="{s.name.lower()}"></a>**`{s.name}`** · *{s.kind}* · default: {default}',
+                "{: .setting }",
+                "",
+                s.doc,
+                "{: .setting-meaning }",
+                "",
+            ]
     return "\n".join(lines)
 
 
