@@ -4,7 +4,7 @@
 ``ledger_step_run_id_9b3bd036`` (run_id) and, on PostgreSQL, its ``_like`` twin
 (run_id varchar_pattern_ops) are covered by the unique (run_id, step_id) index and by
 ``step_run_seq`` (run_id, seq): every query on steps filters by an exact run id (EXPLAIN in
-tests/test_step_indexes.py), and no query matches a step's run id with LIKE. Each step write
+tests/ledger/transitions/test_step_write_pg.py), and no query matches a step's run id with LIKE. Each step write
 maintained them for nothing.
 """
 
