@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings  # a lazy object: importing it reads no settings
+
 #: The kinds a declared value may have, and how an environment variable's text becomes one.
 KINDS = ("bool", "int", "float", "str", "list")
 
@@ -331,17 +333,21 @@ def validate(values: Mapping[str, Any]) -> None:
         )
 
 
+_MISSING = object()
+
+
 class _Conf:
     """``conf.<name>``: the project's Django setting of that name, else the declared default."""
 
     def __getattr__(self, name: str) -> Any:
+        # On the engine's hot path (a step write reads RUNLEDGER_PG_PREPARE): one dict lookup and
+        # one attribute read, which Django's LazySettings answers from its cache.
         setting = DECLARED.get(name)
         if setting is None:
             raise AttributeError(f"{name} is not a declared runledger setting (ledger.conf)")
-        from django.conf import settings
-
-        if hasattr(settings, name):
-            return getattr(settings, name)
+        value = getattr(settings, name, _MISSING)
+        if value is not _MISSING:
+            return value
         if setting.derive is not None:
             return setting.derive(_Defaults())
         return setting.default
