@@ -18,9 +18,8 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         # Register the agents and tools named in settings. A module that fails to import is
         # logged, not fatal: its runs block with reason agent_missing and the import error.
-        from ledger import checks, registry
-
-        del checks  # imported for its @register: the system checks (ledger/checks.py)
+        import ledger.checks  # noqa: F401 - its @register adds the system checks
+        from ledger import registry
 
         for module in conf.RUNLEDGER_AGENT_MODULES:
             try:

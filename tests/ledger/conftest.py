@@ -4,13 +4,14 @@ transitions/ and the admin's (test_admin.py, whose edits go through the same tra
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from ledger import signals, transitions
+from harness.unannounced import start_unannounced
 from ledger.models import Run
+from tests.support.announcements import Announcements, recording
 from tests.support.operator_agents import CHAIN, LOOKUP
 
 
@@ -43,26 +44,12 @@ def people(django_user_model: Any) -> People:
     )
 
 
-@dataclass
-class Enqueued:
-    """The runs announced to the workers (``ledger.signals.run_queued``) after a commit: run ids,
-    in order. The test's own starts (cause ``start``) are left out."""
-
-    ids: list[str] = field(default_factory=list)
-    causes: list[str] = field(default_factory=list)
-
-    def receive(self, sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
-        if cause != "start":
-            self.ids.append(run_id)
-            self.causes.append(cause)
-
-
 @pytest.fixture
-def enqueued() -> Iterator[Enqueued]:
-    seen = Enqueued()
-    signals.run_queued.connect(seen.receive, dispatch_uid="test-enqueued")
-    yield seen
-    signals.run_queued.disconnect(dispatch_uid="test-enqueued")
+def enqueued() -> Iterator[Announcements]:
+    """The runs announced to the workers after a commit (``.ids``, in order), but for the test's
+    own starts."""
+    with recording(with_starts=False) as record:
+        yield record
 
 
 # --- runs in the states the operator actions start from ---------------------------------------
@@ -73,8 +60,7 @@ def blocked(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Calla
     """Start ``agent``, crash at ``point``, resume once: the run stops for a person."""
 
     def make(agent_name: str, inputs: dict[str, Any], point: str, reason: str) -> Run:
-        with signals.held():  # the test executes it itself
-            run = transitions.run_start(agent=agent_name, inputs=inputs)
+        run = start_unannounced(agent=agent_name, inputs=inputs)  # the test executes it
         crash_at(point)
         execute(run.run_id, crash_expected=True)
         outcome = execute(run.run_id, worker="worker-2")

@@ -14,7 +14,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from ledger import faultpoints, registry, signals, transitions
+from harness.unannounced import start_unannounced
+from ledger import faultpoints, registry
 from ledger.agents import agent, tool
 from ledger.examples import agents as examples
 from ledger.models import Run
@@ -51,8 +52,7 @@ def rewind(clock: Any, hours: float = 2) -> None:
 def start(agent_name: str, inputs: dict[str, Any], clock: Any, **kwargs: Any) -> Run:
     """Start a run on the test's clock (the same clock the worker's writes use). Held: the test
     executes it itself, so no worker is told (what the views queue later is announced)."""
-    with signals.held():
-        return transitions.run_start(agent=agent_name, inputs=inputs, clock=clock, **kwargs)
+    return start_unannounced(agent=agent_name, inputs=inputs, clock=clock, **kwargs)
 
 
 def reconciliation_run(execute: Callable[..., Any], crash_at: Callable[..., None]) -> Run:

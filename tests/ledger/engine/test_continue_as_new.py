@@ -20,6 +20,7 @@ from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
 from ledger.processes.preview import preview_resume
 from ledger.signals import run_queued
+from tests.support.announcements import recording
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -28,15 +29,8 @@ pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 def queued() -> Iterator[list[tuple[str, str]]]:
     """The run_queued signals received, as (run id, cause): what the workers would enqueue —
     but for the test's own starts (cause ``start``, announced too), left out here."""
-    seen: list[tuple[str, str]] = []
-
-    def receive(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
-        if cause != "start":
-            seen.append((run_id, cause))
-
-    run_queued.connect(receive, dispatch_uid="test-queued")
-    yield seen
-    run_queued.disconnect(dispatch_uid="test-queued")
+    with recording(with_starts=False) as record:
+        yield record.seen
 
 
 def expected_total(records: int) -> int:

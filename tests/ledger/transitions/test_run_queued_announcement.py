@@ -14,20 +14,15 @@ from ledger import selectors, signals, transitions
 from ledger.models import Run
 from ledger.processes import sweep
 from runs.operations import tasks
+from tests.support.announcements import recording
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def announced() -> Iterator[list[tuple[str, str]]]:
-    seen: list[tuple[str, str]] = []
-
-    def receive(sender: object, run_id: str, cause: str, **kwargs: object) -> None:
-        seen.append((run_id, cause))
-
-    signals.run_queued.connect(receive, dispatch_uid="test-announced")
-    yield seen
-    signals.run_queued.disconnect(dispatch_uid="test-announced")
+    with recording() as record:
+        yield record.seen
 
 
 @pytest.fixture
