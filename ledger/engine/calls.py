@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.retry import RetryPolicy
 from ledger.states import StepKind
 
 
@@ -22,6 +23,10 @@ class Call:
     execute: Callable[[str | None], Any]
     reconcile: Callable[[str], Any] | None = None
     retries: int = 0
+    #: The retry policy (its ``retries`` equal ``retries``); None: retry at once, as before.
+    policy: RetryPolicy | None = None
+    #: After a ``TypeError``: True when it is the call's arguments that do not fit the tool.
+    misfit: Callable[[], bool] | None = None
     ttl_seconds: float | None = None
     model_id: str = ""
     prompt_hash: str = ""
