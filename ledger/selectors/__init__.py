@@ -76,13 +76,13 @@ from ledger.selectors.runs import (
 )
 
 __all__ = [
-    "AttemptFailure",
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
+    "AttemptFailure",
     "BulkPlan",
     "BulkPlanItem",
     "Chain",
