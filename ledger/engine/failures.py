@@ -46,6 +46,19 @@ def _keep(frames: Iterable[traceback.FrameSummary]) -> list[traceback.FrameSumma
     return [f for f in frames if _authors_frame(f.filename)]
 
 
+_WORKER = _LEDGER + os.path.join("processes", "execute.py")
+
+
+def _below_the_worker(stack: traceback.StackSummary) -> list[traceback.FrameSummary]:
+    """The frames from the agent function down: what called the worker (a Celery task, a
+    command, a test) explains nothing about the failure."""
+    frames = list(stack)
+    for i in range(len(frames) - 1, -1, -1):
+        if frames[i].name == "_execute_agent" and frames[i].filename == _WORKER:
+            return frames[i + 1 :]
+    return frames
+
+
 def traceback_text(exc: BaseException, *, limit: int, caller: bool = True) -> str:
     """The traceback of ``exc`` raised inside a tool call: the agent's frames leading to the
     call (from the current stack) then the tool's, each chained cause too; at most ``limit``
@@ -55,7 +68,7 @@ def traceback_text(exc: BaseException, *, limit: int, caller: bool = True) -> st
     kept = _keep(inner)
     if not kept and len(inner):
         kept = [inner[-1]]  # only library frames: keep the one that raised
-    outer = _keep(traceback.extract_stack()[:-1]) if caller else []
+    outer = _keep(_below_the_worker(traceback.extract_stack()[:-1])) if caller else []
     te.stack = traceback.StackSummary.from_list([*outer, *kept])
     seen: set[int] = {id(te)}
     link = te.__cause__ or te.__context__
