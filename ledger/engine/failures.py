@@ -49,7 +49,7 @@ def _keep(frames: Iterable[traceback.FrameSummary]) -> list[traceback.FrameSumma
 _WORKER = _LEDGER + os.path.join("processes", "execute.py")
 
 
-def _below_the_worker(stack: traceback.StackSummary) -> list[traceback.FrameSummary]:
+def _below_the_worker(stack: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
     """The frames from the agent function down: what called the worker (a Celery task, a
     command, a test) explains nothing about the failure."""
     frames = list(stack)

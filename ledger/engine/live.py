@@ -339,6 +339,7 @@ class LiveSteps:
                 first_write = False
                 self._fence.check(call.step_id)  # the intent is committed; the effect not sent
             bad_arguments = False
+            failure: BaseException
             try:
                 outcome = call.execute(key)
                 data, text = canonical.canonical(outcome, step_id=call.step_id)
