@@ -34,7 +34,10 @@ def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
     from ledger.signals import NEW_RUN_CAUSES
     from runs.operations.tasks import send_resume, send_start
 
+    eta = kwargs.get("eta")
     if cause in NEW_RUN_CAUSES:
         send_start(run_id)
+    elif eta is not None:
+        send_resume(run_id, eta=eta)
     else:
-        send_resume(run_id, eta=kwargs.get("eta"))
+        send_resume(run_id)

@@ -105,7 +105,10 @@ def send_start(run_id: str) -> None:
 def send_resume(run_id: str, *, eta: datetime | None = None) -> None:
     """Send resume_run now (the receiver of ``run_queued`` calls it after the commit), or for
     delivery at ``eta`` (a run waiting out a retry's back-off; a Celery countdown)."""
-    _send(resume_run, run_id, eta=eta)
+    if eta is None:
+        _send(resume_run, run_id)
+    else:
+        _send(resume_run, run_id, eta=eta)
 
 
 def enqueue_start(run_id: str) -> None:
