@@ -50,7 +50,7 @@ class Tool:
     reconcile_takes_fencing_token: bool = False
     list_keys: ListKeys | None = None
     #: How a failed call is retried (``ledger.retry``); ``retries`` is its number of retries.
-    retry: RetryPolicy | None = None
+    retry: RetryPolicy | None = field(default=None, hash=False)  # hashed per model call
 
     def __post_init__(self) -> None:
         if self.retry is None:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
-from ledger import canonical, llm, retry
+from ledger import canonical, llm
 from ledger.conf import conf
 from ledger.engine.calls import Call
 from ledger.engine.walk import Walk
@@ -265,14 +265,6 @@ class RunContext:
                 return tool.fn(**inputs, idempotency_key=key, **fencing)
             return tool.fn(**inputs, idempotency_key=key)
 
-        def misfit() -> bool:
-            hidden: dict[str, Any] = {}
-            if tool.kind == StepKind.EFFECT:
-                hidden["idempotency_key"] = ""
-                if tool.takes_fencing_token:
-                    hidden["fencing_token"] = 0
-            return retry.arguments_misfit(tool.fn, inputs, **hidden)
-
         reconcile = tool.reconcile
         if reconcile is not None and tool.reconcile_takes_fencing_token:
             lookup = reconcile
@@ -288,8 +280,8 @@ class RunContext:
             execute=execute,
             reconcile=reconcile,
             retries=tool.retries,
-            policy=tool.policy,
-            misfit=misfit,
+            policy=tool.retry,
+            source=tool,
             ttl_seconds=tool.ttl_seconds,
         )
 

@@ -47,7 +47,7 @@ from ledger import canonical, observe, retry, transitions
 from ledger.conf import conf
 from ledger.engine import failures
 from ledger.engine.batch import Batch, Flusher
-from ledger.engine.calls import Call, describe, storable
+from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
 from ledger.engine.walk import Walk
@@ -352,8 +352,7 @@ class LiveSteps:
                 failure, error = exc, storable(str(exc))  # the path may hold the odd key itself
             except Exception as exc:
                 failure, error = exc, describe(exc)
-                bad_arguments = isinstance(exc, TypeError) and call.misfit is not None
-                bad_arguments = bad_arguments and call.misfit()  # type: ignore[misc]
+                bad_arguments = isinstance(exc, TypeError) and misfit(call)
             else:
                 self._finished(call, write, text)
                 if batchable and not effect and not abandon and not errors:
