@@ -142,6 +142,33 @@ SETTINGS: tuple[Setting, ...] = (
         ENGINE,
     ),
     Setting(
+        "RUNLEDGER_RETRY_SLEEP_MAX_SECONDS",
+        10.0,
+        "float",
+        "A tool's retry whose back-off (or `RetryAfter`) is at most this many seconds waits "
+        "asleep in the worker, which keeps renewing the run's lease. A longer wait releases the "
+        "run instead: it is re-queued for the moment the retry is due (a Celery countdown; the "
+        "sweep re-queues it if that message is lost) and the worker takes other runs meanwhile.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_RETRY_AFTER_MAX_SECONDS",
+        3600.0,
+        "float",
+        "The longest wait a tool's `RetryAfter` (or an exception's `retry_after`) is honoured "
+        "for; a longer one is cut to this.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_TRACEBACK_CHARS",
+        4000,
+        "int",
+        "Each failed attempt of a step keeps its exception's type, message and traceback (the "
+        "agent's and the tool's frames) in the step's `errors`; a traceback longer than this "
+        "keeps its end (where it raised).",
+        ENGINE,
+    ),
+    Setting(
         "RUNLEDGER_BATCH_MAX_STEPS",
         100,
         "int",

@@ -66,6 +66,30 @@ class StepFailed(LedgerError):
         super().__init__(f"step {step_id!r} failed on attempt {attempt}: {error}")
 
 
+class RetryAfter(Exception):
+    """Raised by a tool to say when to try again: ``raise RetryAfter(30, "rate limited")``.
+
+    The engine waits ``seconds`` before the retry instead of its computed back-off (see
+    ``ledger.retry``); it still counts as one of the tool's retries. Any exception with a numeric
+    ``retry_after`` attribute is honoured the same way (e.g. one carrying an HTTP Retry-After).
+    """
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        self.retry_after = float(seconds)
+        super().__init__(message or f"retry after {self.retry_after:g}s")
+
+
+class RetryLater(BaseException):
+    """A step's next attempt is due in ``seconds``, longer than a worker may wait holding the
+    lease (RUNLEDGER_RETRY_SLEEP_MAX_SECONDS): the execution ends, the run is released and
+    re-queued for then. A ``BaseException`` so that an agent's ``except Exception`` cannot take
+    it for the step's failure and go on."""
+
+    def __init__(self, step_id: str, seconds: float, detail: str) -> None:
+        self.step_id, self.seconds, self.detail = step_id, seconds, detail
+        super().__init__(f"step {step_id!r}: {detail}")
+
+
 class DuplicateStepId(LedgerError):
     """Agent code used one step id twice in a run."""
 

@@ -55,6 +55,9 @@ class Run(models.Model):
     # an expired lease, the sweep's re-queue, a cancel): until then plus the effect margin that
     # holder may still send an effect, so the next holder waits before touching its effects.
     prior_lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A run released while a step's retry waits out its back-off: queued, and not claimable
+    # before this time (``transitions.run_defer``); cleared by the execution it wakes.
+    wake_at = models.DateTimeField(null=True, blank=True)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,

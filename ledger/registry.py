@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError, InvalidInput
+from ledger.retry import RetryPolicy
 from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
 
@@ -48,6 +49,17 @@ class Tool:
     takes_fencing_token: bool = False
     reconcile_takes_fencing_token: bool = False
     list_keys: ListKeys | None = None
+    #: How a failed call is retried (``ledger.retry``); ``retries`` is its number of retries.
+    retry: RetryPolicy | None = field(default=None, hash=False)  # hashed per model call
+
+    def __post_init__(self) -> None:
+        if self.retry is None:
+            object.__setattr__(self, "retry", RetryPolicy(retries=self.retries))
+
+    @property
+    def policy(self) -> RetryPolicy:
+        assert self.retry is not None  # set by __post_init__
+        return self.retry
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -149,6 +161,11 @@ def tool(
     retries: int | None = None,
     ttl_seconds: float | None = None,
     list_keys: ListKeys | None = None,
+    backoff: float | None = None,
+    backoff_factor: float | None = None,
+    backoff_max: float | None = None,
+    jitter: float | None = None,
+    non_retryable: tuple[type[BaseException], ...] | type[BaseException] = (),
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -159,11 +176,25 @@ def tool(
     execution's fencing token (an integer that grows with every takeover of the run), for a
     provider that can refuse a stale lease holder (``ledger.engine.fence``).
     Reads and model calls retry twice by default; effects do not retry unless told to.
+    A retry waits an exponential back-off with jitter: ``backoff`` seconds (default 0.5) times
+    ``backoff_factor`` (2) per retry, at most ``backoff_max`` (30), less up to the fraction
+    ``jitter`` (0.5) at random; a tool that raises ``RetryAfter(seconds)`` is waited for that
+    long instead. Exceptions of a type in ``non_retryable`` are never retried, nor are the
+    engine's own deterministic errors (``ledger.retry``). A policy that makes no sense (a
+    negative number, ``backoff_max`` below ``backoff``) raises ``AgentDefinitionError`` here.
     ``list_keys(prefix)`` (effects only, optional) lists the keys the downstream system holds
     under a prefix, so the effect audit can find effects the ledger does not know at all.
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
+    policy = RetryPolicy.declared(
+        retries=(0 if kind == "effect" else 2) if retries is None else retries,
+        backoff=backoff,
+        backoff_factor=backoff_factor,
+        backoff_max=backoff_max,
+        jitter=jitter,
+        non_retryable=non_retryable,
+    )
 
     def register(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
@@ -180,19 +211,19 @@ def tool(
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects get a fencing_token")
         if kind != "effect" and list_keys is not None:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a list_keys")
-        default_retries = 0 if kind == "effect" else 2
         registered = Tool(
             name=tool_name,
             kind=kind,
             fn=fn,
             reconcile=reconcile,
-            retries=default_retries if retries is None else retries,
+            retries=policy.retries,
             ttl_seconds=ttl_seconds,
             description=(inspect.getdoc(fn) or "").split("\n")[0],
             takes_fencing_token="fencing_token" in params,
             reconcile_takes_fencing_token=reconcile is not None
             and "fencing_token" in inspect.signature(reconcile).parameters,
             list_keys=list_keys,
+            retry=policy,
         )
         _tools[tool_name] = registered
         return registered

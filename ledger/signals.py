@@ -8,6 +8,9 @@ run sends it after its commit (never if it rolls back), with ``run_id`` and ``ca
   another by a person; ``continue``: the continuation of ``ctx.continue_as_new``;
 - ``resume``, ``retry``: a person resumed or retried a stopped run; ``settled`` and ``stale``:
   a settlement or a stale-step decision queued it (a bulk resume or retry is one of each);
+- ``backoff``: a step's retry waits longer than a worker holds a run
+  (RUNLEDGER_RETRY_SLEEP_MAX_SECONDS); the run is released and ``eta`` (a datetime, sent only
+  with this cause) says when it is claimable: the message should be delivered then;
 - ``recovery``: the sweep re-queued a run whose worker's lease expired, or whose message was
   lost.
 
@@ -28,6 +31,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 
 from django.db import transaction
 from django.dispatch import Signal
@@ -52,13 +56,16 @@ def held() -> Iterator[None]:
         _held.reset(reset)
 
 
-def send_run_queued_on_commit(*, run_id: str, cause: str) -> None:
-    """Send ``run_queued`` once the current transaction commits (never if it rolls back)."""
+def send_run_queued_on_commit(*, run_id: str, cause: str, eta: datetime | None = None) -> None:
+    """Send ``run_queued`` once the current transaction commits (never if it rolls back).
+    ``eta``: the run is not claimable before then (``backoff``); the message should wait too."""
     if _held.get():
         return
+    extra = {"eta": eta} if eta is not None else {}
 
     def send() -> None:
-        for receiver, answer in run_queued.send_robust(sender=None, run_id=run_id, cause=cause):
+        answers = run_queued.send_robust(sender=None, run_id=run_id, cause=cause, **extra)
+        for receiver, answer in answers:
             if isinstance(answer, Exception):
                 log.error(
                     "run %s was queued (%s) but the receiver %r failed: %r; it stays queued",

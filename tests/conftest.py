@@ -35,12 +35,19 @@ class Crash(BaseException):
 @dataclass
 class FakeClock:
     now: datetime = field(default_factory=lambda: datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+    #: Every wait the engine slept on this clock (a retry's back-off), in order.
+    slept: list[float] = field(default_factory=list)
 
     def __call__(self) -> datetime:
         return self.now
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
+
+    def sleep(self, seconds: float) -> None:
+        """The engine's sleep on this clock: time moves, nothing waits."""
+        self.slept.append(seconds)
+        self.advance(seconds)
 
 
 @pytest.fixture
@@ -76,7 +83,9 @@ def execute(clock: FakeClock) -> Callable[..., Any]:
 
         if crash_expected:
             with pytest.raises(Crash):
-                run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+                run_execute(
+                    run_id=run_id, worker=worker, clock=clock, heartbeat=False, sleep=clock.sleep
+                )
             # The dead worker's lease must expire before anyone may take the run over, and its
             # effect window (the margin past it) end before its effects are touched.
 
@@ -84,7 +93,9 @@ def execute(clock: FakeClock) -> Callable[..., Any]:
                 settings.RUNLEDGER_LEASE_SECONDS + settings.RUNLEDGER_EFFECT_MARGIN_SECONDS + 1
             )
             return None
-        return run_execute(run_id=run_id, worker=worker, clock=clock, heartbeat=False)
+        return run_execute(
+            run_id=run_id, worker=worker, clock=clock, heartbeat=False, sleep=clock.sleep
+        )
 
     return run
 

@@ -33,6 +33,7 @@ DJANGO_FREE = {
     "ledger.llm",
     "ledger.moved",
     "ledger.registry",
+    "ledger.retry",
     "ledger.schemas",
     "ledger.states",
 }

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ledger.retry import RetryPolicy, arguments_misfit
 from ledger.states import StepKind
+
+if TYPE_CHECKING:
+    from ledger.registry import Tool
 
 
 @dataclass
@@ -22,11 +26,29 @@ class Call:
     execute: Callable[[str | None], Any]
     reconcile: Callable[[str], Any] | None = None
     retries: int = 0
+    #: The retry policy (its ``retries`` equal ``retries``); None: retry at once, as before.
+    policy: RetryPolicy | None = None
+    #: The registered tool a ``ctx.call`` calls (None for model and clock steps).
+    source: Tool | None = None
     ttl_seconds: float | None = None
     model_id: str = ""
     prompt_hash: str = ""
     seq: int | None = None  # taken up front for a fan-out sibling (on the calling thread)
     next_step_id: str | None = None  # a fan-out sibling's link to the next sibling
+
+
+def misfit(call: Call) -> bool:
+    """After a ``TypeError`` from ``call``: whether its arguments do not fit the tool's signature
+    (the engine's deterministic error, never retried) rather than the tool raising it."""
+    tool = call.source
+    if tool is None or not isinstance(call.inputs, dict):
+        return False
+    hidden: dict[str, Any] = {}
+    if call.kind == StepKind.EFFECT:
+        hidden["idempotency_key"] = ""
+        if tool.takes_fencing_token:
+            hidden["fencing_token"] = 0
+    return arguments_misfit(tool.fn, call.inputs, **hidden)
 
 
 _ERROR_LIMIT = 10_000

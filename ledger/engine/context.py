@@ -280,6 +280,8 @@ class RunContext:
             execute=execute,
             reconcile=reconcile,
             retries=tool.retries,
+            policy=tool.retry,
+            source=tool,
             ttl_seconds=tool.ttl_seconds,
         )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -23,11 +25,14 @@ def live_context(
     inputs: Any,
     ledger: dict[str, StepRow],
     clock: Callable[[], datetime],
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
 ) -> RunContext:
     """The context of an execution that holds the run's lease ``token``; ``fence`` says when its
-    effects may leave the process, and carries the fencing token its tools receive."""
+    effects may leave the process, and carries the fencing token its tools receive. ``sleep``
+    and ``rand`` serve a retry's back-off (a test passes a fake clock's)."""
     walk = Walk(run_id=run_id, agent=agent, ledger=ledger)
-    steps = LiveSteps(walk=walk, token=token, fence=fence, clock=clock)
+    steps = LiveSteps(walk=walk, token=token, fence=fence, clock=clock, sleep=sleep, rand=rand)
     return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -41,10 +43,11 @@ from typing import Any
 
 from django.db import DatabaseError, connection, connections, transaction
 
-from ledger import canonical, observe, transitions
+from ledger import canonical, observe, retry, transitions
 from ledger.conf import conf
+from ledger.engine import failures
 from ledger.engine.batch import Batch, Flusher
-from ledger.engine.calls import Call, describe, storable
+from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
 from ledger.engine.walk import Walk
@@ -54,11 +57,13 @@ from ledger.errors import (
     LedgerUnavailable,
     NeedsReconciliation,
     NotJSON,
+    RetryLater,
     StaleCheckpoint,
     StepFailed,
 )
 from ledger.models import StepKind, StepStatus
 from ledger.registry import NOT_HAPPENED
+from ledger.retry import RetryPolicy
 from ledger.transitions.steps import StepWrite, stored_inputs
 
 log = logging.getLogger(__name__)
@@ -92,8 +97,18 @@ _STALE_WHY = {
 class LiveSteps:
     """Executes and records the calls of one execution that holds the run's lease."""
 
-    def __init__(self, *, walk: Walk, token: str, fence: LeaseFence, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        walk: Walk,
+        token: str,
+        fence: LeaseFence,
+        clock: Clock,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self.walk = walk
+        self._sleep, self._rand = sleep, rand  # a retry's back-off: passed in, faked in tests
         self.run_id = walk.run_id
         self._token = token
         self._fence = fence
@@ -303,6 +318,9 @@ class LiveSteps:
         attempt = row.attempt + 1 if row is not None else 1
         seq = row.seq if row is not None else call.seq or self.walk.take_seq()
         errors = list(row.errors) if row is not None else []
+        left = _retries_left(call, row)
+        if row is not None and row.status == StepStatus.FAILED:
+            self._wait_pending(call, row)  # a retry whose wait had not ended (an early wake)
         effect = call.kind == StepKind.EFFECT
         key = None
         if effect:
@@ -320,6 +338,8 @@ class LiveSteps:
                 pk = self._commit(call.step_id, "intent", partial(transitions.step_write, write))
                 first_write = False
                 self._fence.check(call.step_id)  # the intent is committed; the effect not sent
+            bad_arguments = False
+            failure: BaseException
             try:
                 outcome = call.execute(key)
                 data, text = canonical.canonical(outcome, step_id=call.step_id)
@@ -329,9 +349,10 @@ class LiveSteps:
                         call.step_id,
                         storable(f"the effect ran but returned a result that is not JSON: {exc}"),
                     ) from exc
-                error = storable(str(exc))  # the path may hold the odd key itself
+                failure, error = exc, storable(str(exc))  # the path may hold the odd key itself
             except Exception as exc:
-                error = describe(exc)
+                failure, error = exc, describe(exc)
+                bad_arguments = isinstance(exc, TypeError) and misfit(call)
             else:
                 self._finished(call, write, text)
                 if batchable and not effect and not abandon and not errors:
@@ -340,15 +361,98 @@ class LiveSteps:
                     self._commit_success(call, write, pk)
                 self._remember(call, write, data, key, errors, prev=prev)
                 return data
-            errors.append(
-                {"attempt": attempt, "error": error[:2000], "at": self._clock().isoformat()}
-            )
+            record, wait = self._failure(call, failure, attempt, left, bad_arguments, error)
+            errors.append(record)
             self._commit_failure(write, pk, error, errors)
             first_write = False
-            if attempt > call.retries + (row.attempt if row is not None else 0):
-                self._remember(call, write, None, key, errors, prev=prev, status=StepStatus.FAILED)
+            self._remember(call, write, None, key, errors, prev=prev, status=StepStatus.FAILED)
+            if wait is None:
                 raise StepFailed(call.step_id, attempt, error)
+            left -= 1
+            self._pause(call, wait, attempt + 1)
             attempt += 1
+
+    # --- retries ----------------------------------------------------------------------------
+
+    def _failure(
+        self,
+        call: Call,
+        exc: BaseException,
+        attempt: int,
+        left: int,
+        bad_arguments: bool,
+        error: str,
+    ) -> tuple[dict[str, Any], float | None]:
+        """The ``Step.errors`` entry of a failed attempt, and the wait before the next one
+        (None: the step fails now). Logged with the run, step and attempt."""
+        now = self._clock()
+        policy = call.policy or RetryPolicy(retries=call.retries)
+        record = failures.entry(
+            exc,
+            attempt=attempt,
+            at=now.isoformat(),
+            error=error,
+            limit=conf.RUNLEDGER_MAX_TRACEBACK_CHARS,
+        )
+        wait: float | None = None
+        if not policy.retryable(exc, bad_arguments=bad_arguments):
+            why = "the call's arguments do not fit the tool" if bad_arguments else "not retryable"
+            record.update(final=True, why=why)
+        elif left <= 0:
+            record.update(final=True, why=f"no retries left (the tool allows {policy.retries})")
+        else:
+            reported = retry.reported_wait(exc)
+            if reported is not None:
+                wait = min(reported, conf.RUNLEDGER_RETRY_AFTER_MAX_SECONDS)
+            else:
+                wait = policy.wait(policy.retries - left + 1, self._rand)
+            record.update(
+                retry_at=(now + timedelta(seconds=wait)).isoformat(), retries_left=left - 1
+            )
+            if reported is not None:
+                record["retry_after"] = reported
+        plan = f"retrying in {wait:.3f}s" if wait is not None else f"giving up: {record['why']}"
+        log.warning(
+            "run %s: step %r failed on attempt %d: %s; %s",
+            self.run_id,
+            call.step_id,
+            attempt,
+            error.splitlines()[0][:500] if error else record["type"],
+            plan,
+            extra={
+                "step_id": call.step_id,
+                "attempt": attempt,
+                "error_type": record["type"],
+                "traceback": record["traceback"],
+            },
+        )
+        return record, wait
+
+    def _wait_pending(self, call: Call, row: StepRow) -> None:
+        """A failed row whose retry is not due yet (the run was woken early): wait the rest."""
+        last = row.errors[-1] if row.errors else None
+        if not isinstance(last, dict) or "retry_at" not in last:
+            return
+        try:
+            due = datetime.fromisoformat(last["retry_at"])
+        except (TypeError, ValueError):
+            return
+        wait = (due - self._clock()).total_seconds()
+        if wait > 0:
+            self._pause(call, wait, row.attempt + 1)
+
+    def _pause(self, call: Call, wait: float, attempt: int) -> None:
+        """Wait before attempt ``attempt``: asleep holding the lease (the heartbeat renews it)
+        when short; otherwise ``RetryLater`` ends the execution and releases the run."""
+        if wait <= conf.RUNLEDGER_RETRY_SLEEP_MAX_SECONDS:
+            if wait > 0:
+                self._sleep(wait)
+            return
+        raise RetryLater(
+            call.step_id,
+            wait,
+            f"attempt {attempt} of {call.tool!r} is due in {wait:.1f}s; the run waits released",
+        )
 
     def _write(
         self, call: Call, *, seq: int, attempt: int, key: str | None, errors: list[Any]
@@ -589,6 +693,21 @@ def _ledger_write(step_id: str, what: str) -> Iterator[None]:
         yield
     except DatabaseError as exc:
         raise LedgerUnavailable(step_id, what, exc) from exc
+
+
+def _retries_left(call: Call, row: StepRow | None) -> int:
+    """The retries this execution may make: what the last failure left when its retry is
+    pending (a retry after a released wait, or after a crash mid-wait, goes on counting), else
+    the policy's whole number (a first execution, or a person's retry of a failed step)."""
+    last = row.errors[-1] if row is not None and row.errors else None
+    if (
+        row is not None
+        and row.status == StepStatus.FAILED
+        and isinstance(last, dict)
+        and "retry_at" in last
+    ):
+        return int(last.get("retries_left", 0))
+    return call.retries
 
 
 def _stale_detail(call: Call, row: StepRow) -> str:

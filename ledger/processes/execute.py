@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -36,6 +37,7 @@ from ledger.errors import (
     LeaseLost,
     LedgerUnavailable,
     NotJSON,
+    RetryLater,
     RunBlocked,
     StepFailed,
 )
@@ -120,11 +122,14 @@ def run_execute(
     clock: Clock = timezone.now,
     lease_seconds: float | None = None,
     heartbeat: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
 ) -> Outcome | None:
     """Claim the run, execute (or resume) its agent from the top, record the outcome.
 
-    Returns None when the run is not claimable (missing, finished, or leased by another live
-    worker): a second delivery of the same task does nothing.
+    Returns None when the run is not claimable (missing, finished, leased by another live
+    worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
+    ``sleep`` and ``rand`` serve the retries' back-off (a test passes a fake clock's).
     """
     seconds = lease_seconds or conf.RUNLEDGER_LEASE_SECONDS
     sent_at = time.monotonic()  # before the claim is sent: the effect deadline errs early
@@ -133,7 +138,17 @@ def run_execute(
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
-        return _execute_leased(run_id, worker, token, seconds, clock, heartbeat, sent_at)
+        return _execute_leased(
+            run_id, worker, token, seconds, clock, heartbeat, sent_at, _Waits(sleep, rand)
+        )
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """How a retry's back-off waits (``time.sleep``) and draws its jitter (``random.random``)."""
+
+    sleep: Callable[[float], None]
+    rand: Callable[[], float]
 
 
 def _execute_leased(
@@ -144,14 +159,15 @@ def _execute_leased(
     clock: Clock,
     heartbeat: bool,
     sent_at: float,
+    waits: _Waits,
 ) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
     fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
     try:
         if heartbeat:
             with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence):
-                return _execute_claimed(run, token, clock, fence)
-        return _execute_claimed(run, token, clock, fence)
+                return _execute_claimed(run, token, clock, fence, waits)
+        return _execute_claimed(run, token, clock, fence, waits)
     except LeaseLost as exc:
         log.warning(
             "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
@@ -216,9 +232,14 @@ def _fence(run: Run, *, seconds: float, sent_at: float, clock: Clock) -> LeaseFe
     return fence
 
 
-def _execute_claimed(run: Run, token: str, clock: Clock, fence: LeaseFence) -> Outcome:
+def _execute_claimed(
+    run: Run, token: str, clock: Clock, fence: LeaseFence, waits: _Waits
+) -> Outcome:
     try:
-        if run.executions > 1:
+        if run.wake_at is not None:
+            # Released for a retry's back-off: a planned wait, not a recovery, costs no budget.
+            transitions.run_woke(run_id=run.run_id, token=token, clock=clock)
+        elif run.executions > 1:
             _count_resume(run, token, clock)
             observe.emit("run_resumed", run_id=run.run_id)
         definition = registry.get_agent(run.agent)
@@ -234,6 +255,8 @@ def _execute_claimed(run: Run, token: str, clock: Clock, fence: LeaseFence) -> O
             inputs=inputs,
             ledger=selectors.load_steps(run.run_id),
             clock=clock,
+            sleep=waits.sleep,
+            rand=waits.rand,
         )
         try:
             return _execute_agent(run, token, clock, definition, ctx, inputs)
@@ -252,9 +275,12 @@ def _execute_agent(
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
         return _continue(run, token, clock, signal, ctx)
+    except RetryLater as later:
+        return _defer(run, token, clock, later, ctx)
     except RunBlocked as exc:
         return _block(run, token, clock, exc, ctx)
     except (StepFailed, NotJSON, DuplicateStepId) as exc:
+        log.error("run %s failed: %s", run.run_id, exc, extra=_step_extra(exc))
         return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
     except LeaseLost:
         raise
@@ -342,6 +368,31 @@ def _finish(
         status=status,
         result=result,
         detail=error,
+        replayed=ctx.replayed,
+        executed=ctx.executed,
+    )
+
+
+def _step_extra(exc: BaseException) -> dict[str, Any]:
+    step_id = getattr(exc, "step_id", "")
+    return {"step_id": step_id} if step_id else {}
+
+
+def _defer(run: Run, token: str, clock: Clock, later: RetryLater, ctx: RunContext) -> Outcome:
+    """A step's retry is due later than a worker may wait holding the run: release it."""
+    wake_at = clock() + timedelta(seconds=later.seconds)
+    detail = f"waiting to retry step {later.step_id!r}: {later.detail} (at {wake_at:%H:%M:%S})"
+    with _recording_outcome(ctx):
+        transitions.run_defer(
+            run_id=run.run_id, token=token, wake_at=wake_at, detail=detail, clock=clock
+        )
+    log.info("run %s: %s", run.run_id, detail, extra={"step_id": later.step_id})
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.QUEUED,
+        reason="backoff",
+        step_id=later.step_id,
+        detail=detail,
         replayed=ctx.replayed,
         executed=ctx.executed,
     )

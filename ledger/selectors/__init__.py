@@ -8,6 +8,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
   marks;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
+- ``failures``: each step's failed attempts (type, message, traceback, what came next);
 - ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
@@ -23,6 +24,7 @@ from ledger.selectors.bulk import (
     bulk_preview,
 )
 from ledger.selectors.effects import effect_audits, findings_for_run
+from ledger.selectors.failures import AttemptFailure, attempt_failures, run_failures
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
     NOTIFICATION_STATUSES,
@@ -80,6 +82,7 @@ __all__ = [
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
+    "AttemptFailure",
     "BulkPlan",
     "BulkPlanItem",
     "Chain",
@@ -95,6 +98,7 @@ __all__ = [
     "StepRow",
     "SweepHealth",
     "approval_required",
+    "attempt_failures",
     "audit_events",
     "audit_page",
     "bulk_preview",
@@ -109,6 +113,7 @@ __all__ = [
     "run_archive",
     "run_children",
     "run_detail",
+    "run_failures",
     "run_progress",
     "run_status_counts",
     "runs_filtered",

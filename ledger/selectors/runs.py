@@ -392,10 +392,13 @@ def runs_with_expired_leases(*, now: datetime, limit: int = 100) -> list[Expired
 def runs_lost_in_queue(
     *, older_than: float, now: datetime, limit: int = 100
 ) -> list[tuple[str, datetime]]:
-    """Queued runs untouched for ``older_than`` seconds: their message was lost on the way."""
+    """Queued runs untouched for ``older_than`` seconds: their message was lost on the way. A
+    run waiting out a retry's back-off counts from its ``wake_at`` (its countdown message is
+    due then), not from when it was released."""
     cutoff = now - timedelta(seconds=older_than)
     rows = (
         Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=cutoff)
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lt=cutoff))
         .order_by("updated_at")
         .values_list("run_id", "updated_at")[:limit]
     )

@@ -7,7 +7,8 @@ same transaction. A refused action raises an ``OperationError`` (``ledger.errors
 nothing.
 
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
-- ``lifecycle``: create, lease claim/renew, count a resume, replan, block, finish, continue as
+- ``lifecycle``: create, lease claim/renew, count a resume, release for a retry's back-off
+  (defer) and wake, replan, block, finish, continue as
   new, re-queue by the sweep (the workers' side);
 - ``actions``: a person's resume, retry, cancel, fork of a run, and a clean run replacing it;
   ``bulk``: the same on many;
@@ -52,11 +53,13 @@ from ledger.transitions.lifecycle import (
     run_block,
     run_continue_as_new,
     run_count_resume,
+    run_defer,
     run_finish,
     run_replan,
     run_requeue_expired,
     run_requeue_lost,
     run_start,
+    run_woke,
 )
 from ledger.transitions.notify import (
     notification_claim,
@@ -106,6 +109,7 @@ __all__ = [
     "run_cancel",
     "run_continue_as_new",
     "run_count_resume",
+    "run_defer",
     "run_finish",
     "run_fork",
     "run_reexecute_from",
@@ -116,6 +120,7 @@ __all__ = [
     "run_retry",
     "run_start",
     "run_start_clean",
+    "run_woke",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

@@ -111,7 +111,8 @@ def lease_claim(
 ) -> str | None:
     """Claim a queued or running run whose lease is free or expired; return the new token.
 
-    A compare-and-set on the run row: of any number of workers claiming at once, one wins. The
+    A compare-and-set on the run row: of any number of workers claiming at once, one wins. A
+    run released for a retry's back-off is not claimable before its ``wake_at``. The
     expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
     (the fencing token the tools receive) grows by one.
     """
@@ -121,6 +122,7 @@ def lease_claim(
     claimed = (
         Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
         .update(
             lease_owner=owner[:200],
             lease_token=token,
@@ -163,6 +165,34 @@ def _fenced(run_id: str, token: str, **changes: Any) -> None:
 def run_count_resume(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
     """Count one resume (every execution after the first is one)."""
     _fenced(run_id, token, resume_count=F("resume_count") + 1, updated_at=clock())
+
+
+def run_woke(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
+    """The execution that a retry's back-off released the run for: it clears ``wake_at`` and,
+    unlike a resume after a crash, costs no resume budget."""
+    _fenced(run_id, token, wake_at=None, updated_at=clock())
+
+
+def run_defer(
+    *, run_id: str, token: str, wake_at: datetime, detail: str, clock: Clock = timezone.now
+) -> None:
+    """Release a running run whose step's next attempt is due at ``wake_at`` (a back-off too
+    long to wait holding the lease): queued, claimable from then, and announced after the
+    commit with that time (``signals.run_queued``, cause ``backoff``, ``eta``). If the message
+    is lost, the sweep re-queues the run once it is overdue."""
+    now = clock()
+    with transaction.atomic():
+        _fenced(
+            run_id,
+            token,
+            status=RunStatus.QUEUED,
+            wake_at=wake_at,
+            detail=detail,
+            **_RELEASED,
+            updated_at=now,
+            status_changed_at=now,
+        )
+        signals.send_run_queued_on_commit(run_id=run_id, cause="backoff", eta=wake_at)
 
 
 def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:

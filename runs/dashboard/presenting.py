@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger import registry
+from ledger import registry, selectors
 from ledger.conf import conf
 from ledger.models import Run, Step
 from ledger.processes.preview import Preview, PreviewStep, preview_resume
@@ -108,6 +108,8 @@ class StepView:
     stale: bool = False
     diff: list[DiffLine] = field(default_factory=list)
     inputs_truncated: bool = False
+    #: Its failed attempts (``ledger.selectors.failures``), oldest first.
+    failures: list[selectors.AttemptFailure] = field(default_factory=list)
 
     @property
     def duration(self) -> float | None:
@@ -131,6 +133,7 @@ def step_views(
             on_chain=position < on_chain,
             result_head=head[:limit] if head is not None else None,
             result_truncated=head is not None and len(head) > limit,
+            failures=selectors.attempt_failures(step.step_id, step.errors),
         )
         if preview is not None and preview.available:
             _compare(view, by_id.get(step.step_id))

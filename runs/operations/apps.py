@@ -29,8 +29,15 @@ class OperationsConfig(AppConfig):
 
 def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
     """A new run goes to the start task, any other to the resume task (after the commit that
-    queued it: the signal is sent then)."""
+    queued it: the signal is sent then). A run released for a retry's back-off goes with its
+    ``eta``: the message waits until the run is claimable."""
     from ledger.signals import NEW_RUN_CAUSES
     from runs.operations.tasks import send_resume, send_start
 
-    (send_start if cause in NEW_RUN_CAUSES else send_resume)(run_id)
+    eta = kwargs.get("eta")
+    if cause in NEW_RUN_CAUSES:
+        send_start(run_id)
+    elif eta is not None:
+        send_resume(run_id, eta=eta)
+    else:
+        send_resume(run_id)

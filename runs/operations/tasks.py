@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from datetime import datetime
 from functools import partial
 
 from celery import Task, shared_task
@@ -101,9 +102,13 @@ def send_start(run_id: str) -> None:
     _send(start_run, run_id)
 
 
-def send_resume(run_id: str) -> None:
-    """Send resume_run now (the receiver of ``run_queued`` calls it after the commit)."""
-    _send(resume_run, run_id)
+def send_resume(run_id: str, *, eta: datetime | None = None) -> None:
+    """Send resume_run now (the receiver of ``run_queued`` calls it after the commit), or for
+    delivery at ``eta`` (a run waiting out a retry's back-off; a Celery countdown)."""
+    if eta is None:
+        _send(resume_run, run_id)
+    else:
+        _send(resume_run, run_id, eta=eta)
 
 
 def enqueue_start(run_id: str) -> None:
@@ -128,9 +133,12 @@ def _deprecated(name: str) -> None:
     )
 
 
-def _send(task: Task, run_id: str) -> None:
+def _send(task: Task, run_id: str, *, eta: datetime | None = None) -> None:
     try:
-        task.delay(run_id)
+        if eta is None:
+            task.delay(run_id)
+        else:
+            task.apply_async((run_id,), eta=eta)
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)

@@ -79,8 +79,11 @@ def test_the_new_migrations_replace_each_old_one_once_and_end_where_an_old_datab
     old = {key for key in old_graph.nodes if key[0] == "ledger"}
     assert len(old) == 14
     replaced: list[Key] = []
-    for migration in _new_history():
-        assert migration.replaces, f"{migration.name} replaces nothing"
+    history = _new_history()
+    squashed = [m for m in history if m.replaces]
+    # Migrations written after the squash replace nothing, and come after all that do.
+    assert history[: len(squashed)] == squashed, "a migration that replaces nothing comes last"
+    for migration in squashed:
         replaced.extend(migration.replaces)
         done = set(replaced)
         for key in migration.replaces:
@@ -185,9 +188,11 @@ def fresh_schema(
 
 NEW_NAMES = [m.name for m in _new_history()]
 REPLACES = {m.name: set(m.replaces) for m in _new_history()}
+#: How many of the new migrations replace old ones: an old database stops at one of them.
+SQUASHED = sum(1 for m in _new_history() if m.replaces)
 
 
-@pytest.mark.parametrize("stop", range(1, len(NEW_NAMES) + 1), ids=lambda k: NEW_NAMES[k - 1])
+@pytest.mark.parametrize("stop", range(1, SQUASHED + 1), ids=lambda k: NEW_NAMES[k - 1])
 def test_a_database_migrated_on_the_old_history_upgrades_in_place(
     stop: int,
     fresh_schema: dict[str, list[tuple[Any, ...]]],

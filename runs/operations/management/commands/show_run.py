@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ledger import selectors
 from ledger.models import Run
 from runs.operations.commands import OperatorCommand, text_arg
 
@@ -38,6 +39,8 @@ class Command(OperatorCommand):
         )
         if run.detail:
             write(f"detail {run.detail}")
+        if run.wake_at is not None and run.status == "queued":
+            write(f"waiting to retry until {run.wake_at:%Y-%m-%d %H:%M:%S.%f} UTC")
         write(f"resumes {run.resume_count}/{run.max_resumes}  executions {run.executions}")
         if run.lease_token:
             write(
@@ -50,11 +53,32 @@ class Command(OperatorCommand):
         if run.error:
             write(f"error {run.error.splitlines()[0][:200]}")
         write(f"{'seq':>4} {'step':<24} {'kind':<7} {'status':<10} att  effect key / result")
+        failures = selectors.run_failures(run_id=run.run_id)
         for step in run.steps.order_by("seq"):
             extra = step.effect_key if step.status == "started" else _preview(step.result)
             write(
                 f"{step.seq:>4} {step.step_id:<24} {step.kind:<7} {step.status:<10} "
                 f"{step.attempt:>3}  {extra or '-'}"
             )
-            if step.error:
+            if step.step_id in failures:
+                for failure in failures[step.step_id]:
+                    self._failure(failure)
+            elif step.error:
                 write(f"{'':>5} error: {step.error.splitlines()[0][:100]}")
+
+    def _failure(self, f: selectors.AttemptFailure) -> None:
+        """One failed attempt: when, what, what came next, and its traceback, indented."""
+        write = self.stdout.write
+        when = f" at {f.at:%H:%M:%S.%f}" if f.at else ""
+        what = f"{f.type}: {f.message}" if f.type else f.message
+        line = what.splitlines()[0][:200] if what else "-"
+        if f.retry_at is not None:
+            asked = f", as the tool asked ({f.retry_after:g}s)" if f.retry_after is not None else ""
+            then = f"retry at {f.retry_at:%H:%M:%S.%f} (after {f.wait_seconds:.3f}s{asked})"
+        else:
+            then = f"gave up: {f.why}" if f.why else ""
+        write(f"{'':>5} attempt {f.attempt or '?'}{when} failed: {line}")
+        if then:
+            write(f"{'':>7} {then}")
+        for tb_line in f.traceback.rstrip().splitlines():
+            write(f"{'':>7} | {tb_line}")
