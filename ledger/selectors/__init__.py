@@ -39,6 +39,7 @@ from ledger.selectors.operator import (
     settlement_queue,
     settlement_queue_steps,
     settlements_waiting,
+    webhook_subscriptions,
 )
 from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
@@ -128,4 +129,5 @@ __all__ = [
     "steps_by_id",
     "steps_for_page",
     "sweep_health",
+    "webhook_subscriptions",
 ]

@@ -79,8 +79,11 @@ def test_the_new_migrations_replace_each_old_one_once_and_end_where_an_old_datab
     old = {key for key in old_graph.nodes if key[0] == "ledger"}
     assert len(old) == 14
     replaced: list[Key] = []
-    for migration in _new_history():
-        assert migration.replaces, f"{migration.name} replaces nothing"
+    history = _new_history()
+    # Migrations written after the squash (new tables since) replace nothing; they come last.
+    squashed = [m for m in history if m.replaces]
+    assert history[: len(squashed)] == squashed, "a migration that replaces comes after a new one"
+    for migration in squashed:
         replaced.extend(migration.replaces)
         done = set(replaced)
         for key in migration.replaces:
