@@ -45,24 +45,15 @@ def subscribe(
 
     Call it in the transaction that starts a run to subscribe that run at its start.
     """
-    clean_url = _check_url(url)
-    wanted = _check_events(events)
-    text = (description or "").strip()
-    if len(text) > MAX_DESCRIPTION_CHARS:
-        raise InvalidInput(f"a description is at most {MAX_DESCRIPTION_CHARS} characters")
     name = actor_name(by) if by is not None else ""
     now = clock()
     with transaction.atomic():
-        scope = _check_scope(agent=agent, run_id=run_id)
+        fields = check_subscription(
+            url, agent=agent, run_id=run_id, events=events, description=description
+        )
         secret = new_secret()
         subscription = WebhookSubscription.objects.create(
-            url=clean_url,
-            events=wanted,
-            secret=secret,
-            description=text,
-            created_at=now,
-            created_by=name,
-            **scope,
+            **fields, secret=secret, created_at=now, created_by=name
         )
         if name:
             record(
@@ -71,9 +62,32 @@ def subscribe(
                 at=now,
                 run_id=subscription.run_id,
                 after=_snapshot(subscription),
-                reason=text or "subscribed to completion events",
+                reason=subscription.description or "subscribed to completion events",
             )
     return subscription, secret
+
+
+def check_subscription(
+    url: Any,
+    *,
+    agent: str | None = None,
+    run_id: str | None = None,
+    events: Iterable[str] | None = None,
+    description: str = "",
+) -> dict[str, Any]:
+    """The fields of a subscription as ``subscribe`` would write them, or ``InvalidInput``
+    saying what is wrong; writes nothing (a form checks with it before it subscribes)."""
+    text = (description or "").strip()
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        raise InvalidInput(f"a description is at most {MAX_DESCRIPTION_CHARS} characters")
+    return {
+        "url": _check_url(url),
+        "events": _check_events(events),
+        "description": text,
+        "agent": "",
+        "run_id": "",
+        **_check_scope(agent=agent, run_id=run_id),
+    }
 
 
 def unsubscribe(
