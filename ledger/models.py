@@ -317,7 +317,7 @@ class WebhookSubscription(models.Model):
     only by ``ledger.transitions.events``.
     """
 
-    url = models.URLField(max_length=2000)
+    url = models.CharField(max_length=2000)  # http(s), checked by ledger.transitions.events
     agent = models.CharField(max_length=200, blank=True, default="", db_index=True)
     run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
     events = models.JSONField(default=list)

@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
             name='WebhookSubscription',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('url', models.URLField(max_length=2000)),
+                ('url', models.CharField(max_length=2000)),
                 ('agent', models.CharField(blank=True, db_index=True, default='', max_length=200)),
                 ('run_id', models.CharField(blank=True, db_index=True, default='', max_length=64)),
                 ('events', models.JSONField(default=list)),

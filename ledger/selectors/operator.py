@@ -233,7 +233,8 @@ def notifications_page(
 
 def notifications_of_run(*, run_id: str, limit: int = 20) -> list[Notification]:
     """Who was told about this run, and when: its notifications, newest first."""
-    return list(Notification.objects.filter(run_id=run_id).order_by("-id")[:limit])
+    rows = Notification.objects.filter(run_id=run_id).select_related("subscription")
+    return list(rows.order_by("-id")[:limit])
 
 
 def webhook_subscriptions(
