@@ -188,9 +188,12 @@ def fresh_schema(
 
 NEW_NAMES = [m.name for m in _new_history()]
 REPLACES = {m.name: set(m.replaces) for m in _new_history()}
+#: Where an old database can stand: at the end of a migration that replaces old ones (those
+#: written since, for new tables, replace nothing and simply run).
+SQUASHED = sum(1 for name in NEW_NAMES if REPLACES[name])
 
 
-@pytest.mark.parametrize("stop", range(1, len(NEW_NAMES) + 1), ids=lambda k: NEW_NAMES[k - 1])
+@pytest.mark.parametrize("stop", range(1, SQUASHED + 1), ids=lambda k: NEW_NAMES[k - 1])
 def test_a_database_migrated_on_the_old_history_upgrades_in_place(
     stop: int,
     fresh_schema: dict[str, list[tuple[Any, ...]]],
