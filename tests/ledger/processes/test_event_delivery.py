@@ -143,6 +143,7 @@ def test_the_event_is_written_with_the_transition_or_not_at_all(clock, receiver)
         transitions.run_finish(
             run_id=run.run_id, token=token, status=RunStatus.SUCCEEDED, result={}, clock=clock
         )
+        assert Notification.objects.get().kind == "run.succeeded"  # in the same transaction
         raise Boom  # whatever ends the transaction ends it for both
     assert Run.objects.get(pk=run.run_id).status == "running"
     assert not Notification.objects.exists()
