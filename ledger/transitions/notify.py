@@ -181,6 +181,8 @@ def notify_run_event(*, run_id: str, at: datetime) -> int:
     cancelled, needs_attention) for every live subscription that wants it: the run's own
     (per run) and its agent's. Call it in the transaction that changed the status, after the
     change: the event is written with it or not at all. One query when nobody subscribed.
+    An event already queued is not queued twice (``(event_key, channel)`` is unique, and the
+    key names the run's version). Returns the number of subscriptions it was offered to.
     """
     subscriptions = list(
         WebhookSubscription.objects.filter(removed_at__isnull=True).filter(

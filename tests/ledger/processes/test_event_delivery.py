@@ -255,3 +255,11 @@ def test_a_large_result_is_left_out_with_its_size(execute, clock, receiver, sett
     [event] = verified(receiver, secret, clock)
     assert event["data"]["result"] is None
     assert event["data"]["result_omitted"].endswith("bytes of JSON; read it from the API")
+
+
+def test_an_event_recorded_again_for_the_same_change_is_one_row(execute, clock, receiver) -> None:
+    events.subscribe(receiver.url, agent=AGENT)
+    run = start(clock)
+    execute(run.run_id)
+    transitions.notify_run_event(run_id=run.run_id, at=clock())  # as a repeated call would
+    assert Notification.objects.count() == 1
