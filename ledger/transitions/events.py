@@ -61,7 +61,7 @@ def subscribe(
                 action=AuditAction.WEBHOOK_SUBSCRIBE,
                 at=now,
                 run_id=subscription.run_id,
-                after=_snapshot(subscription),
+                after=subscription_snapshot(subscription),
                 reason=subscription.description or "subscribed to completion events",
             )
     return subscription, secret
@@ -108,6 +108,7 @@ def unsubscribe(
                 f"({subscription.removed_at:%Y-%m-%d %H:%M:%S} by "
                 f"{subscription.removed_by or 'the system'})"
             )
+        before = subscription_snapshot(subscription)
         found.update(removed_at=now, removed_by=name)
         subscription.refresh_from_db()
         if name:
@@ -116,7 +117,8 @@ def unsubscribe(
                 action=AuditAction.WEBHOOK_UNSUBSCRIBE,
                 at=now,
                 run_id=subscription.run_id,
-                before=_snapshot(subscription),
+                before=before,
+                after=subscription_snapshot(subscription),
                 reason="unsubscribed",
             )
     return subscription
@@ -185,13 +187,17 @@ def _check_scope(*, agent: str | None, run_id: str | None) -> dict[str, str]:
     return {"run_id": run_id}
 
 
-def _snapshot(s: WebhookSubscription) -> dict[str, Any]:
-    """What the audit keeps of a subscription: never its secret."""
+def subscription_snapshot(s: WebhookSubscription) -> dict[str, Any]:
+    """A subscription as JSON, for the audit and for listings: never its secret."""
     return {
-        "subscription": s.pk,
+        "id": s.pk,
         "url": s.url,
         "agent": s.agent,
         "run_id": s.run_id,
         "events": s.events,
         "description": s.description,
+        "created_at": s.created_at.isoformat(),
+        "created_by": s.created_by,
+        "removed_at": s.removed_at.isoformat() if s.removed_at else None,
+        "removed_by": s.removed_by,
     }

@@ -16,6 +16,7 @@ from django.core.management.base import CommandParser
 
 from ledger import events, transitions
 from ledger.models import WebhookSubscription
+from ledger.transitions.events import subscription_snapshot
 from runs.operations.commands import OperatorCommand, bounded_int, refusals, text_arg
 
 
@@ -69,7 +70,7 @@ class Command(OperatorCommand):
         rows = events.subscriptions(removed=all_)
         for s in rows:
             if as_json:
-                self.stdout.write(json.dumps(as_dict(s)))
+                self.stdout.write(json.dumps(subscription_snapshot(s)))
             else:
                 gone = f"  (removed {s.removed_at:%Y-%m-%d %H:%M})" if s.removed_at else ""
                 self.stdout.write(f"{s.pk}  {describe(s)}{gone}")
@@ -79,17 +80,3 @@ class Command(OperatorCommand):
 
 def describe(s: WebhookSubscription) -> str:
     return f"{s.scope} → {s.url} ({', '.join(s.events)})"
-
-
-def as_dict(s: WebhookSubscription) -> dict[str, Any]:
-    return {
-        "id": s.pk,
-        "url": s.url,
-        "agent": s.agent,
-        "run_id": s.run_id,
-        "events": s.events,
-        "description": s.description,
-        "created_at": s.created_at.isoformat(),
-        "created_by": s.created_by,
-        "removed_at": s.removed_at.isoformat() if s.removed_at else None,
-    }
