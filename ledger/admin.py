@@ -3,7 +3,9 @@
 Everything is searchable and filterable, JSON is shown indented, the worker lease is visible.
 Superusers may edit a few fields of runs and steps; every edit needs a reason and goes through
 ``ledger.transitions`` (version check, audit row with before/after), never ``obj.save()``.
-Nothing can be added or deleted here; settlements and audit events are read-only.
+Nothing can be added or deleted here; settlements and audit events are read-only. Webhook
+subscriptions are the exception: a superuser adds one (through ``ledger.events.subscribe``, its
+secret shown once) or removes some, never edits one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from django.utils.safestring import SafeString
 from ledger import transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text
-from ledger.models import AuditEvent, Run, Settlement, Step
+from ledger.models import AuditEvent, Run, Settlement, Step, WebhookSubscription
+from ledger.transitions import events as subscription_events
+from ledger.webhooks import EVENT_TYPES
 
 
 def pretty(value: Any) -> SafeString:
@@ -412,3 +416,94 @@ class AuditEventAdmin(ReadOnlyAdmin):
     @admin.display(description="after")
     def after_pretty(self, event: AuditEvent) -> SafeString:
         return pretty(event.after)
+
+
+class WebhookSubscriptionForm(forms.ModelForm):
+    """A new subscription, checked as ``ledger.events.subscribe`` checks it."""
+
+    url = forms.CharField(max_length=2000, help_text="where events are POSTed (http or https)")
+    events = forms.MultipleChoiceField(
+        choices=[(e, e) for e in EVENT_TYPES],
+        initial=list(EVENT_TYPES),
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ("url", "agent", "run_id", "events", "description")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            data.update(
+                subscription_events.check_subscription(
+                    data.get("url"),
+                    agent=data.get("agent"),
+                    run_id=data.get("run_id"),
+                    events=data.get("events"),
+                    description=data.get("description") or "",
+                )
+            )
+        except InvalidInput as exc:
+            raise ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    """Applications' subscriptions to completion events. A superuser adds one (its signing
+    secret is shown once, in the message after saving) or removes some (an action); the secret
+    is never shown again, and nothing is edited or deleted in place."""
+
+    form = WebhookSubscriptionForm
+    list_display = ("id", "scope", "url", "event_list", "created_at", "created_by", "removed_at")
+    list_filter = (("removed_at", admin.EmptyFieldListFilter), "agent")
+    search_fields = ("url", "=agent", "=run_id", "description")
+    actions = ("remove_subscriptions",)
+    show_full_result_count = False
+    shown = ("url", "agent", "run_id", "events", "description", "created_at", "created_by",
+             "removed_at", "removed_by")  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(getattr(request.user, "is_superuser", False))
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        return self.form.Meta.fields if obj is None else self.shown
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        return () if obj is None else self.shown
+
+    @admin.display(description="events")
+    def event_list(self, s: WebhookSubscription) -> str:
+        return ", ".join(s.events)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        created, secret = subscription_events.subscribe(
+            data["url"],
+            agent=data["agent"] or None,
+            run_id=data["run_id"] or None,
+            events=data["events"],
+            description=data["description"],
+            by=request.user,
+        )
+        obj.pk, obj.secret, obj.created_at = created.pk, created.secret, created.created_at
+        messages.warning(
+            request,
+            f"Subscription {created.pk}'s signing secret, shown once (give it to the "
+            f"application to verify what it receives): {secret}",
+        )
+
+    @admin.action(description="Remove the selected subscriptions (no further events)")
+    def remove_subscriptions(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        removed = 0
+        for subscription in queryset.filter(removed_at__isnull=True):
+            subscription_events.unsubscribe(subscription.pk, by=request.user)
+            removed += 1
+        messages.info(request, f"{removed} subscription(s) removed.")

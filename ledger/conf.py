@@ -311,6 +311,14 @@ SETTINGS: tuple[Setting, ...] = (
         NOTIFY,
     ),
     Setting(
+        "RUNLEDGER_EVENT_MAX_RESULT_BYTES",
+        65536,
+        "int",
+        "A completion event carries the run's result up to this many bytes of JSON; a larger "
+        "result is left out (`result_omitted` says its size) for the application to read.",
+        NOTIFY,
+    ),
+    Setting(
         "RUNLEDGER_NOTIFY_EVERY_SECONDS",
         15.0,
         "float",

@@ -222,6 +222,8 @@ class AuditAction(models.TextChoices):
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
     RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
+    WEBHOOK_SUBSCRIBE = "webhook_subscribe"  # an application subscribed a URL to run events
+    WEBHOOK_UNSUBSCRIBE = "webhook_unsubscribe"
 
 
 class AppendOnly(Exception):
@@ -294,6 +296,11 @@ class NotificationKind(models.TextChoices):
     NEEDS_ATTENTION = "needs_attention", "a run needs a person"
     APPROVAL_WAITING = "approval_waiting", "a settlement waits for approval"
     REMINDER = "reminder", "still waiting"
+    # Completion events to subscribed applications (``ledger.webhooks.EVENT_TYPES``).
+    RUN_SUCCEEDED = "run.succeeded", "event: run succeeded"
+    RUN_FAILED = "run.failed", "event: run failed"
+    RUN_CANCELLED = "run.cancelled", "event: run cancelled"
+    RUN_NEEDS_ATTENTION = "run.needs_attention", "event: run needs attention"
 
 
 class DeliveryStatus(models.TextChoices):
@@ -301,6 +308,45 @@ class DeliveryStatus(models.TextChoices):
     SENDING = "sending"  # claimed by a deliverer until ``claimed_until``
     SENT = "sent"
     FAILED = "failed"  # gave up after RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+
+
+class WebhookSubscription(models.Model):
+    """An application's URL that completion events of some runs are POSTed to, signed as
+    Standard Webhooks with ``secret`` (``whsec_…``, shown once when subscribed).
+
+    Exactly one of ``agent`` (every run of that agent) and ``run_id`` (one run, and the runs it
+    continues as) is set; ``events`` lists the event types wanted. A removed subscription keeps
+    its row (its deliveries on the Notifications page name it) and gets nothing more. Written
+    only by ``ledger.transitions.events``.
+    """
+
+    url = models.CharField(max_length=2000)  # http(s), checked by ledger.transitions.events
+    agent = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    events = models.JSONField(default=list)
+    secret = models.CharField(max_length=200)
+    description = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(agent="") & ~models.Q(run_id=""))
+                | (~models.Q(agent="") & models.Q(run_id="")),
+                name="webhook_subscription_one_scope",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = f"agent {self.agent}" if self.agent else f"run {self.run_id}"
+        return f"subscription {self.pk}: {scope} → {self.url}"
+
+    @property
+    def scope(self) -> str:
+        return f"agent {self.agent}" if self.agent else f"run {self.run_id}"
 
 
 class Notification(models.Model):
@@ -317,6 +363,14 @@ class Notification(models.Model):
     kind = models.CharField(max_length=30, choices=NotificationKind.choices)
     run_id = models.CharField(max_length=64, db_index=True)
     settlement_id = models.BigIntegerField(null=True, blank=True)
+    # For completion events: the subscription it goes to (its URL and secret).
+    subscription = models.ForeignKey(
+        WebhookSubscription,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="deliveries",
+    )
     # For reminders: the moment the waiting began (a run's status_changed_at, a proposal's
     # created_at), so a wait is reminded of once.
     waiting_since = models.DateTimeField(null=True, blank=True)

@@ -1,4 +1,6 @@
-"""Delivering the notification outbox: webhook (JSON POST, or Slack-compatible) and email.
+"""Delivering the notification outbox: webhook (JSON POST, or Slack-compatible), email, and
+the applications' completion events (a POST to the subscription's URL, signed as a Standard
+Webhook: ``webhook-id`` — the same on every attempt — ``webhook-timestamp``, ``webhook-signature``).
 
 ``deliver_due`` claims due rows one at a time (``transitions.notification_claim``), sends each
 outside any transaction, then marks it sent or failed (with back-off). Every attempt carries the
@@ -21,9 +23,10 @@ from datetime import datetime
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
-from ledger import faultpoints, observe, transitions
+from ledger import faultpoints, observe, transitions, webhooks
 from ledger.conf import conf
 from ledger.models import Notification
+from ledger.transitions import notify
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,12 @@ Clock = Callable[[], datetime]
 
 
 class DeliveryError(Exception):
-    """The channel did not take the message (down, refused, timed out)."""
+    """The channel did not take the message (down, refused, timed out). ``final``: trying
+    again cannot help (the subscription was removed), so the row is given up at once."""
+
+    def __init__(self, message: str, *, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 @dataclass(frozen=True)
@@ -51,25 +59,29 @@ def deliver_due(*, clock: Clock = timezone.now, limit: int = 100) -> list[Delive
         )
         if row is None:
             break
+        label = "subscription" if row.subscription_id is not None else row.channel
         try:
-            send(row)
+            send(row, at=clock())
         except DeliveryError as exc:
             transitions.notification_failed(
-                pk=row.pk, token=row.claim_token, error=str(exc), now=clock()
+                pk=row.pk, token=row.claim_token, error=str(exc), now=clock(), final=exc.final
             )
             log.warning("notification %s to %s failed: %s", row.pk, row.channel, exc)
-            observe.emit("notification", channel=row.channel, outcome="failed")
+            observe.emit("notification", channel=label, outcome="failed")
             done.append(Delivered(row.pk, row.channel, ok=False, error=str(exc)))
             continue
         faultpoints.point("notify.after_send")  # the receiver has it; not yet recorded
         transitions.notification_sent(pk=row.pk, token=row.claim_token, now=clock())
-        observe.emit("notification", channel=row.channel, outcome="sent")
+        observe.emit("notification", channel=label, outcome="sent")
         done.append(Delivered(row.pk, row.channel, ok=True))
     return done
 
 
-def send(row: Notification) -> None:
-    if row.channel == "webhook":
+def send(row: Notification, *, at: datetime | None = None) -> None:
+    """One attempt to deliver ``row``; ``at``: when it is signed (completion events)."""
+    if row.subscription_id is not None:
+        _send_event(row, at=at or timezone.now())
+    elif row.channel == "webhook":
         _send_webhook(row)
     elif row.channel == "email":
         _send_email(row)
@@ -98,20 +110,37 @@ def _send_webhook(row: Notification) -> None:
         body: dict[str, object] = {"text": text_of(row)}
     else:
         body = {**row.payload, "subject": row.subject}
+    _post(url, json.dumps(body), {"Idempotency-Key": row.idempotency_key}, what="the webhook")
+
+
+def _send_event(row: Notification, *, at: datetime) -> None:
+    """POST a completion event to its subscription, signed for this attempt."""
+    subscription = row.subscription
+    assert subscription is not None
+    if subscription.removed_at is not None:
+        raise DeliveryError(f"subscription {subscription.pk} was removed", final=True)
+    body = json.dumps(row.payload)  # the exact bytes signed are the bytes sent
+    headers = webhooks.signed_headers(
+        secret=subscription.secret, msg_id=notify.message_id(row.idempotency_key), at=at, body=body
+    )
+    _post(subscription.url, body, headers, what=f"subscription {subscription.pk}'s URL")
+
+
+def _post(url: str, body: str, headers: dict[str, str], *, what: str) -> None:
     request = urllib.request.Request(
         url,
-        data=json.dumps(body).encode(),
+        data=body.encode(),
         method="POST",
-        headers={"Content-Type": "application/json", "Idempotency-Key": row.idempotency_key},
+        headers={"Content-Type": "application/json", "User-Agent": "runledger", **headers},
     )
     try:
         with urllib.request.urlopen(request, timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS) as r:
             if not 200 <= r.status < 300:
-                raise DeliveryError(f"the webhook answered HTTP {r.status}")
+                raise DeliveryError(f"{what} answered HTTP {r.status}")
     except urllib.error.HTTPError as exc:
-        raise DeliveryError(f"the webhook answered HTTP {exc.code}") from None
+        raise DeliveryError(f"{what} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise DeliveryError(f"the webhook is unreachable: {exc}") from None
+        raise DeliveryError(f"{what} is unreachable: {exc}") from None
 
 
 def _send_email(row: Notification) -> None:

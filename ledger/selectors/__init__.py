@@ -41,6 +41,7 @@ from ledger.selectors.operator import (
     settlement_queue,
     settlement_queue_steps,
     settlements_waiting,
+    webhook_subscriptions,
 )
 from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
@@ -133,4 +134,5 @@ __all__ = [
     "steps_by_id",
     "steps_for_page",
     "sweep_health",
+    "webhook_subscriptions",
 ]

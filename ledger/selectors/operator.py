@@ -29,6 +29,7 @@ from ledger.models import (
     Step,
     StepKind,
     StepStatus,
+    WebhookSubscription,
 )
 
 
@@ -222,7 +223,7 @@ def notifications_page(
 ) -> list[Notification]:
     """Notifications newest first (by id: the order they were written), optionally of one
     delivery status, starting before ``before_id`` (a keyset page)."""
-    qs = Notification.objects.order_by("-id")
+    qs = Notification.objects.select_related("subscription").order_by("-id")
     if status in NOTIFICATION_STATUSES:
         qs = qs.filter(status=status)
     if before_id is not None:
@@ -232,4 +233,20 @@ def notifications_page(
 
 def notifications_of_run(*, run_id: str, limit: int = 20) -> list[Notification]:
     """Who was told about this run, and when: its notifications, newest first."""
-    return list(Notification.objects.filter(run_id=run_id).order_by("-id")[:limit])
+    rows = Notification.objects.filter(run_id=run_id).select_related("subscription")
+    return list(rows.order_by("-id")[:limit])
+
+
+def webhook_subscriptions(
+    *, agent: str = "", run_id: str = "", removed: bool = False
+) -> list[WebhookSubscription]:
+    """Applications' subscriptions to completion events, oldest first: the live ones (and the
+    removed ones too with ``removed``), optionally of one agent or one run."""
+    qs = WebhookSubscription.objects.order_by("id")
+    if not removed:
+        qs = qs.filter(removed_at__isnull=True)
+    if agent:
+        qs = qs.filter(agent=agent)
+    if run_id:
+        qs = qs.filter(run_id=run_id)
+    return list(qs)

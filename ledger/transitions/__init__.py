@@ -15,7 +15,9 @@ nothing.
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
 - ``edits``: admins' edits of ledger rows;
-- ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
+- ``notify``: the notification outbox (queued with the event, claimed, sent, failed), completion
+  events included;
+- ``events``: applications' webhook subscriptions to completion events (subscribe, remove).
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
@@ -46,6 +48,7 @@ from ledger.transitions.actions import (
 )
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
+from ledger.transitions.events import subscribe, subscriptions_follow, unsubscribe
 from ledger.transitions.lifecycle import (
     beacon_beat,
     lease_claim,
@@ -66,6 +69,7 @@ from ledger.transitions.notify import (
     notification_failed,
     notification_sent,
     notifications_remind,
+    notify_run_event,
 )
 from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
@@ -102,6 +106,7 @@ __all__ = [
     "notification_failed",
     "notification_sent",
     "notifications_remind",
+    "notify_run_event",
     "parse_result_text",
     "run_admin_edit",
     "run_archive_record",
@@ -131,5 +136,8 @@ __all__ = [
     "step_write",
     "step_write_batch",
     "steps_delete_archived",
+    "subscribe",
+    "subscriptions_follow",
+    "unsubscribe",
     "validate_result",
 ]

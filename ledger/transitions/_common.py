@@ -22,6 +22,7 @@ from ledger.conf import conf
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
 from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
+from ledger.transitions import notify
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
 #: (a script, a command).
@@ -257,8 +258,9 @@ def requeue(run: Run, *, max_resumes: int | None, clock: Clock) -> None:
 
 
 def cancel(run: Run, *, detail: str, clock: Clock) -> None:
-    """Cancel a run (locked by the caller) for good: the lease token is revoked in the same
-    write, so a worker still executing it has every later write refused."""
+    """Cancel a run (locked by the caller, in the caller's transaction) for good: the lease
+    token is revoked in the same write, so a worker still executing it has every later write
+    refused. The subscribed applications' ``run.cancelled`` is queued with it."""
     now = clock()
     write_run(
         run,
@@ -273,6 +275,7 @@ def cancel(run: Run, *, detail: str, clock: Clock) -> None:
         status_changed_at=now,
         finished_at=now,
     )
+    notify.notify_run_event(run_id=run.run_id, at=now)  # run.cancelled, with the cancel
 
 
 def write_run(run: Run, **changes: Any) -> None:

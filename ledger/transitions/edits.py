@@ -27,6 +27,7 @@ from ledger.models import (
     Step,
     StepStatus,
 )
+from ledger.transitions import notify
 from ledger.transitions._common import (
     Actor,
     Clock,
@@ -134,6 +135,8 @@ def run_admin_edit(
             marks["status_changed_at"] = now
             marks["finished_at"] = now if changed["status"] in FINAL_STATUSES else None
         write_run(locked, **changed, **marks, updated_at=now)
+        if "status" in changed:  # a run an admin ends or stops by hand announces it too
+            notify.notify_run_event(run_id=locked.run_id, at=now)
         record(
             by=name,
             action=AuditAction.RUN_ADMIN_EDIT,

@@ -25,7 +25,7 @@ from ledger.errors import LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
-from ledger.transitions import notify
+from ledger.transitions import events, notify
 from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,7 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
             status_changed_at=now,
         )
         notify.notify_run_blocked(run_id=run_id, at=now)
+        notify.notify_run_event(run_id=run_id, at=now)
 
 
 def run_finish(
@@ -238,22 +239,25 @@ def run_finish(
     error: str = "",
     clock: Clock = timezone.now,
 ) -> None:
-    """End a running run as succeeded or failed, releasing its lease."""
+    """End a running run as succeeded or failed, releasing its lease; its completion event is
+    queued for the subscribed applications in the same transaction (an outbox)."""
     now = clock()
-    _fenced(
-        run_id,
-        token,
-        status=status,
-        result=result,
-        error=error,
-        reason="",
-        blocked_step_id="",
-        detail="",
-        **_RELEASED,
-        updated_at=now,
-        status_changed_at=now,
-        finished_at=now,
-    )
+    with transaction.atomic():
+        _fenced(
+            run_id,
+            token,
+            status=status,
+            result=result,
+            error=error,
+            reason="",
+            blocked_step_id="",
+            detail="",
+            **_RELEASED,
+            updated_at=now,
+            status_changed_at=now,
+            finished_at=now,
+        )
+        notify.notify_run_event(run_id=run_id, at=now)
 
 
 def run_continue_as_new(*, run: Run, token: str, inputs: Any, clock: Clock = timezone.now) -> Run:
@@ -272,6 +276,8 @@ def run_continue_as_new(*, run: Run, token: str, inputs: Any, clock: Clock = tim
             parent=run,
             parent_kind="continue",
         )
+        # An application that subscribed to this run follows its work into the continuation.
+        events.subscriptions_follow(from_run_id=run.run_id, to_run_id=child.run_id, clock=clock)
         run_finish(
             run_id=run.run_id,
             token=token,

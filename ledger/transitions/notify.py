@@ -4,6 +4,9 @@ claimed, marked sent, or failed with back-off by a deliverer (``ledger.processes
 Events: a run entered needs_attention (``run_block`` calls ``notify_run_blocked``), a settlement
 proposal waits for an approver (``settlement_propose``), and either has waited longer than
 ``RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS`` (``notifications_remind``, from the beat task).
+Completion events go to the applications' subscriptions (``notify_run_event``, called by every
+transition that ends or stops a run: finish, block, cancel, an admin's status edit), one row per
+subscription, whose channel is ``subscription:<id>``.
 ``(event_key, channel)`` is unique and inserts ignore conflicts: one event, one row per channel,
 however often the code that records it runs. A claim lasts ``claim_seconds``: a deliverer that
 dies mid-send leaves the row to be claimed again after that and sent again under the same
@@ -20,7 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from ledger import signals
+from ledger import canonical, signals
 from ledger.conf import conf
 from ledger.models import (
     DeliveryStatus,
@@ -30,6 +33,7 @@ from ledger.models import (
     RunStatus,
     Settlement,
     SettlementStatus,
+    WebhookSubscription,
 )
 
 DETAIL_CHARS = 500
@@ -155,6 +159,104 @@ def notify_settlement_waiting(*, settlement: Settlement, run: Run, at: datetime)
     )
 
 
+# --- completion events to subscribed applications ----------------------------------------------
+
+#: The event each status a transition leaves a run in announces.
+EVENT_OF_STATUS = {
+    RunStatus.SUCCEEDED: NotificationKind.RUN_SUCCEEDED,
+    RunStatus.FAILED: NotificationKind.RUN_FAILED,
+    RunStatus.CANCELLED: NotificationKind.RUN_CANCELLED,
+    RunStatus.NEEDS_ATTENTION: NotificationKind.RUN_NEEDS_ATTENTION,
+}
+ERROR_CHARS = 4000
+
+
+def message_id(idempotency_key: str) -> str:
+    """The ``webhook-id`` of a completion event: the same on every attempt."""
+    return f"msg_{idempotency_key}"
+
+
+def notify_run_event(*, run_id: str, at: datetime) -> int:
+    """Queue the completion event of the status ``run_id`` is in now (succeeded, failed,
+    cancelled, needs_attention) for every live subscription that wants it: the run's own
+    (per run) and its agent's. Call it in the transaction that changed the status, after the
+    change: the event is written with it or not at all. One query when nobody subscribed.
+    An event already queued is not queued twice (``(event_key, channel)`` is unique, and the
+    key names the run's version). Returns the number of subscriptions it was offered to.
+    """
+    subscriptions = list(
+        WebhookSubscription.objects.filter(removed_at__isnull=True).filter(
+            Q(run_id=run_id) | Q(agent__in=Run.objects.filter(pk=run_id).values("agent"))
+        )
+    )
+    if not subscriptions:
+        return 0
+    run = Run.objects.get(pk=run_id)
+    event = EVENT_OF_STATUS.get(RunStatus(run.status))
+    wanted = [s for s in subscriptions if event is not None and event in s.events]
+    if event is None or not wanted:
+        return 0
+    event_key = f"{event}:{run.run_id}:{run.version}"  # one per change of the run's state
+    body = event_body(run, event=event, at=at)
+    rows = []
+    for subscription in wanted:
+        channel = f"subscription:{subscription.pk}"
+        rows.append(
+            Notification(
+                event_key=event_key,
+                channel=channel,
+                kind=event,
+                run_id=run.run_id,
+                subscription=subscription,
+                subject=f"[runledger] {event}: {_name(run)}"[:300],
+                payload=body,
+                idempotency_key=idempotency_key(event_key, channel),
+                next_attempt_at=at,
+                created_at=at,
+            )
+        )
+    created = Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    signals.send_notifications_queued_on_commit()
+    return len(created)
+
+
+def event_body(run: Run, *, event: str, at: datetime) -> dict[str, Any]:
+    """The JSON an application receives (the Standard Webhooks shape: type, timestamp, data)."""
+    base = conf.RUNLEDGER_PUBLIC_URL.rstrip("/")
+    data: dict[str, Any] = {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "title": run.title,
+        "labels": run.labels,
+        "status": run.status,
+        "reason": run.reason,
+        "step_id": run.blocked_step_id,
+        "detail": run.detail[:DETAIL_CHARS],
+        "result": None,
+        "error": run.error[:ERROR_CHARS],
+        "resume_count": run.resume_count,
+        "parent_run_id": run.parent_id or "",
+        "created_at": _iso(run.created_at),
+        "status_changed_at": _iso(run.status_changed_at),
+        "finished_at": _iso(run.finished_at),
+        "links": {"dashboard": _run_url(run.run_id), "api": f"{base}/api/v1/runs/{run.run_id}"},
+    }
+    if run.result is not None:
+        size = len(canonical.canonical(run.result)[1].encode())
+        if size <= conf.RUNLEDGER_EVENT_MAX_RESULT_BYTES:
+            data["result"] = run.result
+        else:
+            data["result_omitted"] = f"{size} bytes of JSON; read it from the API"
+        continued = run.result.get("continued_as") if isinstance(run.result, dict) else None
+        if continued and run.children.filter(pk=continued, parent_kind="continue").exists():
+            data["continued_as"] = continued  # the work goes on in that run
+    return {"type": event, "timestamp": _iso(at), "data": data}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def notifications_remind(*, now: datetime) -> int:
     """Queue one reminder for each run that has needed attention, and each proposal that has
     waited, longer than ``RUNLEDGER_NOTIFY_REMIND_AFTER_SECONDS`` (0: no reminders)."""
@@ -245,14 +347,17 @@ def notification_sent(*, pk: int, token: str, now: datetime) -> bool:
     )
 
 
-def notification_failed(*, pk: int, token: str, error: str, now: datetime) -> bool:
+def notification_failed(
+    *, pk: int, token: str, error: str, now: datetime, final: bool = False
+) -> bool:
     """Record a failed attempt: pending again after an exponential back-off (base
     RUNLEDGER_NOTIFY_BACKOFF_SECONDS, doubling, capped at an hour), or failed for good after
-    RUNLEDGER_NOTIFY_MAX_ATTEMPTS attempts."""
+    RUNLEDGER_NOTIFY_MAX_ATTEMPTS attempts (or at once when ``final``: trying again cannot
+    help, e.g. the subscription was removed)."""
     row = Notification.objects.filter(pk=pk, claim_token=token).only("attempts").first()
     if row is None:
         return False
-    give_up = row.attempts >= conf.RUNLEDGER_NOTIFY_MAX_ATTEMPTS
+    give_up = final or row.attempts >= conf.RUNLEDGER_NOTIFY_MAX_ATTEMPTS
     delay = min(conf.RUNLEDGER_NOTIFY_BACKOFF_SECONDS * 2 ** (row.attempts - 1), 3600.0)
     return (
         Notification.objects.filter(pk=pk, claim_token=token, status=DeliveryStatus.SENDING).update(

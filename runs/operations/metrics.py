@@ -131,7 +131,12 @@ class LedgerCollector(Collector):
             labels=["channel", "status"],
         )
         counts = Notification.objects.values_list("channel", "status").annotate(n=Count("pk"))
+        by_label: dict[tuple[str, str], int] = {}
         for channel, status, n in counts.order_by():
+            # Completion events: one label for every subscription (its id would be unbounded).
+            key = ("subscription" if channel.startswith("subscription:") else channel, status)
+            by_label[key] = by_label.get(key, 0) + n
+        for (channel, status), n in sorted(by_label.items()):
             notifications.add_metric([channel, status], n)
         yield notifications
         beacon = Beacon.objects.filter(name="sweep").first()

@@ -61,3 +61,53 @@ class Mailbox:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.messages.append(envelope)
         return "250 OK"
+
+
+class EventReceiver:
+    """An application's endpoint for completion events on loopback: keeps each request as
+    (headers, raw body) exactly as received. ``hold()`` makes it take requests without
+    answering until ``release()`` (a receiver slower than the deliverer's timeout)."""
+
+    def __init__(self, port: int | None = None, path: str = "/hooks/runledger") -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}{path}"
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self._answer = threading.Event()
+        self._answer.set()
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer._lock:
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                outer._answer.wait(timeout=120)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def hold(self) -> None:
+        self._answer.clear()
+
+    def release(self) -> None:
+        self._answer.set()
+
+    def received(self) -> list[tuple[dict[str, str], bytes]]:
+        with self._lock:
+            return list(self.requests)
+
+    def taken(self) -> dict[str, dict[str, Any]]:
+        """What an application that deduplicates by ``webhook-id`` acts on: one event per id."""
+        return {h["webhook-id"]: json.loads(body) for h, body in self.received()}
+
+    def stop(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()

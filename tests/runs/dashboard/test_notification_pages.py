@@ -37,3 +37,23 @@ def test_the_notifications_page_and_the_run_page_say_who_was_told(
     assert client.get("/notifications/?status=bogus&before=x").status_code == 200
     run_page = client.get(f"/runs/{run.run_id}/").content.decode()
     assert 'id="run-told"' in run_page and "1 attempt so far" in run_page
+
+
+def test_completion_events_are_listed_with_their_subscription(execute, clock) -> None:
+    from ledger import events
+    from tests.support import event_agents
+
+    restore_roles()
+    url = f"http://127.0.0.1:{free_port()}/hooks/app"  # down
+    subscription, _ = events.subscribe(url, agent=event_agents.events_echo.name)
+    run = start(event_agents.events_echo.name, {"n": 7}, clock)
+    assert execute(run.run_id).status == "succeeded"
+    delivery.deliver_due(clock=clock)
+    client = Client()
+    client.force_login(user_in("viewer"))
+    page = client.get("/notifications/").content.decode()
+    assert "event: run succeeded" in page and "Echo 7" in page
+    assert f"subscription {subscription.pk}" in page and url in page and "unreachable" in page
+    assert "msg_" in page
+    run_page = client.get(f"/runs/{run.run_id}/").content.decode()
+    assert f"event: run succeeded</b> by subscription {subscription.pk}" in run_page
