@@ -29,6 +29,7 @@ from ledger.engine.execution import close, flush, live_context
 from ledger.engine.fence import LeaseFence
 from ledger.errors import (
     AgentMissing,
+    ApprovalRejected,
     BudgetExhausted,
     ContinueAsNew,
     Divergence,
@@ -254,7 +255,7 @@ def _execute_agent(
         return _continue(run, token, clock, signal, ctx)
     except RunBlocked as exc:
         return _block(run, token, clock, exc, ctx)
-    except (StepFailed, NotJSON, DuplicateStepId) as exc:
+    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
         return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
     except LeaseLost:
         raise

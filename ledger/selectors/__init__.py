@@ -8,6 +8,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
   marks;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
+- ``gates``: approval gates (the engine's look-up, the Approvals queue);
 - ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
@@ -23,6 +24,7 @@ from ledger.selectors.bulk import (
     bulk_preview,
 )
 from ledger.selectors.effects import effect_audits, findings_for_run
+from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
     NOTIFICATION_STATUSES,
@@ -102,6 +104,10 @@ __all__ = [
     "effect_audits",
     "effects_of_run",
     "findings_for_run",
+    "gate_get",
+    "gate_latest",
+    "gate_queue",
+    "gates_of_run",
     "ledger_export",
     "load_steps",
     "notifications_of_run",

@@ -14,6 +14,8 @@ nothing.
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
 - ``edits``: admins' edits of ledger rows;
+- ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
+  (``gate_links``: the signed links in their notifications);
 - ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
@@ -45,6 +47,8 @@ from ledger.transitions.actions import (
 )
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
+from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_token
+from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
     beacon_beat,
     lease_claim,
@@ -82,6 +86,7 @@ __all__ = [
     "Actor",
     "BulkOutcome",
     "Conflict",
+    "GateLink",
     "InvalidInput",
     "NotAllowed",
     "OnCommit",
@@ -93,6 +98,12 @@ __all__ = [
     "beacon_beat",
     "bulk_apply",
     "cli_actor",
+    "gate_approve",
+    "gate_link_check",
+    "gate_link_token",
+    "gate_open",
+    "gate_reject",
+    "gate_use",
     "lease_claim",
     "lease_renew",
     "notification_claim",
