@@ -201,7 +201,9 @@ def _approvers() -> list[Any]:
     from django.contrib.auth import get_user_model
 
     users = get_user_model().objects.with_perm(  # type: ignore[attr-defined]
-        conf.RUNLEDGER_APPROVER_PERMISSION, is_active=True
+        conf.RUNLEDGER_APPROVER_PERMISSION,
+        is_active=True,
+        backend="django.contrib.auth.backends.ModelBackend",  # groups and user permissions
     )
     return list(users.order_by("pk")[:GATE_LINKS])
 
