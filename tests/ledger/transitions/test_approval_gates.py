@@ -259,7 +259,7 @@ def test_the_gate_is_notified_once_with_a_signed_link_per_approver(
 
 def test_an_expired_link_is_refused(execute, people, settings) -> None:
     settings.RUNLEDGER_APPROVAL_LINK_SECONDS = -1.0
-    run, gate = blocked_payout(execute)
+    _run, gate = blocked_payout(execute)
     token = transitions.gate_link_token(gate=gate, username="bob")
     before = rows()
     with pytest.raises(NotAllowed, match="expired"):

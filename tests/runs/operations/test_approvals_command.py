@@ -1,0 +1,74 @@
+"""``manage.py approvals``: list, show, approve, reject a gate from the command line, audited as
+``cli:<login>``; refusals exit 1 and write nothing."""
+
+from __future__ import annotations
+
+import getpass
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from harness.unannounced import start_unannounced
+from ledger.models import AuditEvent, Gate, Run
+from ledger.processes.execute import run_execute
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ME = f"cli:{getpass.getuser()}"
+
+
+@pytest.fixture
+def execute() -> Any:
+    """One execution on the real clock (the command's approvals read the real clock too)."""
+    return lambda run_id: run_execute(run_id=run_id, worker="worker-1", heartbeat=False)
+
+
+def run_cmd(*args: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command(*args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue() + f"CommandError: {exc}"
+    return 0, out.getvalue()
+
+
+def test_approvals_list_show_approve_and_the_refusals(execute) -> None:
+    run = start_unannounced(agent="payout", inputs={"invoice_id": "inv_1003"})
+    assert execute(run.run_id).reason == "approval"
+    gate = Gate.objects.get()
+    code, out = run_cmd("approvals", "list")
+    assert code == 0 and f"#{gate.pk} {run.run_id} pay_out pay_out" in out
+    code, out = run_cmd("approvals", "show", str(gate.pk))
+    assert code == 0 and gate.arguments_text in out and gate.digest in out
+
+    code, out = run_cmd("approvals", "approve", str(gate.pk), "--reason", "checked")
+    assert code == 0 and "approved (1/1 approved)" in out
+    run.refresh_from_db()
+    assert run.status == "queued"
+    event = AuditEvent.objects.get(action="gate_approve")
+    assert (event.actor, event.reason) == (ME, "checked")
+
+    before = (list(Gate.objects.values_list("status", "approved_by")), AuditEvent.objects.count())
+    code, out = run_cmd("approvals", "approve", str(gate.pk))
+    assert code == 1 and "already approved" in out
+    code, out = run_cmd("approvals", "reject", str(gate.pk), "--reason", "late")
+    assert code == 1 and "already approved" in out
+    code, out = run_cmd("approvals", "approve", "999999")
+    assert code == 1 and "no gate #999999" in out
+    after = (list(Gate.objects.values_list("status", "approved_by")), AuditEvent.objects.count())
+    assert after == before
+    assert Run.objects.get().status == "queued"
+
+
+def test_approvals_reject_needs_a_reason_and_queues_the_run(execute) -> None:
+    run = start_unannounced(agent="payout", inputs={"invoice_id": "inv_1003"})
+    execute(run.run_id)
+    gate = Gate.objects.get()
+    with pytest.raises(CommandError):
+        call_command("approvals", "reject", str(gate.pk), stdout=StringIO())
+    assert Gate.objects.get().status == "waiting"
+    code, out = run_cmd("approvals", "reject", str(gate.pk), "--reason", "not ours")
+    assert code == 0 and "rejected" in out
+    assert Run.objects.get().status == "queued"
