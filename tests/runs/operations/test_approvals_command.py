@@ -72,3 +72,27 @@ def test_approvals_reject_needs_a_reason_and_queues_the_run(execute) -> None:
     code, out = run_cmd("approvals", "reject", str(gate.pk), "--reason", "not ours")
     assert code == 0 and "rejected" in out
     assert Run.objects.get().status == "queued"
+
+
+def test_the_gates_are_in_the_metrics_by_status(execute) -> None:
+    from runs.operations import metrics
+
+    def gauges() -> dict[str, str]:
+        lines = metrics.exposition()[0].decode().splitlines()
+        return {
+            line.split(" ")[0]: line.split(" ")[1]
+            for line in lines
+            if line.startswith(("runledger_gates{", "runledger_gate_oldest"))
+        }
+
+    run = start_unannounced(agent="payout", inputs={"invoice_id": "inv_1003"})
+    execute(run.run_id)
+    waiting = gauges()
+    assert waiting['runledger_gates{status="waiting"}'] == "1.0"
+    assert float(waiting["runledger_gate_oldest_waiting_age_seconds"]) >= 0
+    run_cmd("approvals", "approve", str(Gate.objects.get().pk))
+    execute(run.run_id)
+    assert gauges() == {
+        'runledger_gates{status="used"}': "1.0",
+        "runledger_gate_oldest_waiting_age_seconds": "0.0",
+    }
