@@ -6,8 +6,9 @@ before any process starts and be emptied between starts) prometheus_client keeps
 there and ``/metrics`` in any web process adds up every process's files. Without it each
 process counts for itself (one-process set-ups, tests).
 
-The gauges (runs by status and reason, settlements waiting, approval gates by status, sweep lag) are read from the ledger
-when ``/metrics`` is scraped: they are true whichever process wrote the rows.
+The gauges (runs by status and reason, settlements waiting, approval gates by status, sweep
+lag) are read from the ledger when ``/metrics`` is scraped: they are true whichever process
+wrote the rows.
 """
 
 from __future__ import annotations
