@@ -66,6 +66,9 @@ def test_the_queue_and_the_gate_page_show_the_exact_arguments_and_digest(gate) -
     assert gate.digest in detail
     assert "&quot;amount_cents&quot;:15000,&quot;customer&quot;:&quot;cus_barbara&quot;" in detail
     assert "Only a person with the approver role decides." in detail
+    approver = client_for(user_in("approver", name="abe"))
+    run_page = approver.get(f"/runs/{gate.run_id}/").content.decode()
+    assert f'href="/approvals/{gate.pk}/"' in run_page and "Approve or reject" in run_page
     before = state()
     assert viewer.post(f"/approvals/{gate.pk}/approve/", {"reason": ""}).status_code == 403
     assert state() == before
