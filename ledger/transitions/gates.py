@@ -142,15 +142,8 @@ def gate_approve(
             current.decision_reason = text
         _save(current, link_nonce=link_nonce)
         queued = queue_resume(run, cause="approved", on_commit=None, clock=clock) if done else ""
-        record(
-            by=name,
-            action=AuditAction.GATE_APPROVE,
-            at=now,
-            run_id=run.run_id,
-            step_id=current.step_id,
-            before=before,
-            after={**_snapshot(current), "run": run_snapshot(run), "resume": queued},
-            reason=text or "approved",
+        _audit(
+            AuditAction.GATE_APPROVE, name, now, run, current, before, text or "approved", queued
         )
     return current
 
@@ -190,17 +183,25 @@ def gate_reject(
             outcome = "run failed"
         else:
             outcome = queue_resume(run, cause="rejected", on_commit=None, clock=clock)
-        record(
-            by=name,
-            action=AuditAction.GATE_REJECT,
-            at=now,
-            run_id=run.run_id,
-            step_id=current.step_id,
-            before=before,
-            after={**_snapshot(current), "run": run_snapshot(run), "outcome": outcome},
-            reason=text,
-        )
+        _audit(AuditAction.GATE_REJECT, name, now, run, current, before, text, outcome)
     return current
+
+
+def _audit(
+    action: str, name: str, at: datetime, run: Run, gate: Gate, before: Any, why: str, then: str
+) -> None:
+    """The decision's audit row (in its transaction): the gate before and after, the run, and
+    what became of the run (``then``)."""
+    record(
+        by=name,
+        action=action,
+        at=at,
+        run_id=run.run_id,
+        step_id=gate.step_id,
+        before=before,
+        after={**_snapshot(gate), "run": run_snapshot(run), "then": then},
+        reason=why,
+    )
 
 
 def _lock_waiting(gate: Gate, now: datetime, *, link_nonce: str) -> tuple[Run, Gate]:

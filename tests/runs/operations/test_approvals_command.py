@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from harness.unannounced import start_unannounced
 from ledger.models import AuditEvent, Gate, Run
 from ledger.processes.execute import run_execute
+from tests.support.commands import run_cmd
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,15 +24,6 @@ ME = f"cli:{getpass.getuser()}"
 def execute() -> Any:
     """One execution on the real clock (the command's approvals read the real clock too)."""
     return lambda run_id: run_execute(run_id=run_id, worker="worker-1", heartbeat=False)
-
-
-def run_cmd(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command(*args, stdout=out)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue() + f"CommandError: {exc}"
-    return 0, out.getvalue()
 
 
 def test_approvals_list_show_approve_and_the_refusals(execute) -> None:

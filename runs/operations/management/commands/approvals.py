@@ -12,6 +12,7 @@ people. The last approval queues the run for a worker; a rejection queues it (th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -62,23 +63,15 @@ class Command(OperatorCommand):
         write(f"  arguments: {gate.arguments_text}")
 
     def _approve(self, options: dict[str, Any]) -> None:
-        gate = act("", lambda: _gate(options["gate"]))
-        done = act(
-            gate.run_id,
-            lambda: transitions.gate_approve(
-                gate=gate, by=transitions.cli_actor(), reason=options["reason"]
-            ),
-        )
-        self._report(done)
+        self._decide(options, transitions.gate_approve)
 
     def _reject(self, options: dict[str, Any]) -> None:
+        self._decide(options, transitions.gate_reject)
+
+    def _decide(self, options: dict[str, Any], decide: Callable[..., Gate]) -> None:
         gate = act("", lambda: _gate(options["gate"]))
-        done = act(
-            gate.run_id,
-            lambda: transitions.gate_reject(
-                gate=gate, by=transitions.cli_actor(), reason=options["reason"]
-            ),
-        )
+        by = transitions.cli_actor()
+        done = act(gate.run_id, lambda: decide(gate=gate, by=by, reason=options["reason"]))
         self._report(done)
 
     def _report(self, gate: Gate) -> None:
