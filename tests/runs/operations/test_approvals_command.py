@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from harness.unannounced import start_unannounced
 from ledger.models import AuditEvent, Gate, Run
 from ledger.processes.execute import run_execute
+from ledger.processes.preview import preview_resume
 from tests.support.commands import run_cmd
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,11 +35,15 @@ def test_approvals_list_show_approve_and_the_refusals(execute) -> None:
     assert code == 0 and f"#{gate.pk} {run.run_id} pay_out pay_out" in out
     code, out = run_cmd("approvals", "show", str(gate.pk))
     assert code == 0 and gate.arguments_text in out and gate.digest in out
+    last = preview_resume(run_id=run.run_id).steps[-1]  # what the dry replay says of it
+    assert (last.step_id, last.action) == ("pay_out", "execute")
+    assert f"waits at approval gate #{gate.pk}" in last.detail
 
     code, out = run_cmd("approvals", "approve", str(gate.pk), "--reason", "checked")
     assert code == 0 and "approved (1/1 approved)" in out
     run.refresh_from_db()
     assert run.status == "queued"
+    assert "it would be sent once" in preview_resume(run_id=run.run_id).steps[-1].detail
     event = AuditEvent.objects.get(action="gate_approve")
     assert (event.actor, event.reason) == (ME, "checked")
 
