@@ -11,7 +11,9 @@ re-queues the run, and the recovery worker resumes it from the ledger. Then both
   that had succeeded at the moment of the kill changed afterwards;
 * each effect happened exactly once in the simulators' tables (ProviderCharge, OutboxMessage,
   Notification) — except where the effect has no read path and the crash left it ambiguous:
-  then the run must stop as needs_attention/reconciliation and the effect must not repeat.
+  then the run must stop as needs_attention/reconciliation and the effect must not repeat;
+* a gated effect (the ``payout-gated`` scenario, approved by the harness whenever its run stops
+  at the gate) is sent only after its approval was used, with one approval used per effect.
 
 Every trial's kill point and kill moment come from ``random.Random(f"{seed}:{index}")``, printed
 with each failure, so ``RUNLEDGER_HARNESS=1 manage.py killtest --seed S --only I`` replays the
@@ -35,11 +37,11 @@ from typing import Any
 from harness.cluster import Cluster
 from harness.proxy import PHASES, Cut, Proxy
 from harness.unannounced import start_unannounced
-from ledger import registry
+from ledger import registry, signals, transitions
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
-from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
+from ledger.models import FINAL_STATUSES, Gate, GateStatus, Reason, Run, RunStatus, Step, StepStatus
 from ledger.processes import execute
-from runs.operations.tasks import start_run
+from runs.operations.tasks import resume_run, start_run
 
 DONE = (*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION)
 # Plus the lease. A kill is recovered within one lease and one sweep; the rest is room for a
@@ -57,6 +59,9 @@ class Scenario:
     #: Batched durability: the steps ahead of the effect, every one of which must be committed
     #: when a worker dies (or freezes) inside the effect's tool.
     durable_before_effect: int = 0
+    #: Its effect waits at an approval gate: the harness approves it (as a person would) each
+    #: time the run stops there, and judges that the effect was never sent without it.
+    gated: bool = False
 
 
 SCENARIOS = (
@@ -117,6 +122,22 @@ SCENARIOS = (
             "task.after_execute",
         ),
         durable_before_effect=44,
+    ),
+    # A payout behind an approval gate (the harness approves it when the run stops there):
+    # killed after the outcome "stopped at the gate" committed, right after the approval was
+    # used with the intent (nothing sent yet), and inside the approved effect, before and after
+    # the provider took the charge. The charge happens once, and never without its approval.
+    Scenario(
+        "payout-gated",
+        "payout",
+        {"invoice_id": "inv_1005"},
+        (
+            "task.after_execute",
+            "gate.after_use",
+            "charge.before_effect",
+            "charge.after_effect",
+        ),
+        gated=True,
     ),
 )
 MODES = ("child", "group")  # how a crash point kills: the pool child alone, or the whole worker
@@ -345,6 +366,9 @@ def baseline(scenario: Scenario) -> Baseline:
     run = start_unannounced(agent=scenario.agent, inputs=scenario.inputs)
     started = time.monotonic()
     outcome = execute.run_execute(run_id=run.run_id, worker="killtest-baseline")
+    while outcome is not None and outcome.reason == Reason.APPROVAL and scenario.gated:
+        approve_gate(run.run_id)
+        outcome = execute.run_execute(run_id=run.run_id, worker="killtest-baseline")
     duration = time.monotonic() - started
     if outcome is None or outcome.status != RunStatus.SUCCEEDED:
         raise RuntimeError(f"the uninterrupted {scenario.name} run did not succeed: {outcome}")
@@ -358,6 +382,60 @@ def baseline(scenario: Scenario) -> Baseline:
         emails=OutboxMessage.objects.filter(message_id__startswith=f"{run.run_id}:").count(),
         notifications=[_normalize(n, tokens) for n in notes],
     )
+
+
+# --- approval gates -------------------------------------------------------------------------
+
+APPROVER = "killtest-approver"
+
+
+def approve_gate(run_id: str) -> bool:
+    """Approve the waiting gate of a run stopped at one, as a person would; the resume is not
+    announced (the caller sends it where it wants). False when there is none to approve."""
+    gate = Gate.objects.filter(run_id=run_id, status=GateStatus.WAITING).order_by("-pk").first()
+    if gate is None:
+        return False
+    with signals.held():
+        transitions.gate_approve(gate=gate, by=APPROVER, reason="the kill test approves")
+    return True
+
+
+def _approve_waiting(cluster: Cluster, trial: Trial, status: str) -> str:
+    """A gated trial whose run stopped at its gate: approve it and send the resume to the victim
+    (still alive) or the recovery worker; the status as it is then."""
+    if not trial.scenario.gated or status != RunStatus.NEEDS_ATTENTION:
+        return status
+    if trial.killed_at is None and trial.point == "task.after_execute":
+        return status  # the victim dies right after stopping at the gate: approve after that
+    reason = Run.objects.filter(pk=trial.run_id).values_list("reason", flat=True).first()
+    if reason != Reason.APPROVAL or not approve_gate(trial.run_id):
+        return status
+    alive = trial.killed_at is None and trial.proc is not None and trial.proc.poll() is None
+    queues = [f"killtest-victim-{trial.index}"] if alive else []
+    if not alive or trial.point == "random":
+        # A fault at a random moment may take the victim with the message: the recovery worker
+        # gets it too (a resume delivered twice is harmless: the lease admits one).
+        queues.append(cluster.queue)
+    for queue in queues:
+        cluster.send(resume_run, trial.run_id, queue=queue)
+    return RunStatus.QUEUED
+
+
+def _check_gates(trial: Trial) -> None:
+    """Every charge of a gated run was sent under an approval used before it, and one approval
+    was used: never a charge without its approval, never an approval used twice."""
+    if not trial.scenario.gated:
+        return
+    used = list(Gate.objects.filter(run_id=trial.run_id, status=GateStatus.USED))
+    charges = list(ProviderCharge.objects.filter(idempotency_key__startswith=f"{trial.run_id}:"))
+    if len(used) > 1:
+        trial.problems.append(f"{len(used)} approvals were used for one effect")
+        trial.kinds.add("duplicate")
+    for charge in charges:
+        before = [g for g in used if g.used_at is not None and g.used_at <= charge.created_at]
+        if not before or not all(g.approved_by for g in before):
+            trial.problems.append(f"charge {charge.charge_id} was sent without its approval")
+            trial.kinds.add("mismatch")
 
 
 # --- running a batch -----------------------------------------------------------------------
@@ -476,6 +554,8 @@ def run_batch(
         statuses = dict(
             Run.objects.filter(pk__in=[t.run_id for t in pending]).values_list("run_id", "status")
         )
+        for trial in pending:
+            statuses[trial.run_id] = _approve_waiting(cluster, trial, statuses[trial.run_id])
         pending = [t for t in pending if not _observe(t, statuses[t.run_id], durations, cluster)]
         time.sleep(0.002)
     for trial in group:
@@ -505,6 +585,7 @@ def _judge(trial: Trial, base: Baseline, notes: list[str], cluster: Cluster) -> 
     elif not trial.done_at_kill:
         trial.recovery = (run.status_changed_at.timestamp()) - trial.killed_at
     _check_durable_before_effect(trial)
+    _check_gates(trial)
     final = _snapshot(trial.run_id)
     changed = [s for s, r in trial.snapshot.items() if final.get(s, "<missing>") != r]
     if changed:

@@ -8,6 +8,9 @@ def fetch_invoice(invoice_id: str) -> dict: ...
 @tool(kind="effect", reconcile=lookup_charge)
 def charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict: ...
 
+@tool(kind="effect", reconcile=lookup_payout, approval=True)   # a person approves each call
+def pay_out(customer: str, amount_cents: int, *, idempotency_key: str) -> dict: ...
+
 @agent("refund", plan_version="2", tools=[fetch_invoice, charge])
 def refund(ctx, inputs):
     invoice = ctx.call(fetch_invoice, invoice_id=inputs["invoice_id"])
@@ -18,6 +21,16 @@ def refund(ctx, inputs):
 from __future__ import annotations
 
 from ledger.engine import RunContext
-from ledger.registry import NOT_HAPPENED, Agent, Tool, agent, tool
+from ledger.errors import ApprovalRejected
+from ledger.registry import NOT_HAPPENED, Agent, Approval, Tool, agent, tool
 
-__all__ = ["NOT_HAPPENED", "Agent", "RunContext", "Tool", "agent", "tool"]
+__all__ = [
+    "NOT_HAPPENED",
+    "Agent",
+    "Approval",
+    "ApprovalRejected",
+    "RunContext",
+    "Tool",
+    "agent",
+    "tool",
+]

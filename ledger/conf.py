@@ -231,6 +231,31 @@ SETTINGS: tuple[Setting, ...] = (
         OPERATORS,
     ),
     Setting(
+        "RUNLEDGER_APPROVAL_EXPIRES_SECONDS",
+        86400.0,
+        "float",
+        "How long an approval gate (`@tool(approval=...)`) stays open, unless the tool says: "
+        "an approval given later is refused, and an approval not used by then is void (the "
+        "resume asks again).",
+        OPERATORS,
+    ),
+    Setting(
+        "RUNLEDGER_APPROVAL_LINK_SECONDS",
+        3600.0,
+        "float",
+        "How long the signed approval link in a gate's notification works (it still needs "
+        "sign-in, and works once).",
+        OPERATORS,
+    ),
+    Setting(
+        "RUNLEDGER_APPROVER_PERMISSION",
+        "runs.approve_settlements",
+        "str",
+        "The permission of the people who approve gates: each gets a signed link in a gate's "
+        "notification (the dashboard's approver role holds it).",
+        OPERATORS,
+    ),
+    Setting(
         "RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES",
         65536,
         "int",

@@ -54,6 +54,41 @@ class AgentMissing(RunBlocked):
     reason = "agent_missing"
 
 
+class ApprovalRequired(RunBlocked):
+    """An effect waits for a person's approval of its exact arguments before it is sent.
+
+    ``arguments_text`` is the canonical JSON the tool will receive and ``digest`` its sha256
+    (the step's input hash): the gate's approval binds them.
+    """
+
+    reason = "approval"
+
+    def __init__(
+        self,
+        step_id: str,
+        detail: str,
+        *,
+        tool: str,
+        arguments_text: str,
+        digest: str,
+        approvers: int,
+        on_reject: str,
+        expires_after: float,
+    ) -> None:
+        self.tool, self.arguments_text, self.digest = tool, arguments_text, digest
+        self.approvers, self.on_reject, self.expires_after = approvers, on_reject, expires_after
+        super().__init__(step_id, detail)
+
+
+class ApprovalRejected(LedgerError):
+    """A person rejected the effect this call would have sent (``on_reject="raise"``): the agent
+    may catch it and go on; a replay raises it again at the same call."""
+
+    def __init__(self, step_id: str, by: str, reason: str) -> None:
+        self.step_id, self.by, self.reason = step_id, by, reason
+        super().__init__(f"step {step_id!r}: the effect was rejected by {by}: {reason}")
+
+
 class LeaseLost(LedgerError):
     """This worker's lease on the run was taken or revoked: it must commit nothing and stop."""
 

@@ -1,12 +1,13 @@
 """Named points where development equipment may inject a fault; a no-op in production.
 
 The product marks a handful of places — ``engine.before_send`` (an effect's intent committed,
-before the lease check and the send), ``task.after_execute`` (a run's outcome committed, before
-the task returns), ``notify.after_send`` (a notification received, before it is recorded as
-sent) — and the example tools mark theirs (``charge.after_effect`` …). ``point(name)`` does
-nothing unless a hook is installed; only the development equipment installs one
-(``harness.faults``: kill, freeze or call a test's function at a named point). Nothing here
-reads the environment.
+before the lease check and the send), ``gate.after_use`` (an approval gate's approval used
+with the effect's intent, in one transaction, nothing sent yet), ``task.after_execute`` (a
+run's outcome committed, before the task returns), ``notify.after_send`` (a notification
+received, before it is recorded as sent) — and the example tools mark theirs
+(``charge.after_effect`` …). ``point(name)`` does nothing unless a hook is installed; only
+the development equipment installs one (``harness.faults``: kill, freeze or call a test's
+function at a named point). Nothing here reads the environment.
 """
 
 from __future__ import annotations

@@ -205,6 +205,66 @@ class Settlement(models.Model):
         return f"settlement {self.pk}: {self.step_id} {self.outcome} ({self.status})"
 
 
+class GateStatus(models.TextChoices):
+    WAITING = "waiting"  # asked; not decided (or approved by one of two approvers)
+    APPROVED = "approved"  # approved by enough people; not used yet
+    USED = "used"  # its effect's intent was written under it (once)
+    REJECTED = "rejected"
+    VOID = "void"  # the arguments changed, or it expired, before it was used
+
+
+#: A gate a person may still decide or an engine may still use.
+OPEN_GATE_STATUSES = (GateStatus.WAITING, GateStatus.APPROVED)
+
+
+class Gate(models.Model):
+    """One approval gate: a person is asked to approve one step's exact arguments before the
+    effect is sent (``@tool(approval=...)``).
+
+    Written only by ``ledger.transitions.gates``. The approval binds the run, the step, the
+    digest of the canonical arguments (``digest``, the step's input hash over
+    ``arguments_text``) and ``expires_at``; the engine uses it once, in the transaction that
+    writes the effect's intent. At most one open gate per step.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="gates")
+    step_id = models.CharField(max_length=255)
+    tool = models.CharField(max_length=200)
+    arguments_text = models.TextField(help_text="The exact canonical JSON the tool receives.")
+    digest = models.CharField(max_length=64)
+    approvers_required = models.PositiveSmallIntegerField(default=1)
+    on_reject = models.CharField(max_length=10, default="raise")
+    status = models.CharField(max_length=20, choices=GateStatus.choices, default=GateStatus.WAITING)
+    #: The names of the people who approved, in order (four eyes: two distinct names).
+    approved_by = models.JSONField(default=list, blank=True)
+    decided_by_name = models.CharField(max_length=150, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True, default="")
+    #: Single-use links: the nonces of the signed links already used.
+    links_used = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    void_reason = models.CharField(max_length=200, blank=True, default="")
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step_id"],
+                condition=models.Q(status__in=["waiting", "approved"]),
+                name="gate_one_open_per_step",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="gate_status_age"),
+            models.Index(fields=["run", "step_id"], name="gate_run_step"),
+        ]
+
+    def __str__(self) -> str:
+        return f"gate {self.pk}: {self.run_id}/{self.step_id} ({self.status})"
+
+
 class AuditAction(models.TextChoices):
     SETTLEMENT_PROPOSE = "settlement_propose"
     SETTLEMENT_APPROVE = "settlement_approve"
@@ -224,6 +284,8 @@ class AuditAction(models.TextChoices):
     RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
     WEBHOOK_SUBSCRIBE = "webhook_subscribe"  # an application subscribed a URL to run events
     WEBHOOK_UNSUBSCRIBE = "webhook_unsubscribe"
+    GATE_APPROVE = "gate_approve"  # an approval gate approved (by one of its approvers)
+    GATE_REJECT = "gate_reject"
 
 
 class AppendOnly(Exception):
@@ -301,6 +363,7 @@ class NotificationKind(models.TextChoices):
     RUN_FAILED = "run.failed", "event: run failed"
     RUN_CANCELLED = "run.cancelled", "event: run cancelled"
     RUN_NEEDS_ATTENTION = "run.needs_attention", "event: run needs attention"
+    GATE_WAITING = "gate_waiting", "an effect waits for approval"
 
 
 class DeliveryStatus(models.TextChoices):

@@ -30,9 +30,50 @@ Durability = Literal["step", "batched"]
 Reconcile = Callable[[str], Any]
 #: ``list_keys(prefix)``: the effect keys the downstream system holds that start with prefix.
 ListKeys = Callable[[str], Iterable[str]]
-RESERVED_PARAMS = {"step"}
+RESERVED_PARAMS = {"step", "approval"}
+OnReject = Literal["raise", "fail"]
 TITLE_CHARS = 200
 LABEL_CHARS = 100
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An effect that a person approves before it is sent (``@tool(approval=...)``, or
+    ``ctx.call(tool, approval=...)`` for one call).
+
+    ``approvers``: 1, or 2 distinct people (four eyes). ``on_reject``: ``"raise"`` (the call
+    raises ``ApprovalRejected`` in the agent, which may handle it) or ``"fail"`` (the run
+    fails). ``expires_after``: seconds the gate stays open (None:
+    RUNLEDGER_APPROVAL_EXPIRES_SECONDS).
+    """
+
+    approvers: int = 1
+    on_reject: OnReject = "raise"
+    expires_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.approvers not in (1, 2):
+            raise AgentDefinitionError(f"approvers must be 1 or 2, not {self.approvers!r}")
+        if self.on_reject not in ("raise", "fail"):
+            raise AgentDefinitionError(f"on_reject must be raise or fail, not {self.on_reject!r}")
+        after = self.expires_after
+        if after is not None and not (isinstance(after, int | float) and after > 0):
+            raise AgentDefinitionError(f"expires_after must be seconds > 0, not {after!r}")
+
+
+def approval_policy(value: Approval | bool | None, *, kind: str, name: str) -> Approval | None:
+    """``approval=`` as given (True, False/None, or an ``Approval``), checked."""
+    if value is None or value is False:
+        return None
+    if kind != "effect":
+        raise AgentDefinitionError(f"tool {name!r}: only effects can wait for an approval")
+    if value is True:
+        return Approval()
+    if not isinstance(value, Approval):
+        raise AgentDefinitionError(
+            f"tool {name!r}: approval must be True or an Approval(...), not {value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -60,6 +101,9 @@ class Tool:
     def policy(self) -> RetryPolicy:
         assert self.retry is not None  # set by __post_init__
         return self.retry
+
+    #: A person approves each call before it is sent (see ``Approval``); None: no gate.
+    approval: Approval | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -166,6 +210,7 @@ def tool(
     backoff_max: float | None = None,
     jitter: float | None = None,
     non_retryable: tuple[type[BaseException], ...] | type[BaseException] = (),
+    approval: Approval | bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -184,6 +229,9 @@ def tool(
     negative number, ``backoff_max`` below ``backoff``) raises ``AgentDefinitionError`` here.
     ``list_keys(prefix)`` (effects only, optional) lists the keys the downstream system holds
     under a prefix, so the effect audit can find effects the ledger does not know at all.
+    ``approval=True`` (or ``Approval(approvers=2, on_reject="fail", expires_after=3600)``,
+    effects only): before its intent is written, the run stops for a person to approve the
+    exact arguments (``docs/authors/approvals.md``).
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
@@ -198,9 +246,12 @@ def tool(
 
     def register(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
+        gate = approval_policy(approval, kind=kind, name=tool_name)
         params = inspect.signature(fn).parameters
-        if RESERVED_PARAMS & set(params):
-            raise AgentDefinitionError(f"tool {tool_name!r}: parameter name 'step' is reserved")
+        if reserved := sorted(RESERVED_PARAMS & set(params)):
+            raise AgentDefinitionError(
+                f"tool {tool_name!r}: parameter name {reserved[0]!r} is reserved"
+            )
         if kind == "effect" and "idempotency_key" not in params:
             raise AgentDefinitionError(
                 f"effect tool {tool_name!r} must accept idempotency_key= (the step's effect key)"
@@ -224,6 +275,7 @@ def tool(
             and "fencing_token" in inspect.signature(reconcile).parameters,
             list_keys=list_keys,
             retry=policy,
+            approval=gate,
         )
         _tools[tool_name] = registered
         return registered

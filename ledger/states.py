@@ -29,6 +29,7 @@ class Reason(TextChoices):
     DIVERGENCE = "divergence"
     BUDGET = "budget"
     AGENT_MISSING = "agent_missing"
+    APPROVAL = "approval"
 
 
 class StepStatus(TextChoices):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ledger.registry import Approval
 from ledger.retry import RetryPolicy, arguments_misfit
 from ledger.states import StepKind
 
@@ -35,6 +36,7 @@ class Call:
     prompt_hash: str = ""
     seq: int | None = None  # taken up front for a fan-out sibling (on the calling thread)
     next_step_id: str | None = None  # a fan-out sibling's link to the next sibling
+    approval: Approval | None = None  # an effect a person approves before it is sent
 
 
 def misfit(call: Call) -> bool:

@@ -21,8 +21,8 @@ from ledger import canonical, llm
 from ledger.conf import conf
 from ledger.engine.calls import Call
 from ledger.engine.walk import Walk
-from ledger.errors import BudgetExhausted, ContinueAsNew, DuplicateStepId
-from ledger.registry import Agent, Tool
+from ledger.errors import AgentDefinitionError, BudgetExhausted, ContinueAsNew, DuplicateStepId
+from ledger.registry import Agent, Approval, Tool, approval_policy
 from ledger.states import StepKind, StepStatus
 
 Clock = Callable[[], datetime]
@@ -75,14 +75,36 @@ class RunContext:
 
     # --- the agent author's calls ---------------------------------------------------------
 
-    def call(self, tool: Tool, /, *, step: str | None = None, **inputs: Any) -> Any:
-        """Call a registered tool through the ledger; returns its (recorded) result."""
+    def call(
+        self,
+        tool: Tool,
+        /,
+        *,
+        step: str | None = None,
+        approval: Approval | bool | None = None,
+        **inputs: Any,
+    ) -> Any:
+        """Call a registered tool through the ledger; returns its (recorded) result.
+
+        ``approval`` (effects): this call waits for a person's approval of its exact arguments
+        before it is sent, as ``@tool(approval=...)`` does for every call (``True`` or an
+        ``Approval``; ``None`` keeps the tool's own; ``False`` is refused for a gated tool).
+        """
         if not isinstance(tool, Tool):
             raise TypeError(f"ctx.call() takes a registered @tool, not {tool!r}")
+        gate = tool.approval
+        if approval is not None:
+            if approval is False and gate is not None:
+                raise AgentDefinitionError(
+                    f"tool {tool.name!r} requires approval; a call cannot turn it off"
+                )
+            gate = approval_policy(approval, kind=tool.kind, name=tool.name) or gate
         step_id = self._step_id(step, tool.name)
         if tool.kind == StepKind.PURE:
             return tool.fn(**inputs)
-        return self._steps.step(self._tool_call(step_id, tool, inputs))
+        call = self._tool_call(step_id, tool, inputs)
+        call.approval = gate
+        return self._steps.step(call)
 
     def parallel(
         self, branches: Mapping[str, Branch], /, *, step: str, max_workers: int = 4
@@ -107,6 +129,7 @@ class RunContext:
                 pure[key] = tool.fn(**inputs)
             else:
                 calls[key] = self._tool_call(f"{base}.{key}", tool, dict(inputs))
+                calls[key].approval = tool.approval
         done = self._steps.fanout(list(calls.values()), max_workers) if calls else {}
         by_key = {**pure, **{key: done[call.step_id] for key, call in calls.items()}}
         return {key: by_key[key] for key in branches}

@@ -43,15 +43,16 @@ from typing import Any
 
 from django.db import DatabaseError, connection, connections, transaction
 
-from ledger import canonical, observe, retry, transitions
+from ledger import canonical, faultpoints, observe, retry, transitions
 from ledger.conf import conf
-from ledger.engine import failures
+from ledger.engine import failures, gate
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
 from ledger.engine.walk import Walk
 from ledger.errors import (
+    ApprovalRejected,
     BudgetExhausted,
     LeaseLost,
     LedgerUnavailable,
@@ -134,9 +135,13 @@ class LiveSteps:
             self._check_history(1, call.step_id)
         if self._batch is not None and self._batch.due():
             self._flush_soon()
-        result = self._run(
-            call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
-        )
+        try:
+            result = self._run(
+                call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
+            )
+        except ApprovalRejected:
+            self.walk.advance(call.step_id)  # its row records the rejection on the path
+            raise
         self.walk.advance(call.step_id)
         return result
 
@@ -327,6 +332,10 @@ class LiveSteps:
             key = row.effect_key if row is not None and row.effect_key else self._effect_key(call)
             if row is not None:  # a previous execution attempted it: let its window end first
                 self._fence.wait_out_previous_holder(call.step_id)
+        gate_id = None
+        if effect and call.approval is not None and (row is None or not row.effect_key):
+            # No intent yet: a person approves these exact arguments first (ledger.engine.gate).
+            gate_id = self._gate(call, row, seq=seq, prev=prev, abandon=abandon)
         first_write = True
         pk: int | None = None
         while True:
@@ -335,7 +344,10 @@ class LiveSteps:
                 write.prev_step_id, write.abandon = prev, abandon
             if effect:
                 write.status = StepStatus.STARTED
-                pk = self._commit(call.step_id, "intent", partial(transitions.step_write, write))
+                intent = partial(transitions.step_write, write)
+                if gate_id is not None and first_write:
+                    intent = partial(self._intent_under_gate, call, write, gate_id)
+                pk = self._commit(call.step_id, "intent", intent)
                 first_write = False
                 self._fence.check(call.step_id)  # the intent is committed; the effect not sent
             bad_arguments = False
@@ -453,6 +465,31 @@ class LiveSteps:
             wait,
             f"attempt {attempt} of {call.tool!r} is due in {wait:.1f}s; the run waits released",
         )
+
+    def _gate(
+        self, call: Call, row: StepRow | None, *, seq: int, prev: str | None, abandon: list[str]
+    ) -> int:
+        """The approved gate the intent will use; a rejection (``on_reject="raise"``) is
+        recorded as the step's failed row (once) before the agent sees ``ApprovalRejected``."""
+        try:
+            return gate.decision(call, run_id=self.run_id, now=self._clock())
+        except ApprovalRejected as exc:
+            if row is None:
+                write = self._write(call, seq=seq, attempt=1, key=None, errors=[])
+                write.prev_step_id, write.abandon = prev, abandon
+                write.status, write.error, write.finished = StepStatus.FAILED, str(exc), True
+                self._commit(call.step_id, "failure", partial(transitions.step_write, write))
+                self._remember(call, write, None, None, [], prev=prev, status=StepStatus.FAILED)
+            raise
+
+    def _intent_under_gate(self, call: Call, write: StepWrite, gate_id: int) -> int:
+        """The effect's intent and the use of its approval: one transaction, or neither."""
+        with transaction.atomic():
+            if not transitions.gate_use(gate_id=gate_id, digest=call.input_hash, now=write.now):
+                raise gate.required(call, why="; the approval was used or withdrawn meanwhile")
+            pk: int = transitions.step_write(write)
+        faultpoints.point("gate.after_use")  # approval used, intent committed, nothing sent
+        return pk
 
     def _write(
         self, call: Call, *, seq: int, attempt: int, key: str | None, errors: list[Any]

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ledger import faultpoints, llm
-from ledger.agents import RunContext, agent, tool
+from ledger.agents import Approval, ApprovalRejected, RunContext, agent, tool
 from ledger.examples import simulators
 from ledger.loops import Limits, chat, messages
 
@@ -399,3 +399,46 @@ def paged_survey(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     if end < records:
         ctx.continue_as_new({**inputs, "start": end, "total": total, "sent": sent})
     return {"total": total, "records": records, "emails": len(sent)}
+
+
+@tool(kind="effect", reconcile=simulators.provider_lookup, approval=True)
+def pay_out(
+    customer: str, amount_cents: int, *, idempotency_key: str, fencing_token: int | None = None
+) -> dict[str, Any]:
+    """Pay money out through the payment provider: a person approves every payout first."""
+    return simulators.provider_charge(
+        customer=customer,
+        amount_cents=amount_cents,
+        idempotency_key=idempotency_key,
+        fencing_token=fencing_token,
+    )
+
+
+@agent(
+    "payout",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=10,
+    tools=[fetch_invoice, pay_out, notify_team],
+    title="Pay out invoice {invoice_id}",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
+)
+def payout(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Pay an invoice's total out after a person approves it; a rejection tells the team.
+
+    ``inputs["four_eyes"]``: the payout needs two different approvers, and a rejection fails the
+    run (a single call's approval, ``ctx.call(..., approval=Approval(...))``).
+    """
+    invoice = ctx.call(fetch_invoice, step="fetch_invoice", invoice_id=inputs["invoice_id"])
+    args = {"customer": invoice["customer"], "amount_cents": invoice["total_cents"]}
+    if inputs.get("four_eyes"):
+        strict = Approval(approvers=2, on_reject="fail")
+        charge = ctx.call(pay_out, step="pay_out", approval=strict, **args)
+        return {"paid": True, "charge_id": charge["charge_id"]}
+    try:
+        charge = ctx.call(pay_out, step="pay_out", **args)
+    except ApprovalRejected as exc:
+        ctx.call(notify_team, step="notify", channel="#billing", text=f"payout rejected: {exc}")
+        return {"paid": False, "rejected_by": exc.by}
+    return {"paid": True, "charge_id": charge["charge_id"]}

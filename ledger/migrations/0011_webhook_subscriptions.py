@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0009_run_prior_lease_expires_at'),
+        ('ledger', '0010_step_failures'),
     ]
 
     operations = [

@@ -30,6 +30,7 @@ from ledger.engine.execution import close, flush, live_context
 from ledger.engine.fence import LeaseFence
 from ledger.errors import (
     AgentMissing,
+    ApprovalRejected,
     BudgetExhausted,
     ContinueAsNew,
     Divergence,
@@ -279,7 +280,7 @@ def _execute_agent(
         return _defer(run, token, clock, later, ctx)
     except RunBlocked as exc:
         return _block(run, token, clock, exc, ctx)
-    except (StepFailed, NotJSON, DuplicateStepId) as exc:
+    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
         log.error("run %s failed: %s", run.run_id, exc, extra=_step_extra(exc))
         return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
     except LeaseLost:

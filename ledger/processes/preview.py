@@ -157,6 +157,8 @@ class DrySteps:
             )
             raise _Stop(f"{call.step_id} must be settled before anything after it can run")
         entry.detail = "first execution" if row is None else f"attempt {row.attempt + 1}"
+        if call.approval is not None and (row is None or not row.effect_key):
+            entry.detail += "; " + _gate_note(self.walk.run_id, call, self.clock())
         raise _Stop(f"{call.step_id} would execute; the walk cannot see past it")
 
     def fanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
@@ -182,6 +184,20 @@ class DrySteps:
         if stop is not None:
             raise stop
         return results
+
+
+def _gate_note(run_id: str, call: Call, now: datetime) -> str:
+    """What the gate of a gated effect would do on the resume (``ledger.engine.gate``)."""
+    gate = selectors.gate_latest(run_id=run_id, step_id=call.step_id)
+    same = gate is not None and gate.digest == call.input_hash
+    if same and gate is not None and gate.expires_at > now:
+        if gate.status == "approved":
+            return f"approved (gate #{gate.pk}): it would be sent once under its effect key"
+        if gate.status == "waiting":
+            return f"it waits at approval gate #{gate.pk}: the run stops there again"
+    if same and gate is not None and gate.status == "rejected" and gate.on_reject == "raise":
+        return f"rejected by {gate.decided_by_name}: the call would raise ApprovalRejected"
+    return "it needs a person's approval first: the run would stop at a new gate"
 
 
 def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:

@@ -9,6 +9,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
+- ``gates``: approval gates (the engine's look-up, the Approvals queue);
 - ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
@@ -25,6 +26,7 @@ from ledger.selectors.bulk import (
 )
 from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.failures import AttemptFailure, attempt_failures, run_failures
+from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.operator import (
     NOTIFICATION_STATUSES,
@@ -107,6 +109,10 @@ __all__ = [
     "effect_audits",
     "effects_of_run",
     "findings_for_run",
+    "gate_get",
+    "gate_latest",
+    "gate_queue",
+    "gates_of_run",
     "ledger_export",
     "load_steps",
     "notifications_of_run",

@@ -18,6 +18,9 @@ nothing.
 - ``notify``: the notification outbox (queued with the event, claimed, sent, failed), completion
   events included;
 - ``events``: applications' webhook subscriptions to completion events (subscribe, remove).
+- ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
+  (``gate_links``: the signed links in their notifications);
+- ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
@@ -49,6 +52,8 @@ from ledger.transitions.actions import (
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
 from ledger.transitions.events import subscribe, subscriptions_follow, unsubscribe
+from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_token
+from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
     beacon_beat,
     lease_claim,
@@ -89,6 +94,7 @@ __all__ = [
     "Actor",
     "BulkOutcome",
     "Conflict",
+    "GateLink",
     "InvalidInput",
     "NotAllowed",
     "OnCommit",
@@ -100,6 +106,12 @@ __all__ = [
     "beacon_beat",
     "bulk_apply",
     "cli_actor",
+    "gate_approve",
+    "gate_link_check",
+    "gate_link_token",
+    "gate_open",
+    "gate_reject",
+    "gate_use",
     "lease_claim",
     "lease_renew",
     "notification_claim",

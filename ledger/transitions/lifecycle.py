@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from ledger import canonical, registry, signals
 from ledger.conf import conf
-from ledger.errors import LeaseLost, RunBlocked
+from ledger.errors import ApprovalRequired, LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
 from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
 from ledger.selectors import ExpiredLease
-from ledger.transitions import events, notify
+from ledger.transitions import events, gates, notify
 from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,8 @@ def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
 
 def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezone.now) -> None:
     """Stop a running run as needs_attention with the reason, the step and the detail; the
-    notification that a person is needed is queued in the same transaction (an outbox)."""
+    notification that a person is needed is queued in the same transaction (an outbox). At an
+    approval gate (``ApprovalRequired``) the gate is opened in it too, with its own notification."""
     now = clock()
     with transaction.atomic():
         _fenced(
@@ -226,7 +227,10 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
             updated_at=now,
             status_changed_at=now,
         )
-        notify.notify_run_blocked(run_id=run_id, at=now)
+        if isinstance(why, ApprovalRequired):
+            gates.gate_open(run_id=run_id, why=why, now=now)  # its own notification, once
+        else:
+            notify.notify_run_blocked(run_id=run_id, at=now)
         notify.notify_run_event(run_id=run_id, at=now)
 
 

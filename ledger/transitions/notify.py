@@ -27,6 +27,7 @@ from ledger import canonical, signals
 from ledger.conf import conf
 from ledger.models import (
     DeliveryStatus,
+    Gate,
     Notification,
     NotificationKind,
     Run,
@@ -35,6 +36,7 @@ from ledger.models import (
     SettlementStatus,
     WebhookSubscription,
 )
+from ledger.transitions.gate_links import gate_link_token
 
 DETAIL_CHARS = 500
 REMIND_BATCH = 500
@@ -255,6 +257,57 @@ def event_body(run: Run, *, event: str, at: datetime) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+#: Links in one gate's notification at most (one per approver).
+GATE_LINKS = 20
+
+
+def notify_gate_waiting(*, gate: Gate, run: Run, at: datetime) -> int:
+    """An effect waits at an approval gate (call in the transaction that opened it): once per
+    gate. The payload holds the exact arguments, their digest, and a signed single-use link per
+    person holding RUNLEDGER_APPROVER_PERMISSION (each still needs that person signed in)."""
+    if not channels():
+        return 0
+    base = conf.RUNLEDGER_PUBLIC_URL.rstrip("/")
+    names = [user.get_username() for user in _approvers()]
+    links = {
+        name: f"{base}/approvals/link/{gate_link_token(gate=gate, username=name)}/"
+        for name in names
+    }
+    payload = _run_payload(run, NotificationKind.GATE_WAITING) | {
+        "step_id": gate.step_id,
+        "gate": {
+            "id": gate.pk,
+            "tool": gate.tool,
+            "arguments": gate.arguments_text[: DETAIL_CHARS * 8],
+            "digest": gate.digest,
+            "approvers_required": gate.approvers_required,
+            "expires_at": gate.expires_at.isoformat(),
+            "url": f"{base}/approvals/{gate.pk}/",
+            "links": links,
+        },
+    }
+    return _queue(
+        event_key=f"gate_waiting:{gate.pk}",
+        kind=NotificationKind.GATE_WAITING,
+        run=run,
+        subject=f"[runledger] approval wanted: {gate.tool} ({gate.step_id}) of {_name(run)}",
+        payload=payload,
+        at=at,
+        waiting_since=gate.created_at,
+    )
+
+
+def _approvers() -> list[Any]:
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.with_perm(  # type: ignore[attr-defined]
+        conf.RUNLEDGER_APPROVER_PERMISSION,
+        is_active=True,
+        backend="django.contrib.auth.backends.ModelBackend",  # groups and user permissions
+    )
+    return list(users.order_by("pk")[:GATE_LINKS])
 
 
 def notifications_remind(*, now: datetime) -> int:

@@ -7,6 +7,7 @@ import re
 from django.urls import path, register_converter
 
 from runs.dashboard.views import (
+    approvals,
     audit,
     bulk,
     deploy,
@@ -70,6 +71,11 @@ urlpatterns = [
     ),
     path("settlements/<int:pk>/approve/", settle.settlement_approve, name="settlement_approve"),
     path("settlements/<int:pk>/reject/", settle.settlement_reject, name="settlement_reject"),
+    path("approvals/", approvals.approval_queue, name="approvals"),
+    path("approvals/<int:pk>/", approvals.approval_page, name="approval"),
+    path("approvals/<int:pk>/approve/", approvals.approval_approve, name="approval_approve"),
+    path("approvals/<int:pk>/reject/", approvals.approval_reject, name="approval_reject"),
+    path("approvals/link/<str:token>/", approvals.approval_link, name="approval_link"),
     path("runs/<run_id:run_id>/steps/<int:pk>/stale/", stale.stale_page, name="stale"),
     path(
         "runs/<run_id:run_id>/steps/<int:pk>/stale/accept/",

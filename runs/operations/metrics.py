@@ -6,8 +6,9 @@ before any process starts and be emptied between starts) prometheus_client keeps
 there and ``/metrics`` in any web process adds up every process's files. Without it each
 process counts for itself (one-process set-ups, tests).
 
-The gauges (runs by status and reason, settlements waiting, sweep lag) are read from the ledger
-when ``/metrics`` is scraped: they are true whichever process wrote the rows.
+The gauges (runs by status and reason, settlements waiting, approval gates by status, sweep
+lag) are read from the ledger when ``/metrics`` is scraped: they are true whichever process
+wrote the rows.
 """
 
 from __future__ import annotations
@@ -101,7 +102,15 @@ class LedgerCollector(Collector):
     """Gauges read from the ledger at scrape time."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from ledger.models import Beacon, Notification, Run, Settlement, SettlementStatus
+        from ledger.models import (
+            Beacon,
+            Gate,
+            GateStatus,
+            Notification,
+            Run,
+            Settlement,
+            SettlementStatus,
+        )
 
         runs = GaugeMetricFamily(
             "runledger_runs", "Runs by status and reason.", labels=["status", "reason"]
@@ -124,6 +133,22 @@ class LedgerCollector(Collector):
             "runledger_settlement_oldest_age_seconds",
             "Age of the oldest settlement proposal waiting (0 when none waits).",
             value=(now - oldest).total_seconds() if oldest else 0.0,
+        )
+        gates = GaugeMetricFamily(
+            "runledger_gates",
+            "Approval gates by status (waiting, approved, used, rejected, void).",
+            labels=["status"],
+        )
+        for status, n in Gate.objects.values_list("status").annotate(n=Count("pk")).order_by():
+            gates.add_metric([status], n)
+        yield gates
+        oldest_gate = Gate.objects.filter(status=GateStatus.WAITING).aggregate(
+            oldest=Min("created_at")
+        )["oldest"]
+        yield GaugeMetricFamily(
+            "runledger_gate_oldest_waiting_age_seconds",
+            "Age of the oldest approval gate waiting for a decision (0 when none waits).",
+            value=(now - oldest_gate).total_seconds() if oldest_gate else 0.0,
         )
         notifications = GaugeMetricFamily(
             "runledger_notifications",

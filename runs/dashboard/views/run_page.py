@@ -116,6 +116,11 @@ def _header_context(run: Run) -> dict[str, Any]:
         "blocked_step": blocked,
         "has_lookup": blocked is not None and presenting.tool_has_lookup(blocked.tool),
         "waiting_proposal": selectors.settlements_waiting().filter(run_id=run.run_id).first(),
+        "waiting_gate": (
+            selectors.gate_latest(run_id=run.run_id, step_id=run.blocked_step_id)
+            if run.reason == "approval"
+            else None
+        ),
         "now": now,
         "code": presenting.code_check(run),
         "children": selectors.run_children(run_id=run.run_id),

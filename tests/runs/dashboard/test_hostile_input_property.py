@@ -206,7 +206,8 @@ def _route_values(world: dict[str, Any]) -> st.SearchStrategy[dict[str, str]]:
         st.sampled_from(["0", "999999", "9" * 30, "9" * 5_000]),
         VALUE.filter(bool),
     )
-    return st.fixed_dictionaries({"run_id": run_id, "pk": pk})
+    token = VALUE.filter(bool)  # an approval link's token (never a valid signature here)
+    return st.fixed_dictionaries({"run_id": run_id, "pk": pk, "token": token})
 
 
 def _send(client: Client, method: str, url: str, params: dict[str, Any]) -> None:
@@ -226,7 +227,7 @@ def test_every_hostile_value_in_every_field_of_every_view_is_refused_cleanly(
     parses its budget)."""
     route = str(pattern.pattern)
     client = world["clients"]["admin"]
-    parts = {"run_id": world["run_ids"][1], "pk": world["step_pks"][-1]}
+    parts = {"run_id": world["run_ids"][1], "pk": world["step_pks"][-1], "token": "not-a-link"}
     url = _url(route, parts)
     for value in SWEEP:
         params: dict[str, Any] = dict.fromkeys(FIELDS, value)
