@@ -8,6 +8,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
   marks;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
+- ``pauses``: active pauses, the pauses list, what a lift would queue, a run's executions;
 - ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
@@ -39,6 +40,14 @@ from ledger.selectors.operator import (
     settlement_queue,
     settlement_queue_steps,
     settlements_waiting,
+)
+from ledger.selectors.pauses import (
+    ActivePauses,
+    ExecutionRow,
+    active_pauses,
+    pause_held,
+    pauses_list,
+    run_executions,
 )
 from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
@@ -80,12 +89,14 @@ __all__ = [
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
+    "ActivePauses",
     "BulkPlan",
     "BulkPlanItem",
     "Chain",
     "Cursor",
     "EditMark",
     "Evidence",
+    "ExecutionRow",
     "ExpiredLease",
     "Progress",
     "QueueItem",
@@ -94,6 +105,7 @@ __all__ = [
     "StatusCounts",
     "StepRow",
     "SweepHealth",
+    "active_pauses",
     "approval_required",
     "audit_events",
     "audit_page",
@@ -106,9 +118,12 @@ __all__ = [
     "load_steps",
     "notifications_of_run",
     "notifications_page",
+    "pause_held",
+    "pauses_list",
     "run_archive",
     "run_children",
     "run_detail",
+    "run_executions",
     "run_progress",
     "run_status_counts",
     "runs_filtered",

@@ -7,14 +7,15 @@ same transaction. A refused action raises an ``OperationError`` (``ledger.errors
 nothing.
 
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
-- ``lifecycle``: create, lease claim/renew, count a resume, replan, block, finish, continue as
-  new, re-queue by the sweep (the workers' side);
+- ``lifecycle``: create, lease claim/renew, count a resume, replan, block, hold paused,
+  finish, continue as new, re-queue by the sweep, the execution record (the workers' side);
 - ``actions``: a person's resume, retry, cancel, fork of a run, and a clean run replacing it;
   ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
 - ``stale``: accept a stale step's stored result, re-execute from a step;
 - ``edits``: admins' edits of ledger rows;
 - ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
+- ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
@@ -47,12 +48,16 @@ from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
 from ledger.transitions.lifecycle import (
     beacon_beat,
+    beacon_forget,
+    execution_begin,
+    execution_end,
     lease_claim,
     lease_renew,
     run_block,
     run_continue_as_new,
     run_count_resume,
     run_finish,
+    run_hold_paused,
     run_replan,
     run_requeue_expired,
     run_requeue_lost,
@@ -64,6 +69,7 @@ from ledger.transitions.notify import (
     notification_sent,
     notifications_remind,
 )
+from ledger.transitions.pauses import pause_create, pause_lift
 from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
     ReconcileAnswer,
@@ -91,8 +97,11 @@ __all__ = [
     "StepWrite",
     "TodaysInputs",
     "beacon_beat",
+    "beacon_forget",
     "bulk_apply",
     "cli_actor",
+    "execution_begin",
+    "execution_end",
     "lease_claim",
     "lease_renew",
     "notification_claim",
@@ -100,6 +109,8 @@ __all__ = [
     "notification_sent",
     "notifications_remind",
     "parse_result_text",
+    "pause_create",
+    "pause_lift",
     "run_admin_edit",
     "run_archive_record",
     "run_block",
@@ -108,6 +119,7 @@ __all__ = [
     "run_count_resume",
     "run_finish",
     "run_fork",
+    "run_hold_paused",
     "run_reexecute_from",
     "run_replan",
     "run_requeue_expired",
