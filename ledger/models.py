@@ -195,6 +195,8 @@ class Pause(models.Model):
     lifted_at = models.DateTimeField(null=True, blank=True)
     lift_reason = models.TextField(blank=True, default="")
     requeued = models.PositiveIntegerField(default=0, help_text="Runs queued by the lift.")
+    #: The runs it holds now: annotated by ``selectors.pauses_list`` (not a column).
+    held: int
 
     class Meta:
         constraints = [

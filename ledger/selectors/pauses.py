@@ -42,9 +42,8 @@ def active_pauses(*, run_id: str, agent: str) -> ActivePauses:
 
 def pauses_list(*, active: bool = True) -> QuerySet[Pause]:
     """Pauses, newest first, each with ``held``: the runs it holds now."""
-    qs = Pause.objects.annotate(
-        held=Count("held_runs", filter=Q(held_runs__status=RunStatus.PAUSED))
-    )
+    held = Count("held_runs", filter=Q(held_runs__status=RunStatus.PAUSED))
+    qs = Pause.objects.annotate(**{"held": held})  # declared on the model for the type checker
     return qs.filter(lifted_at__isnull=True) if active else qs
 
 

@@ -1,5 +1,5 @@
 """Pauses in one process: what a pause holds, what it costs, and the refusals that write
-nothing. The real-worker cases are in tests/ledger/processes/test_pauses_and_executions_workers.py."""
+nothing. The real-worker cases: tests/ledger/processes/test_pauses_and_executions_workers.py."""
 
 from __future__ import annotations
 

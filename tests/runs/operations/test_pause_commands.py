@@ -53,4 +53,4 @@ def test_pause_then_unpause_shows_the_count_first_and_queues_the_held_runs(execu
 
     assert execute(run.run_id).status == "succeeded"
     code, out = run_cmd("show_run", run.run_id)
-    assert "   1 worker-1" in out and "paused" in out and "finished" in out
+    assert "#1   worker-1" in out and "paused" in out and "finished" in out

@@ -75,8 +75,9 @@ def _executions(write: Any, run_id: str) -> None:
     for row in rows:
         took = f"{row.seconds:.1f}s" if row.seconds is not None else "-"
         started = f"{row.started_at:%H:%M:%S.%f}"[:12]
+        number = f"#{row.number}"
         write(
-            f"{row.number:>4} {row.worker[:32]:<32} {started:<15} {took:>7} {row.ending:<16} "
+            f"{number:<4} {row.worker[:32]:<32} {started:<15} {took:>7} {row.ending:<16} "
             f"{row.replayed}/{row.executed}"
         )
         if row.error:
