@@ -18,7 +18,7 @@ from ledger.engine.live import SETTLED_BY_LOOKUP
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import AuditAction, AuditEvent, Beacon, Execution, Run, Step
 from runs.operations.tasks import start_run
-from tests.support import breakable_agents  # noqa: F401 - registers "breakable" here
+from tests.support import breakable_agents, probe_agents  # noqa: F401 - registered here too
 
 pytestmark = [
     pytest.mark.slow,
@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif("connection.vendor != 'postgresql'"),
 ]
 
-MODULES = "ledger.examples.agents,tests.support.breakable_agents"
+MODULES = "ledger.examples.agents,tests.support.breakable_agents,tests.support.probe_agents"
 WAIT = 120  # seconds any condition may take on a loaded machine before the test fails
 
 
@@ -157,3 +157,28 @@ def test_a_worker_with_a_broken_agent_module_takes_none_of_its_runs(cluster) -> 
     assert wait_for(lambda: statuses([lost]) == ["succeeded"], timeout=WAIT), cluster.log("healthy")
     assert [e.worker.split("@")[0] for e in selectors.run_executions(lost)] == ["healthy"]
     cluster.send(start_run, lost)  # a late copy changes nothing
+
+
+def test_a_run_paused_while_it_executes_stops_at_its_next_step(cluster, tmp_path) -> None:
+    cluster.worker("w1")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    inputs = {"log": str(tmp_path / "probe.log"), "gate": str(gate), "hold": None}
+    run_id = transitions.run_start(agent="probe", inputs=inputs).run_id
+    assert wait_for(lambda: (gate / "first").exists(), timeout=WAIT), cluster.log("w1")
+    pause = transitions.pause_create(scope="run", target=run_id, by="ops", reason="wait")
+
+    def beat_after(moment):
+        at = Run.objects.values_list("heartbeat_at", flat=True).get(pk=run_id)
+        return at if at > moment else None
+
+    # Two renewals after the pause: the first one's read of the pauses has finished.
+    assert wait_for(lambda: beat_after(pause.created_at), timeout=WAIT)
+    first = beat_after(pause.created_at)
+    assert wait_for(lambda: beat_after(first), timeout=WAIT), cluster.log("w1")
+    (gate / "release").touch()
+    assert wait_for(lambda: statuses([run_id]) == ["paused"], timeout=WAIT), cluster.log("w1")
+    run = Run.objects.get(pk=run_id)
+    assert (run.pause_id, run.blocked_step_id) == (pause.pk, "report")
+    assert not OutboxMessage.objects.exists()  # the email step after the hold never ran
+    assert Step.objects.get(run_id=run_id, step_id="hold").status == "succeeded"
