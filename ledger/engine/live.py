@@ -313,22 +313,9 @@ class LiveSteps:
         if answer is None:
             return "the lookup could not say; settle it by hand"
         if answer is NOT_HAPPENED:
-            self._commit(
-                row.step_id,
-                "settlement",
-                lambda: transitions.step_update(
-                    run_id=self.run_id,
-                    token=self._token,
-                    pk=row.pk,
-                    status=StepStatus.PENDING,
-                    now=self._clock(),
-                    error=f"the lookup found no effect under key {row.effect_key}",
-                    errors_json=canonical.dumps(row.errors),
-                    settled_by=SETTLED_BY_LOOKUP,
-                ),
-            )
-            row.status = StepStatus.PENDING
-            return f"the lookup found no effect under key {row.effect_key} (it stays unsent)"
+            absent = f"the lookup found no effect under key {row.effect_key}"
+            self._settle(row, None, None, status=StepStatus.PENDING, error=absent)
+            return f"{absent} (it stays unsent)"
         try:
             data, text = canonical.canonical(answer, step_id=row.step_id)
         except NotJSON as exc:
@@ -336,8 +323,17 @@ class LiveSteps:
         self._settle(row, data, text)
         return f"the lookup found it happened under key {row.effect_key}; recorded as succeeded"
 
-    def _settle(self, row: StepRow, data: Any, text: str) -> None:
-        """Commit the downstream system's answer as the effect's result (one fenced write)."""
+    def _settle(
+        self,
+        row: StepRow,
+        data: Any,
+        text: str | None,
+        *,
+        status: StepStatus = StepStatus.SUCCEEDED,
+        error: str = "",
+    ) -> None:
+        """Commit the downstream system's answer as the effect's result (one fenced write);
+        ``status`` pending: it proved the effect absent (the key stays, for the next send)."""
         self._commit(
             row.step_id,
             "settlement",
@@ -345,14 +341,15 @@ class LiveSteps:
                 run_id=self.run_id,
                 token=self._token,
                 pk=row.pk,
-                status=StepStatus.SUCCEEDED,
+                status=status,
                 now=self._clock(),
                 result_json=text,
+                error=error,
                 errors_json=canonical.dumps(row.errors),
                 settled_by=SETTLED_BY_LOOKUP,
             ),
         )
-        row.status, row.result = StepStatus.SUCCEEDED, data
+        row.status, row.result = status, data
 
     # --- executing --------------------------------------------------------------------------
 

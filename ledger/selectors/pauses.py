@@ -3,7 +3,7 @@ would queue, and a run's executions (claim to end)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
@@ -79,6 +79,9 @@ class ExecutionRow:
         return (self.ended_at - self.started_at).total_seconds()
 
 
+_ROW_FIELDS = [f.name for f in fields(ExecutionRow)]
+
+
 def run_executions(run_id: str) -> list[ExecutionRow]:
     """A run's executions in order. One still ``running`` behind a later one was taken over
     (a claim over its expired lease) before the sweep saw it: it is shown as crashed."""
@@ -90,21 +93,6 @@ def run_executions(run_id: str) -> list[ExecutionRow]:
         if ending == ExecutionEnding.RUNNING and row.number < last:
             ending = ExecutionEnding.CRASHED
             error = error or "no end recorded: a later execution took its expired lease over"
-        out.append(
-            ExecutionRow(
-                number=row.number,
-                worker=row.worker,
-                host=row.host,
-                pid=row.pid,
-                task_id=row.task_id,
-                started_at=row.started_at,
-                ended_at=row.ended_at,
-                ending=ending,
-                reason=row.reason,
-                step_id=row.step_id,
-                replayed=row.replayed,
-                executed=row.executed,
-                error=error,
-            )
-        )
+        copied = {name: getattr(row, name) for name in _ROW_FIELDS}
+        out.append(ExecutionRow(**{**copied, "ending": ending, "error": error}))
     return out

@@ -3,24 +3,13 @@ before a lift, refusals that write nothing."""
 
 from __future__ import annotations
 
-from io import StringIO
-
 import pytest
-from django.core.management import CommandError, call_command
 
 from harness.unannounced import start_unannounced
 from ledger.models import AuditEvent, Pause, Run
+from tests.support.commands import run_cmd
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
-
-
-def run_cmd(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command(*args, stdout=out)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue() + f"CommandError: {exc}"
-    return 0, out.getvalue()
 
 
 def test_pause_an_unknown_tool_is_refused_with_exit_1_and_nothing_written() -> None:
