@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString
 from ledger import transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text
-from ledger.models import AuditEvent, Run, Settlement, Step
+from ledger.models import AuditEvent, Execution, Pause, Run, Settlement, Step
 
 
 def pretty(value: Any) -> SafeString:
@@ -412,3 +412,20 @@ class AuditEventAdmin(ReadOnlyAdmin):
     @admin.display(description="after")
     def after_pretty(self, event: AuditEvent) -> SafeString:
         return pretty(event.after)
+
+
+@admin.register(Pause)
+class PauseAdmin(ReadOnlyAdmin):
+    """Read only: pauses are made and lifted on the Pauses page or by `pause`/`unpause`."""
+
+    list_display = ("id", "scope", "target", "created_by", "created_at", "lifted_at", "requeued")
+    list_filter = ("scope",)
+    search_fields = ("target", "reason", "created_by")
+
+
+@admin.register(Execution)
+class ExecutionAdmin(ReadOnlyAdmin):
+    list_display = ("run", "number", "worker", "started_at", "ended_at", "ending")
+    list_filter = ("ending",)
+    search_fields = ("=run__run_id", "worker", "task_id")
+    raw_id_fields = ("run",)
