@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 from ledger import transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text
-from ledger.models import AuditEvent, Run, Settlement, Step, WebhookSubscription
+from ledger.models import AuditEvent, Execution, Pause, Run, Settlement, Step, WebhookSubscription
 from ledger.transitions import events as subscription_events
 from ledger.webhooks import EVENT_TYPES
 
@@ -507,3 +507,20 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
             subscription_events.unsubscribe(subscription.pk, by=request.user)
             removed += 1
         messages.info(request, f"{removed} subscription(s) removed.")
+
+
+@admin.register(Pause)
+class PauseAdmin(ReadOnlyAdmin):
+    """Read only: pauses are made and lifted on the Pauses page or by `pause`/`unpause`."""
+
+    list_display = ("id", "scope", "target", "created_by", "created_at", "lifted_at", "requeued")
+    list_filter = ("scope",)
+    search_fields = ("target", "reason", "created_by")
+
+
+@admin.register(Execution)
+class ExecutionAdmin(ReadOnlyAdmin):
+    list_display = ("run", "number", "worker", "started_at", "ended_at", "ending")
+    list_filter = ("ending",)
+    search_fields = ("=run__run_id", "worker", "task_id")
+    raw_id_fields = ("run",)

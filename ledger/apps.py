@@ -17,7 +17,8 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the agents and tools named in settings. A module that fails to import is
-        # logged, not fatal: its runs block with reason agent_missing and the import error.
+        # logged, not fatal: a worker takes no run of an agent it lacks while an import error
+        # stands (ledger.processes.execute), and /readyz reports it.
         import ledger.checks  # noqa: F401 - its @register adds the system checks
         from ledger import registry
 

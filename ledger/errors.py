@@ -89,6 +89,17 @@ class ApprovalRejected(LedgerError):
         super().__init__(f"step {step_id!r}: the effect was rejected by {by}: {reason}")
 
 
+class RunPaused(RunBlocked):
+    """An operator's pause holds the run: it stops ``paused`` (not needs_attention) until the
+    pause is lifted, and that stop costs no resume budget."""
+
+    reason = "pause"
+
+    def __init__(self, step_id: str, detail: str, pause_id: int) -> None:
+        self.pause_id = pause_id
+        super().__init__(step_id, detail)
+
+
 class LeaseLost(LedgerError):
     """This worker's lease on the run was taken or revoked: it must commit nothing and stop."""
 

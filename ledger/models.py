@@ -15,7 +15,7 @@ from django.db import models
 from ledger.states import ACTIVE_STATUSES as ACTIVE_STATUSES
 from ledger.states import FINAL_STATUSES as FINAL_STATUSES
 from ledger.states import STOPPED_STATUSES as STOPPED_STATUSES
-from ledger.states import Reason, RunStatus, StepKind, StepStatus
+from ledger.states import ExecutionEnding, PauseScope, Reason, RunStatus, StepKind, StepStatus
 
 
 def new_run_id() -> str:
@@ -45,6 +45,12 @@ class Run(models.Model):
     resume_count = models.PositiveIntegerField(default=0)
     max_resumes = models.PositiveIntegerField(default=10)
     executions = models.PositiveIntegerField(default=0, help_text="Times a worker ran the agent.")
+    # The pause holding a paused run (lifting it queues the run), and whether the next
+    # execution is free: an execution held by a pause costs no resume budget.
+    pause = models.ForeignKey(
+        "Pause", null=True, blank=True, on_delete=models.PROTECT, related_name="held_runs"
+    )
+    resume_free = models.BooleanField(default=False, db_default=False)
 
     # The worker lease: one executor per run, fenced by the token.
     lease_owner = models.CharField(max_length=200, blank=True, default="")
@@ -137,6 +143,77 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.step_id}"
+
+
+class Execution(models.Model):
+    """One execution of a run: a worker's claim to its end (``Run.executions`` numbers them).
+
+    Written by ``ledger.transitions`` only: one insert at the claim, one update at the end (or
+    by the sweep, which finds a dead worker's execution ``crashed``). An execution still
+    ``running`` behind a later one was taken over without the sweep (a claim over an expired
+    lease): the selector shows it as crashed.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="execution_rows")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200)
+    host = models.CharField(max_length=200, blank=True, default="")
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    task_id = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ending = models.CharField(
+        max_length=20, choices=ExecutionEnding.choices, default=ExecutionEnding.RUNNING
+    )
+    reason = models.CharField(max_length=20, blank=True, default="")
+    step_id = models.CharField(max_length=255, blank=True, default="")
+    replayed = models.PositiveIntegerField(default=0)
+    executed = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="execution_once"),
+        ]
+        ordering = ["run", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.number} ({self.ending})"
+
+
+class Pause(models.Model):
+    """An operator's pause of a tool (in every agent), an agent, or one run.
+
+    While active (``lifted_at`` null) a run reaching a step of the tool, or any step of the
+    agent or run, stops ``paused`` (``Run.pause`` points here) without using its resume budget;
+    lifting it queues every run it holds. At most one active pause per target.
+    """
+
+    scope = models.CharField(max_length=10, choices=PauseScope.choices)
+    target = models.CharField(max_length=200)
+    reason = models.TextField()
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField()
+    lifted_by = models.CharField(max_length=150, blank=True, default="")
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lift_reason = models.TextField(blank=True, default="")
+    requeued = models.PositiveIntegerField(default=0, help_text="Runs queued by the lift.")
+    #: The runs it holds now: annotated by ``selectors.pauses_list`` (not a column).
+    held: int
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "target"],
+                condition=models.Q(lifted_at__isnull=True),
+                name="pause_active_once",
+            ),
+        ]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        state = "lifted" if self.lifted_at else "active"
+        return f"pause of {self.scope} {self.target} ({state})"
 
 
 # --- operator decisions -------------------------------------------------------------------
@@ -281,6 +358,8 @@ class AuditAction(models.TextChoices):
     RUN_CLEAN = "run_clean"  # a clean run replaces a stopped one (same inputs, empty ledger)
     STEP_ADMIN_EDIT = "step_admin_edit"
     RUN_ADMIN_EDIT = "run_admin_edit"
+    PAUSE = "pause"  # an operator paused a tool, an agent or a run
+    UNPAUSE = "unpause"  # a pause lifted: the runs it held queued again
     RUN_ARCHIVE = "run_archive"  # retention: a finished run's step rows moved to an archive
     WEBHOOK_SUBSCRIBE = "webhook_subscribe"  # an application subscribed a URL to run events
     WEBHOOK_UNSUBSCRIBE = "webhook_unsubscribe"

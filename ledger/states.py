@@ -17,6 +17,9 @@ class RunStatus(TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
     NEEDS_ATTENTION = "needs_attention"
+    #: Held by an operator's pause (of a tool, an agent or the run): costs no resume budget;
+    #: lifting the pause queues it again.
+    PAUSED = "paused"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -50,7 +53,8 @@ class StepKind(TextChoices):
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-#: Stopped runs: a person may resume them (after which a worker picks them up).
+#: Stopped runs: a person may resume them (after which a worker picks them up). A paused run is
+#: not among them: lifting its pause queues it (``ledger.transitions.pause_lift``).
 STOPPED_STATUSES = (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)
 
 
@@ -75,3 +79,22 @@ class StepRow:
     #: UTF-8 bytes of the result's canonical JSON, when the execution that wrote it knows them
     #: (``ctx.history_bytes`` counts them without encoding the result again).
     size: int | None = None
+
+
+class PauseScope(TextChoices):
+    TOOL = "tool"  # every step of the tool, in every agent
+    AGENT = "agent"  # every run of the agent
+    RUN = "run"  # one run
+
+
+class ExecutionEnding(TextChoices):
+    """How one execution of a run (claim to end) ended."""
+
+    RUNNING = "running"  # no end recorded yet
+    FINISHED = "finished"  # the run succeeded (or continued as a new run)
+    NEEDS_ATTENTION = "needs_attention", "stopped for a person"
+    PAUSED = "paused"  # held by a pause
+    FAILED = "failed"
+    RELEASED = "released", "released to wait"  # a retry's back-off: the run waits, re-queued
+    LEASE_LOST = "lease_lost", "lease lost"  # the worker found its lease taken and stopped
+    CRASHED = "crashed"  # found by the sweep: the worker stopped renewing its lease

@@ -9,7 +9,12 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_ready,
+    worker_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
 
@@ -42,3 +47,20 @@ def _json_lines(logger: logging.Logger) -> None:
 
     for handler in logger.handlers:
         use_json(handler)
+
+
+@worker_ready.connect
+def _report_agent_modules(sender: object = None, **kwargs: object) -> None:
+    """At start, a worker says which agent modules failed to import: in its log, and in a
+    beacon that ``/readyz`` reports (``agent_modules``). It takes no run of an agent it lacks
+    (``ledger.processes.execute``)."""
+    from runs.operations import probes
+
+    probes.worker_started(getattr(sender, "hostname", "") or "celery")
+
+
+@worker_shutdown.connect
+def _forget_agent_modules(sender: object = None, **kwargs: object) -> None:
+    from runs.operations import probes
+
+    probes.worker_stopped(getattr(sender, "hostname", "") or "celery")

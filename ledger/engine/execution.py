@@ -10,6 +10,7 @@ from typing import Any
 
 from ledger.engine.context import RunContext
 from ledger.engine.fence import LeaseFence
+from ledger.engine.holds import Holds
 from ledger.engine.live import LiveSteps
 from ledger.engine.walk import Walk
 from ledger.registry import Agent
@@ -27,12 +28,16 @@ def live_context(
     clock: Callable[[], datetime],
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
+    holds: Holds | None = None,
 ) -> RunContext:
     """The context of an execution that holds the run's lease ``token``; ``fence`` says when its
     effects may leave the process, and carries the fencing token its tools receive. ``sleep``
-    and ``rand`` serve a retry's back-off (a test passes a fake clock's)."""
+    and ``rand`` serve a retry's back-off (a test passes a fake clock's); ``holds`` the pauses
+    it obeys."""
     walk = Walk(run_id=run_id, agent=agent, ledger=ledger)
-    steps = LiveSteps(walk=walk, token=token, fence=fence, clock=clock, sleep=sleep, rand=rand)
+    steps = LiveSteps(
+        walk=walk, token=token, fence=fence, clock=clock, sleep=sleep, rand=rand, holds=holds
+    )
     return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 
@@ -42,6 +47,13 @@ def flush(ctx: RunContext) -> None:
     steps = ctx._steps
     if isinstance(steps, LiveSteps):
         steps.flush()
+
+
+def look_up_started(ctx: RunContext) -> list[str]:
+    """Ask the lookup of each started effect before a divergence stops the run (see
+    ``LiveSteps.look_up_started``)."""
+    steps = ctx._steps
+    return steps.look_up_started() if isinstance(steps, LiveSteps) else []
 
 
 def close(ctx: RunContext) -> None:

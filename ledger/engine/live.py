@@ -50,6 +50,7 @@ from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
 from ledger.engine.fence import LeaseFence
+from ledger.engine.holds import Holds
 from ledger.engine.walk import Walk
 from ledger.errors import (
     ApprovalRejected,
@@ -63,7 +64,7 @@ from ledger.errors import (
     StepFailed,
 )
 from ledger.models import StepKind, StepStatus
-from ledger.registry import NOT_HAPPENED
+from ledger.registry import NOT_HAPPENED, get_tool
 from ledger.retry import RetryPolicy
 from ledger.transitions.steps import StepWrite, stored_inputs
 
@@ -107,6 +108,7 @@ class LiveSteps:
         clock: Clock,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
+        holds: Holds | None = None,
     ) -> None:
         self.walk = walk
         self._sleep, self._rand = sleep, rand  # a retry's back-off: passed in, faked in tests
@@ -114,6 +116,7 @@ class LiveSteps:
         self._token = token
         self._fence = fence
         self._clock = clock
+        self._holds = holds or Holds()
         self._batch = Batch.for_agent(walk.agent)
         # Read once per execution: a lazy settings lookup on every step costs more than it says.
         self._max_steps = conf.RUNLEDGER_MAX_STEPS_PER_RUN
@@ -129,6 +132,7 @@ class LiveSteps:
     # --- one step -------------------------------------------------------------------------
 
     def step(self, call: Call) -> Any:
+        self._holds.check_whole(call.step_id)
         row = self.walk.live_row(call.step_id)
         abandon = self.walk.check_path(call.step_id)
         if call.step_id not in self.walk.ledger:
@@ -211,6 +215,7 @@ class LiveSteps:
             assert row is not None
             self.walk.count(replayed=1)
             return row.result
+        self._holds.check_tool(call.step_id, call.tool)  # it would reach the tool
         if action == Action.RECONCILE:
             assert row is not None
             settled = self._reconcile(call, row)
@@ -291,8 +296,57 @@ class LiveSteps:
         self._settle(row, data, text)
         return data
 
-    def _settle(self, row: StepRow, data: Any, text: str) -> None:
-        """Commit the downstream system's answer as the effect's result (one fenced write)."""
+    def look_up_started(self) -> list[str]:
+        """Before a divergence stops the run: ask each started effect's tool, through its
+        lookup, what became of it, and commit a definite answer (happened: ``succeeded``; did
+        not happen: ``pending``, keeping its key, as a person's "it did not happen" would).
+        Returns one line per effect for the stop's detail."""
+        notes = []
+        for row in sorted(self.walk.ledger.values(), key=lambda r: r.seq):
+            if row.kind != StepKind.EFFECT or row.status != StepStatus.STARTED:
+                continue
+            tool = get_tool(row.tool)
+            if tool is None or tool.reconcile is None or row.effect_key is None:
+                notes.append(f"{row.step_id}: started, no lookup to ask; settle it by hand")
+                continue
+            self._fence.wait_out_previous_holder(row.step_id)
+            try:
+                if tool.reconcile_takes_fencing_token:
+                    answer = tool.reconcile(row.effect_key, fencing_token=self._fence.token)  # type: ignore[call-arg]
+                else:
+                    answer = tool.reconcile(row.effect_key)
+            except Exception as exc:
+                notes.append(f"{row.step_id}: the lookup failed ({describe(exc)})")
+                continue
+            observe.emit("reconciled", answer=_answer_name(answer))
+            notes.append(f"{row.step_id}: {self._record_lookup(row, answer)}")
+        return notes
+
+    def _record_lookup(self, row: StepRow, answer: Any) -> str:
+        if answer is None:
+            return "the lookup could not say; settle it by hand"
+        if answer is NOT_HAPPENED:
+            absent = f"the lookup found no effect under key {row.effect_key}"
+            self._settle(row, None, None, status=StepStatus.PENDING, error=absent)
+            return f"{absent} (it stays unsent)"
+        try:
+            data, text = canonical.canonical(answer, step_id=row.step_id)
+        except NotJSON as exc:
+            return f"the lookup answered something that is not JSON ({exc})"
+        self._settle(row, data, text)
+        return f"the lookup found it happened under key {row.effect_key}; recorded as succeeded"
+
+    def _settle(
+        self,
+        row: StepRow,
+        data: Any,
+        text: str | None,
+        *,
+        status: StepStatus = StepStatus.SUCCEEDED,
+        error: str = "",
+    ) -> None:
+        """Commit the downstream system's answer as the effect's result (one fenced write);
+        ``status`` pending: it proved the effect absent (the key stays, for the next send)."""
         self._commit(
             row.step_id,
             "settlement",
@@ -300,14 +354,15 @@ class LiveSteps:
                 run_id=self.run_id,
                 token=self._token,
                 pk=row.pk,
-                status=StepStatus.SUCCEEDED,
+                status=status,
                 now=self._clock(),
                 result_json=text,
+                error=error,
                 errors_json=canonical.dumps(row.errors),
                 settled_by=SETTLED_BY_LOOKUP,
             ),
         )
-        row.status, row.result = StepStatus.SUCCEEDED, data
+        row.status, row.result = status, data
 
     # --- executing --------------------------------------------------------------------------
 
@@ -625,6 +680,8 @@ class LiveSteps:
         replay of the finished siblings, seq numbers and links. Then the rest run at once.
         """
         walk = self.walk
+        if calls:
+            self._holds.check_whole(calls[0].step_id)
         self.flush()  # the siblings commit from their own connections, after the steps ahead
         entry = walk.prev
         ids = [c.step_id for c in calls]

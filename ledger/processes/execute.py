@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import socket
 import threading
 import time
 import traceback
@@ -26,8 +28,9 @@ from django.utils import timezone
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
 from ledger.conf import conf
 from ledger.engine import RunContext
-from ledger.engine.execution import close, flush, live_context
+from ledger.engine.execution import close, flush, live_context, look_up_started
 from ledger.engine.fence import LeaseFence
+from ledger.engine.holds import Holds
 from ledger.errors import (
     AgentMissing,
     ApprovalRejected,
@@ -40,9 +43,10 @@ from ledger.errors import (
     NotJSON,
     RetryLater,
     RunBlocked,
+    RunPaused,
     StepFailed,
 )
-from ledger.models import Run, RunStatus
+from ledger.models import ExecutionEnding, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +72,17 @@ class Heartbeat:
     """Renews a lease from a background thread while the agent executes; each confirmed
     renewal moves the execution's effect deadline (``fence``), a refused one ends it."""
 
-    def __init__(self, *, run_id: str, token: str, seconds: float, fence: LeaseFence) -> None:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        token: str,
+        seconds: float,
+        fence: LeaseFence,
+        holds: Holds | None = None,
+    ) -> None:
         self.run_id, self.token, self.seconds, self.fence = run_id, token, seconds, fence
+        self.holds = holds
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
@@ -93,9 +106,21 @@ class Heartbeat:
                     return
                 if renewed:
                     self.fence.confirmed(sent_at=sent_at)
+                    self._refresh_holds()
         except Exception:
             log.exception("heartbeat for run %s failed", self.run_id)
         finally:
+            connection.close()
+
+    def _refresh_holds(self) -> None:
+        """Read the pauses again (one query a beat, none per step): a pause made while the
+        agent executes stops it at its next step that the pause covers."""
+        if self.holds is None:
+            return
+        try:
+            self.holds.refresh()
+        except DatabaseError as exc:
+            log.warning("heartbeat for run %s: could not read the pauses (%s)", self.run_id, exc)
             connection.close()
 
     def _renew(self) -> bool | None:
@@ -123,15 +148,22 @@ def run_execute(
     clock: Clock = timezone.now,
     lease_seconds: float | None = None,
     heartbeat: bool = True,
+    task_id: str = "",
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
 ) -> Outcome | None:
-    """Claim the run, execute (or resume) its agent from the top, record the outcome.
+    """Claim the run, execute (or resume) its agent from the top, record the outcome and the
+    execution (``ledger.models.Execution``: one insert at the claim, one update at the end).
 
     Returns None when the run is not claimable (missing, finished, leased by another live
     worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
-    ``sleep`` and ``rand`` serve the retries' back-off (a test passes a fake clock's).
+    ``sleep`` and ``rand`` serve the retries' back-off (a test passes a fake clock's). A run of
+    an agent this process lacks because an agent module failed to import is not claimed
+    either: it stays queued for a worker that has it (the sweep sends it again), and is never
+    failed for this process's broken deploy.
     """
+    if _agent_lost_to_an_import_error(run_id):
+        return None
     seconds = lease_seconds or conf.RUNLEDGER_LEASE_SECONDS
     sent_at = time.monotonic()  # before the claim is sent: the effect deadline errs early
     token = transitions.lease_claim(run_id=run_id, owner=worker, seconds=seconds, clock=clock)
@@ -140,7 +172,7 @@ def run_execute(
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
         return _execute_leased(
-            run_id, worker, token, seconds, clock, heartbeat, sent_at, _Waits(sleep, rand)
+            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, _Waits(sleep, rand)
         )
 
 
@@ -152,6 +184,42 @@ class _Waits:
     rand: Callable[[], float]
 
 
+def _agent_lost_to_an_import_error(run_id: str) -> bool:
+    """True when the run's agent is missing here and an agent module failed to import (one
+    query, only in a process with a broken module)."""
+    errors = registry.import_errors()
+    if not errors:
+        return False
+    agent = Run.objects.filter(pk=run_id).values_list("agent", flat=True).first()
+    if agent is None or registry.get_agent(agent) is not None:
+        return False
+    log.error(
+        "run %s: not taken: its agent %r is missing here because agent modules failed to "
+        "import (%s); it stays queued for a worker that has it",
+        run_id,
+        agent,
+        "; ".join(f"{m}: {e}" for m, e in errors.items()),
+    )
+    return True
+
+
+@dataclass
+class _Execution:
+    """The claimed execution: its run row (as of the claim), token and number, its context
+    once built (for the counts its end records)."""
+
+    run: Run
+    token: str
+    ctx: RunContext | None = None
+
+    @property
+    def number(self) -> int:
+        return self.run.executions
+
+    def counts(self) -> tuple[int, int]:
+        return (self.ctx.replayed, self.ctx.executed) if self.ctx is not None else (0, 0)
+
+
 def _execute_leased(
     run_id: str,
     worker: str,
@@ -160,22 +228,36 @@ def _execute_leased(
     clock: Clock,
     heartbeat: bool,
     sent_at: float,
+    task_id: str,
     waits: _Waits,
 ) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
+    transitions.execution_begin(
+        run_id=run_id,
+        number=run.executions,
+        worker=worker,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        task_id=task_id,
+        clock=clock,
+    )
     fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
+    holds = Holds(lambda: selectors.active_pauses(run_id=run_id, agent=run.agent))
+    ex = _Execution(run=run, token=token)
     try:
+        holds.refresh()  # one query at the claim; the heartbeat reads them again
         if heartbeat:
-            with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence):
-                return _execute_claimed(run, token, clock, fence, waits)
-        return _execute_claimed(run, token, clock, fence, waits)
+            with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence, holds=holds):
+                return _execute_claimed(ex, clock, fence, holds, waits)
+        return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
         log.warning(
             "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
         )
+        _end_lease_lost(ex, str(exc), clock)
         return None
     except LedgerUnavailable as exc:
-        return _ledger_unavailable(run_id, token, exc, clock)
+        return _ledger_unavailable(ex, exc, clock)
     except DatabaseError as exc:
         _left_for_the_sweep(run_id, f"the database failed ({exc})")
         return None
@@ -183,27 +265,44 @@ def _execute_leased(
         close_old_connections()
 
 
-def _ledger_unavailable(
-    run_id: str, token: str, exc: LedgerUnavailable, clock: Clock
-) -> Outcome | None:
+def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) -> Outcome | None:
     """A step's ledger write failed. Lost database (cut, restart): leave the run to the sweep,
     which re-queues it once the lease expires; the resume replays the ledger and reconciles
     the effect whose write is in doubt. Refused statement (a timeout, a full disk): the run
     fails and says why — a loop of resumes would hit the same wall."""
     connection.close()  # broken, or in an unknown state: the next query opens a new one
+    run_id, token = ex.run.run_id, ex.token
     if exc.transient:
         _left_for_the_sweep(run_id, str(exc))
         return None
     log.error("run %s: %s", run_id, exc)
     error = exc.explain()
     try:
-        transitions.run_finish(
-            run_id=run_id, token=token, status=RunStatus.FAILED, error=error, clock=clock
-        )
+        with transaction.atomic():
+            transitions.run_finish(
+                run_id=run_id, token=token, status=RunStatus.FAILED, error=error, clock=clock
+            )
+            _record_end(ex, ExecutionEnding.FAILED, clock, step_id=exc.step_id, error=error)
     except (DatabaseError, LeaseLost) as again:
         _left_for_the_sweep(run_id, f"{exc}; recording the failure failed too ({again})")
         return None
     return Outcome(run_id=run_id, status=RunStatus.FAILED, step_id=exc.step_id, detail=error)
+
+
+def _end_lease_lost(ex: _Execution, why: str, clock: Clock) -> None:
+    replayed, executed = ex.counts()
+    try:
+        transitions.execution_end(
+            run_id=ex.run.run_id,
+            number=ex.number,
+            ending=ExecutionEnding.LEASE_LOST,
+            replayed=replayed,
+            executed=executed,
+            error=why,
+            clock=clock,
+        )
+    except DatabaseError as exc:
+        log.warning("run %s: could not record the lost lease (%s)", ex.run.run_id, exc)
 
 
 def _left_for_the_sweep(run_id: str, why: str) -> None:
@@ -234,8 +333,9 @@ def _fence(run: Run, *, seconds: float, sent_at: float, clock: Clock) -> LeaseFe
 
 
 def _execute_claimed(
-    run: Run, token: str, clock: Clock, fence: LeaseFence, waits: _Waits
+    ex: _Execution, clock: Clock, fence: LeaseFence, holds: Holds, waits: _Waits
 ) -> Outcome:
+    run, token = ex.run, ex.token
     try:
         if run.wake_at is not None:
             # Released for a retry's back-off: a planned wait, not a recovery, costs no budget.
@@ -246,9 +346,9 @@ def _execute_claimed(
         definition = registry.get_agent(run.agent)
         if definition is None:
             raise AgentMissing("", registry.missing_agent_message(run.agent))
-        _check_plan(run, definition, token, clock)
+        holds.check_whole(run.blocked_step_id)  # a paused run or agent holds at the claim
         inputs = canonical.ordered(run.inputs)  # jsonb's key order is not the first one
-        ctx = live_context(
+        ex.ctx = ctx = live_context(
             run_id=run.run_id,
             token=token,
             fence=fence,
@@ -258,42 +358,51 @@ def _execute_claimed(
             clock=clock,
             sleep=waits.sleep,
             rand=waits.rand,
+            holds=holds,
         )
         try:
-            return _execute_agent(run, token, clock, definition, ctx, inputs)
+            _check_plan(run, definition, token, clock)
+            return _execute_agent(ex, clock, definition, ctx, inputs)
+        except RunBlocked as exc:
+            return _block(ex, clock, exc)
         finally:
             close(ctx)  # batched durability: its flusher thread ends with the execution
     except RunBlocked as exc:
-        return _block(run, token, clock, exc, None)
+        return _block(ex, clock, exc)
 
 
 def _execute_agent(
-    run: Run, token: str, clock: Clock, definition: registry.Agent, ctx: RunContext, inputs: Any
+    ex: _Execution, clock: Clock, definition: registry.Agent, ctx: RunContext, inputs: Any
 ) -> Outcome:
     """Call the agent with its context; record how the call ended."""
     try:
         result = definition.fn(ctx, inputs)
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
-        return _continue(run, token, clock, signal, ctx)
+        return _continue(ex, clock, signal)
     except RetryLater as later:
-        return _defer(run, token, clock, later, ctx)
+        return _defer(ex, clock, later)
     except RunBlocked as exc:
-        return _block(run, token, clock, exc, ctx)
+        return _block(ex, clock, exc)
     except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
-        log.error("run %s failed: %s", run.run_id, exc, extra=_step_extra(exc))
-        return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
+        log.error("run %s failed: %s", ex.run.run_id, exc, extra=_step_extra(exc))
+        return _finish(ex, clock, RunStatus.FAILED, error=str(exc))
     except LeaseLost:
         raise
     except Exception as exc:
         tb = traceback.format_exc(limit=8)
-        log.exception("run %s: agent raised", run.run_id)
-        return _finish(run, token, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}", ctx=ctx)
-    return _finish(run, token, clock, RunStatus.SUCCEEDED, result=data, ctx=ctx)
+        log.exception("run %s: agent raised", ex.run.run_id)
+        return _finish(ex, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}")
+    return _finish(ex, clock, RunStatus.SUCCEEDED, result=data)
 
 
 def _count_resume(run: Run, token: str, clock: Clock) -> None:
-    """Every execution after the first is a resume; at the budget the run stops loudly."""
+    """Every execution after the first is a resume; at the budget the run stops loudly. The
+    execution after one that a pause held is free (``Run.resume_free``)."""
+    if run.resume_free:
+        transitions.run_count_resume(run_id=run.run_id, token=token, free=True, clock=clock)
+        run.resume_free = False
+        return
     if run.resume_count >= run.max_resumes:
         log.error(
             "run %s: resume budget of %d used up; it waits for a person",
@@ -335,42 +444,114 @@ def _recording_outcome(ctx: RunContext | None) -> Iterator[None]:
         yield
 
 
-def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext | None) -> Outcome:
+def _record_end(
+    ex: _Execution,
+    ending: ExecutionEnding,
+    clock: Clock,
+    *,
+    reason: str = "",
+    step_id: str = "",
+    error: str = "",
+) -> None:
+    """The execution's one update at its end (inside the outcome's transaction)."""
+    replayed, executed = ex.counts()
+    transitions.execution_end(
+        run_id=ex.run.run_id,
+        number=ex.number,
+        ending=ending,
+        replayed=replayed,
+        executed=executed,
+        reason=reason,
+        step_id=step_id,
+        error=error.split("\n", 1)[0][:500],
+        clock=clock,
+    )
+
+
+def _block(ex: _Execution, clock: Clock, exc: RunBlocked) -> Outcome:
+    run, token, ctx = ex.run, ex.token, ex.ctx
+    if isinstance(exc, RunPaused):
+        return _hold(ex, clock, exc)
+    if isinstance(exc, Divergence) and ctx is not None:
+        notes = look_up_started(ctx)  # before the stop: what the lookups can answer, they do
+        if notes:
+            exc = Divergence(exc.step_id, exc.detail + "; started effects: " + "; ".join(notes))
     with _recording_outcome(ctx):
         transitions.run_block(run_id=run.run_id, token=token, why=exc, clock=clock)
+        _record_end(
+            ex,
+            ExecutionEnding.NEEDS_ATTENTION,
+            clock,
+            reason=exc.reason,
+            step_id=exc.step_id,
+            error=exc.detail,
+        )
     log.warning("run %s needs attention: %s", run.run_id, exc)
+    replayed, executed = ex.counts()
     return Outcome(
         run_id=run.run_id,
         status=RunStatus.NEEDS_ATTENTION,
         reason=exc.reason,
         step_id=exc.step_id,
         detail=exc.detail,
-        replayed=ctx.replayed if ctx else 0,
-        executed=ctx.executed if ctx else 0,
+        replayed=replayed,
+        executed=executed,
+    )
+
+
+def _hold(ex: _Execution, clock: Clock, exc: RunPaused) -> Outcome:
+    """A pause holds the run: it stops ``paused``, costing no resume budget."""
+    with _recording_outcome(ex.ctx):
+        transitions.run_hold_paused(
+            run_id=ex.run.run_id,
+            token=ex.token,
+            pause_id=exc.pause_id,
+            step_id=exc.step_id,
+            detail=exc.detail,
+            clock=clock,
+        )
+        _record_end(ex, ExecutionEnding.PAUSED, clock, step_id=exc.step_id, error=exc.detail)
+    log.warning("run %s held: %s", ex.run.run_id, exc.detail)
+    replayed, executed = ex.counts()
+    return Outcome(
+        run_id=ex.run.run_id,
+        status=RunStatus.PAUSED,
+        step_id=exc.step_id,
+        detail=exc.detail,
+        replayed=replayed,
+        executed=executed,
     )
 
 
 def _finish(
-    run: Run,
-    token: str,
+    ex: _Execution,
     clock: Clock,
     status: RunStatus,
     *,
     result: Any = None,
     error: str = "",
-    ctx: RunContext,
 ) -> Outcome:
-    with _recording_outcome(ctx):
+    with _recording_outcome(ex.ctx):
         transitions.run_finish(
-            run_id=run.run_id, token=token, status=status, result=result, error=error, clock=clock
+            run_id=ex.run.run_id,
+            token=ex.token,
+            status=status,
+            result=result,
+            error=error,
+            clock=clock,
         )
+        ending = ExecutionEnding.FINISHED
+        if status == RunStatus.FAILED:
+            ending = ExecutionEnding.FAILED
+        _record_end(ex, ending, clock, error=error)
+    replayed, executed = ex.counts()
     return Outcome(
-        run_id=run.run_id,
+        run_id=ex.run.run_id,
         status=status,
         result=result,
         detail=error,
-        replayed=ctx.replayed,
-        executed=ctx.executed,
+        replayed=replayed,
+        executed=executed,
     )
 
 
@@ -379,39 +560,42 @@ def _step_extra(exc: BaseException) -> dict[str, Any]:
     return {"step_id": step_id} if step_id else {}
 
 
-def _defer(run: Run, token: str, clock: Clock, later: RetryLater, ctx: RunContext) -> Outcome:
+def _defer(ex: _Execution, clock: Clock, later: RetryLater) -> Outcome:
     """A step's retry is due later than a worker may wait holding the run: release it."""
+    run = ex.run
     wake_at = clock() + timedelta(seconds=later.seconds)
     detail = f"waiting to retry step {later.step_id!r}: {later.detail} (at {wake_at:%H:%M:%S})"
-    with _recording_outcome(ctx):
+    with _recording_outcome(ex.ctx):
         transitions.run_defer(
-            run_id=run.run_id, token=token, wake_at=wake_at, detail=detail, clock=clock
+            run_id=run.run_id, token=ex.token, wake_at=wake_at, detail=detail, clock=clock
         )
+        _record_end(ex, ExecutionEnding.RELEASED, clock, step_id=later.step_id, error=detail)
     log.info("run %s: %s", run.run_id, detail, extra={"step_id": later.step_id})
+    replayed, executed = ex.counts()
     return Outcome(
         run_id=run.run_id,
         status=RunStatus.QUEUED,
         reason="backoff",
         step_id=later.step_id,
         detail=detail,
-        replayed=ctx.replayed,
-        executed=ctx.executed,
+        replayed=replayed,
+        executed=executed,
     )
 
 
-def _continue(
-    run: Run, token: str, clock: Clock, signal: ContinueAsNew, ctx: RunContext
-) -> Outcome:
-    with _recording_outcome(ctx):
+def _continue(ex: _Execution, clock: Clock, signal: ContinueAsNew) -> Outcome:
+    with _recording_outcome(ex.ctx):
         child = transitions.run_continue_as_new(
-            run=run, token=token, inputs=signal.inputs, clock=clock
+            run=ex.run, token=ex.token, inputs=signal.inputs, clock=clock
         )
-    log.info("run %s continued as %s", run.run_id, child.run_id)
+        _record_end(ex, ExecutionEnding.FINISHED, clock, error=f"continued as {child.run_id}")
+    log.info("run %s continued as %s", ex.run.run_id, child.run_id)
+    replayed, executed = ex.counts()
     return Outcome(
-        run_id=run.run_id,
+        run_id=ex.run.run_id,
         status=RunStatus.SUCCEEDED,
         result={"continued_as": child.run_id},
-        replayed=ctx.replayed,
-        executed=ctx.executed,
+        replayed=replayed,
+        executed=executed,
         continued_as=child.run_id,
     )

@@ -10,6 +10,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``ledger``: the engine's read of a run's whole ledger in one query;
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
 - ``gates``: approval gates (the engine's look-up, the Approvals queue);
+- ``pauses``: active pauses, the pauses list, what a lift would queue, a run's executions;
 - ``retention``: finished runs whose steps can be archived, a run's archive.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
@@ -44,6 +45,14 @@ from ledger.selectors.operator import (
     settlement_queue_steps,
     settlements_waiting,
     webhook_subscriptions,
+)
+from ledger.selectors.pauses import (
+    ActivePauses,
+    ExecutionRow,
+    active_pauses,
+    pause_held,
+    pauses_list,
+    run_executions,
 )
 from ledger.selectors.retention import run_archive, runs_to_prune
 from ledger.selectors.runs import (
@@ -85,6 +94,7 @@ __all__ = [
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
+    "ActivePauses",
     "AttemptFailure",
     "BulkPlan",
     "BulkPlanItem",
@@ -92,6 +102,7 @@ __all__ = [
     "Cursor",
     "EditMark",
     "Evidence",
+    "ExecutionRow",
     "ExpiredLease",
     "Progress",
     "QueueItem",
@@ -100,6 +111,7 @@ __all__ = [
     "StatusCounts",
     "StepRow",
     "SweepHealth",
+    "active_pauses",
     "approval_required",
     "attempt_failures",
     "audit_events",
@@ -117,9 +129,12 @@ __all__ = [
     "load_steps",
     "notifications_of_run",
     "notifications_page",
+    "pause_held",
+    "pauses_list",
     "run_archive",
     "run_children",
     "run_detail",
+    "run_executions",
     "run_failures",
     "run_progress",
     "run_status_counts",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ledger.models import Run, RunStatus, Step, StepKind
 
-UNFINISHED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
+UNFINISHED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION, RunStatus.PAUSED)
 TOOL_KINDS = (StepKind.READ, StepKind.EFFECT, StepKind.PURE)
 
 

@@ -8,8 +8,8 @@ nothing.
 
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
 - ``lifecycle``: create, lease claim/renew, count a resume, release for a retry's back-off
-  (defer) and wake, replan, block, finish, continue as
-  new, re-queue by the sweep (the workers' side);
+  (defer) and wake, replan, block, hold paused, finish, continue as new, re-queue by the
+  sweep, the execution record (the workers' side);
 - ``actions``: a person's resume, retry, cancel, fork of a run, and a clean run replacing it;
   ``bulk``: the same on many;
 - ``settle``: a started effect looked up again, proposed, approved, rejected, applied;
@@ -20,7 +20,7 @@ nothing.
 - ``events``: applications' webhook subscriptions to completion events (subscribe, remove).
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
-- ``notify``: the notification outbox (queued with the event, claimed, sent, failed).
+- ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
@@ -56,6 +56,9 @@ from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_t
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
     beacon_beat,
+    beacon_forget,
+    execution_begin,
+    execution_end,
     lease_claim,
     lease_renew,
     run_block,
@@ -63,6 +66,7 @@ from ledger.transitions.lifecycle import (
     run_count_resume,
     run_defer,
     run_finish,
+    run_hold_paused,
     run_replan,
     run_requeue_expired,
     run_requeue_lost,
@@ -76,6 +80,7 @@ from ledger.transitions.notify import (
     notifications_remind,
     notify_run_event,
 )
+from ledger.transitions.pauses import pause_create, pause_lift
 from ledger.transitions.retention import run_archive_record, steps_delete_archived
 from ledger.transitions.settle import (
     ReconcileAnswer,
@@ -104,8 +109,11 @@ __all__ = [
     "StepWrite",
     "TodaysInputs",
     "beacon_beat",
+    "beacon_forget",
     "bulk_apply",
     "cli_actor",
+    "execution_begin",
+    "execution_end",
     "gate_approve",
     "gate_link_check",
     "gate_link_token",
@@ -120,6 +128,8 @@ __all__ = [
     "notifications_remind",
     "notify_run_event",
     "parse_result_text",
+    "pause_create",
+    "pause_lift",
     "run_admin_edit",
     "run_archive_record",
     "run_block",
@@ -129,6 +139,7 @@ __all__ = [
     "run_defer",
     "run_finish",
     "run_fork",
+    "run_hold_paused",
     "run_reexecute_from",
     "run_replan",
     "run_requeue_expired",

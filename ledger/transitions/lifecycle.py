@@ -23,7 +23,15 @@ from ledger import canonical, registry, signals
 from ledger.conf import conf
 from ledger.errors import ApprovalRequired, LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
-from ledger.models import ACTIVE_STATUSES, AuditAction, Beacon, Run, RunStatus
+from ledger.models import (
+    ACTIVE_STATUSES,
+    AuditAction,
+    Beacon,
+    Execution,
+    ExecutionEnding,
+    Run,
+    RunStatus,
+)
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
 from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
@@ -162,8 +170,14 @@ def _fenced(run_id: str, token: str, **changes: Any) -> None:
         raise LeaseLost(run_id)
 
 
-def run_count_resume(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
-    """Count one resume (every execution after the first is one)."""
+def run_count_resume(
+    *, run_id: str, token: str, free: bool = False, clock: Clock = timezone.now
+) -> None:
+    """Count one resume (every execution after the first is one), except the one after an
+    execution that a pause held (``free``): that one clears the flag instead."""
+    if free:
+        _fenced(run_id, token, resume_free=False, updated_at=clock())
+        return
     _fenced(run_id, token, resume_count=F("resume_count") + 1, updated_at=clock())
 
 
@@ -193,6 +207,33 @@ def run_defer(
             status_changed_at=now,
         )
         signals.send_run_queued_on_commit(run_id=run_id, cause="backoff", eta=wake_at)
+
+
+def run_hold_paused(
+    *,
+    run_id: str,
+    token: str,
+    pause_id: int,
+    step_id: str,
+    detail: str,
+    clock: Clock = timezone.now,
+) -> None:
+    """Stop a running run as ``paused`` by the pause ``pause_id``, releasing its lease; the
+    next execution (once the pause is lifted) costs no resume budget."""
+    now = clock()
+    _fenced(
+        run_id,
+        token,
+        status=RunStatus.PAUSED,
+        pause_id=pause_id,
+        resume_free=True,
+        reason="",
+        blocked_step_id=step_id,
+        detail=detail,
+        **_RELEASED,
+        updated_at=now,
+        status_changed_at=now,
+    )
 
 
 def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
@@ -308,15 +349,21 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
     runs = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_token=lease.token)
     if lease.token is not None:
         runs = runs.filter(lease_expires_at__lt=now)
-    updated = runs.update(
-        status=RunStatus.QUEUED,
-        **TAKEN_LEASE,
-        **_RELEASED,
-        detail=f"worker {owner} stopped renewing its lease; re-queued by the sweep",
-        updated_at=now,
-        status_changed_at=now,
-        version=F("version") + 1,
-    )
+    why = f"worker {owner} stopped renewing its lease; re-queued by the sweep"
+    with transaction.atomic():
+        updated = runs.update(
+            status=RunStatus.QUEUED,
+            **TAKEN_LEASE,
+            **_RELEASED,
+            detail=why,
+            updated_at=now,
+            status_changed_at=now,
+            version=F("version") + 1,
+        )
+        if updated == 1:
+            Execution.objects.filter(run_id=run_id, ended_at__isnull=True).update(
+                ending=ExecutionEnding.CRASHED, ended_at=now, error=f"found by the sweep: {why}"
+            )
     if updated == 1:
         log.warning("run %s: lease of %s expired; re-queued", run_id, owner)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
@@ -335,6 +382,69 @@ def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.
     return updated == 1
 
 
+# --- the execution record -----------------------------------------------------------------
+
+
+def execution_begin(
+    *,
+    run_id: str,
+    number: int,
+    worker: str,
+    host: str = "",
+    pid: int | None = None,
+    task_id: str = "",
+    clock: Clock = timezone.now,
+) -> None:
+    """Record that execution ``number`` of the run began (one insert, after the claim)."""
+    Execution(
+        run_id=run_id,
+        number=number,
+        worker=worker[:200],
+        host=host[:200],
+        pid=pid,
+        task_id=task_id[:200],
+        started_at=clock(),
+    ).save(force_insert=True)
+
+
+def execution_end(
+    *,
+    run_id: str,
+    number: int,
+    ending: ExecutionEnding,
+    replayed: int = 0,
+    executed: int = 0,
+    reason: str = "",
+    step_id: str = "",
+    error: str = "",
+    clock: Clock = timezone.now,
+) -> bool:
+    """Record how execution ``number`` ended (one update); False when its end was recorded
+    already (the sweep found it crashed first: a lost lease then corrects that)."""
+    open_rows = Execution.objects.filter(run_id=run_id, number=number)
+    if ending == ExecutionEnding.LEASE_LOST:
+        open_rows = open_rows.filter(ending__in=(ExecutionEnding.RUNNING, ExecutionEnding.CRASHED))
+    else:
+        open_rows = open_rows.filter(ended_at__isnull=True)
+    return (
+        open_rows.update(
+            ending=ending,
+            ended_at=clock(),
+            replayed=replayed,
+            executed=executed,
+            reason=reason[:20],
+            step_id=step_id[:255],
+            error=error[:2000],
+        )
+        == 1
+    )
+
+
 def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> None:
     """Record that a periodic duty ran (the sweep's heartbeat on the runs list)."""
     Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})
+
+
+def beacon_forget(*, name: str) -> None:
+    """Drop a beacon (a worker's, when it stops)."""
+    Beacon.objects.filter(name=name).delete()

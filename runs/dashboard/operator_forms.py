@@ -197,3 +197,18 @@ def decode_audit_cursor(text: str) -> tuple[datetime, int]:
         return cursor.at, parse_whole_number(cursor.run_id, what="an audit event id")
     except ValueError:
         raise ValueError("not an audit cursor") from None
+
+
+class PauseForm(forms.Form):
+    """Pause a tool (in every agent), an agent or a run."""
+
+    scope = forms.ChoiceField(choices=[("tool", "tool"), ("agent", "agent"), ("run", "run")])
+    target = forms.CharField(max_length=200, help_text="The tool's or agent's name, or a run id.")
+    reason = _reason()
+
+
+class LiftForm(forms.Form):
+    """Lift a pause; ``expected`` is the count of held runs the page showed."""
+
+    expected = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    reason = _reason()

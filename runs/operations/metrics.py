@@ -164,12 +164,32 @@ class LedgerCollector(Collector):
         for (channel, status), n in sorted(by_label.items()):
             notifications.add_metric([channel, status], n)
         yield notifications
+        yield _pauses()
         beacon = Beacon.objects.filter(name="sweep").first()
         yield GaugeMetricFamily(
             "runledger_sweep_lag_seconds",
             "Seconds since the recovery sweep last ran (-1: it never ran).",
             value=(now - beacon.at).total_seconds() if beacon else -1.0,
         )
+
+
+def _pauses() -> GaugeMetricFamily:
+    """Active pauses and the runs each holds (the runs also count in ``runledger_runs`` with
+    status ``paused``)."""
+    from ledger import selectors
+
+    held = GaugeMetricFamily(
+        "runledger_pause_held_runs",
+        "Runs held by the active pauses: per paused tool or agent; run pauses summed (target *).",
+        labels=["scope", "target"],
+    )
+    totals: dict[tuple[str, str], int] = {}
+    for pause in selectors.pauses_list(active=True)[:1000]:
+        key = (pause.scope, "*" if pause.scope == "run" else pause.target)
+        totals[key] = totals.get(key, 0) + pause.held
+    for (scope, target), n in sorted(totals.items()):
+        held.add_metric([scope, target], n)
+    return held
 
 
 def exposition() -> tuple[bytes, str]:

@@ -3,7 +3,8 @@ redirect, so that a load balancer or Prometheus can reach any web process by its
 
 - ``/healthz``: liveness. The process answers; nothing else is checked.
 - ``/readyz``: readiness. The database answers, every migration is applied, the broker accepts
-  a connection, and the recovery sweep ran lately (a worker and beat are alive). 200 when all
+  a connection, the recovery sweep ran lately (a worker and beat are alive), and every agent
+  module imported, in this process and in each running worker (``agent_modules``). 200 when all
   hold, 503 otherwise; JSON naming each check, never a secret (no URL, no password).
 - ``/metrics``: Prometheus text (runs.operations.metrics), for addresses in
 RUNLEDGER_METRICS_NETWORKS or
@@ -71,11 +72,54 @@ def check_sweep() -> Check:
     return {"ok": True, "age_seconds": round(age, 1)}
 
 
+WORKER_BEACON = "worker:"
+
+
+def worker_started(hostname: str) -> None:
+    """A worker's start: log each agent module that failed to import, and record them (or
+    none) in its beacon for ``check_agent_modules``."""
+    import logging
+
+    from ledger import registry, transitions
+
+    errors = registry.import_errors()
+    for module, error in errors.items():
+        logging.getLogger(__name__).error(
+            "worker %s: agent module %s failed to import (%s); this worker takes no run of "
+            "the agents it defines",
+            hostname,
+            module,
+            error,
+        )
+    transitions.beacon_beat(name=WORKER_BEACON + hostname, detail={"import_errors": errors})
+
+
+def worker_stopped(hostname: str) -> None:
+    from ledger import transitions
+
+    transitions.beacon_forget(name=WORKER_BEACON + hostname)
+
+
+def check_agent_modules() -> Check:
+    from ledger import registry
+    from ledger.models import Beacon
+
+    broken = {"this process": registry.import_errors()} if registry.import_errors() else {}
+    for beacon in Beacon.objects.filter(name__startswith=WORKER_BEACON):
+        if beacon.detail.get("import_errors"):
+            broken[beacon.name.removeprefix(WORKER_BEACON)] = beacon.detail["import_errors"]
+    if not broken:
+        return {"ok": True}
+    where = "; ".join(f"{w}: {', '.join(sorted(errors))}" for w, errors in broken.items())
+    return {"ok": False, "broken": broken, "detail": f"agent modules failed to import ({where})"}
+
+
 CHECKS: dict[str, Callable[[], Check]] = {
     "database": check_database,
     "migrations": check_migrations,
     "broker": check_broker,
     "sweep": check_sweep,
+    "agent_modules": check_agent_modules,
 }
 
 

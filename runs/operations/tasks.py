@@ -43,7 +43,9 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     if status is None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
         return None
-    outcome = execute.run_execute(run_id=run_id, worker=_worker_name(task))
+    outcome = execute.run_execute(
+        run_id=run_id, worker=_worker_name(task), task_id=task.request.id or ""
+    )
     # After the outcome's commit, before the broker's acknowledgement (a no-op in production).
     faultpoints.point("task.after_execute")
     if outcome is None:

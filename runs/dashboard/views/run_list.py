@@ -75,6 +75,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "counts_html": mark_safe(_counts_fragment(request, flt, query, now)),
         "table_html": mark_safe(_table_fragment(request, form, flt, query, now)),
         "agents": sorted(_registered_agents()),
+        "pauses": list(selectors.pauses_list(active=True)[:10]),
     }
     return render(request, "runs/run_list.html", context)
 

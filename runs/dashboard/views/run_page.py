@@ -150,6 +150,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "transcripts": transcript.transcripts(run_id=run.run_id, stale_step_ids=_stale(run)),
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
+        "executions": selectors.run_executions(run.run_id),
     }
     return render(request, "runs/run_detail.html", context)
 

@@ -39,6 +39,7 @@ def test_readyz_is_red_until_the_sweep_ran_then_green_then_red_when_it_is_late(s
             "migrations": {"ok": True},
             "broker": {"ok": True},
             "sweep": {"ok": True, "age_seconds": pytest.approx(0, abs=30)},
+            "agent_modules": {"ok": True},
         },
     }
 

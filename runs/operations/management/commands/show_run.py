@@ -1,4 +1,4 @@
-"""Show a run and its steps in order: `manage.py show_run run_…`."""
+"""Show a run, its steps in order and its executions: `manage.py show_run run_…`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _preview(value: Any, width: int = 60) -> str:
 
 
 class Command(OperatorCommand):
-    help = "Show a run's status, lease and every step of its ledger in order."
+    help = "Show a run's status, lease, every step of its ledger in order, and its executions."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_id", type=text_arg)
@@ -37,6 +37,8 @@ class Command(OperatorCommand):
             f"status {run.status}"
             + (f" ({run.reason}, step {run.blocked_step_id!r})" if run.reason else "")
         )
+        if run.pause_id:
+            write(f"held by pause {run.pause_id} (lifting it queues the run; no budget used)")
         if run.detail:
             write(f"detail {run.detail}")
         if run.wake_at is not None and run.status == "queued":
@@ -65,6 +67,7 @@ class Command(OperatorCommand):
                     self._failure(failure)
             elif step.error:
                 write(f"{'':>5} error: {step.error.splitlines()[0][:100]}")
+        _executions(write, run.run_id)
 
     def _failure(self, f: selectors.AttemptFailure) -> None:
         """One failed attempt: when, what, what came next, and its traceback, indented."""
@@ -82,3 +85,23 @@ class Command(OperatorCommand):
             write(f"{'':>7} {then}")
         for tb_line in f.traceback.rstrip().splitlines():
             write(f"{'':>7} | {tb_line}")
+
+
+def _executions(write: Any, run_id: str) -> None:
+    """Each execution, claim to end: who, when, how it ended, steps replayed and executed."""
+    rows = selectors.run_executions(run_id)
+    if not rows:
+        return
+    write(
+        f"{'exec':>4} {'worker':<32} {'started':<15} {'took':>7} {'ending':<16} replayed/executed"
+    )
+    for row in rows:
+        took = f"{row.seconds:.1f}s" if row.seconds is not None else "-"
+        started = f"{row.started_at:%H:%M:%S.%f}"[:12]
+        number = f"#{row.number}"
+        write(
+            f"{number:<4} {row.worker[:32]:<32} {started:<15} {took:>7} {row.ending:<16} "
+            f"{row.replayed}/{row.executed}"
+        )
+        if row.error:
+            write(f"{'':>5} {row.error.splitlines()[0][:120]}")
