@@ -9,7 +9,7 @@ run sends it after its commit (never if it rolls back), with ``run_id`` and ``ca
 - ``resume``, ``retry``: a person resumed or retried a stopped run; ``settled`` and ``stale``:
   a settlement or a stale-step decision queued it (a bulk resume or retry is one of each);
 - ``recovery``: the sweep re-queued a run whose worker's lease expired, or whose message was
-  lost.
+  lost; ``handback``: a stopping worker gave a running run back at a step boundary.
 
 A receiver that raises is logged, not propagated: the run stays queued for the next receiver
 or sweep. The workers connect it to their tasks (``runs.operations``)::

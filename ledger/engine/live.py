@@ -43,6 +43,7 @@ from django.db import DatabaseError, connection, connections, transaction
 
 from ledger import canonical, observe, transitions
 from ledger.conf import conf
+from ledger.engine import drain
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, storable
 from ledger.engine.decide import Action, StepRow, decide
@@ -50,6 +51,7 @@ from ledger.engine.fence import LeaseFence
 from ledger.engine.walk import Walk
 from ledger.errors import (
     BudgetExhausted,
+    HandedBack,
     LeaseLost,
     LedgerUnavailable,
     NeedsReconciliation,
@@ -114,6 +116,8 @@ class LiveSteps:
 
     def step(self, call: Call) -> Any:
         row = self.walk.live_row(call.step_id)
+        if drain.requested() and (row is None or row.status != StepStatus.SUCCEEDED):
+            raise HandedBack(call.step_id)  # the worker is stopping: before a step executes
         abandon = self.walk.check_path(call.step_id)
         if call.step_id not in self.walk.ledger:
             self._check_history(1, call.step_id)
@@ -512,6 +516,8 @@ class LiveSteps:
             # one differs (the step before the fan-out, or a path a replan changed).
             prev = entry if i == 0 else calls[i - 1].step_id
             jobs.append(_Job(call, row, prev if self._relink(prev, call) else None, abandon))
+        if jobs and drain.requested():
+            raise HandedBack(jobs[0].call.step_id)
         results.update(self._run_jobs(jobs, max_workers))
         walk.advance(*ids)
         return results

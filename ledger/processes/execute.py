@@ -33,6 +33,7 @@ from ledger.errors import (
     ContinueAsNew,
     Divergence,
     DuplicateStepId,
+    HandedBack,
     LeaseLost,
     LedgerUnavailable,
     NotJSON,
@@ -252,6 +253,8 @@ def _execute_agent(
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
         return _continue(run, token, clock, signal, ctx)
+    except HandedBack as back:
+        return _hand_back(run, token, clock, back, ctx)
     except RunBlocked as exc:
         return _block(run, token, clock, exc, ctx)
     except (StepFailed, NotJSON, DuplicateStepId) as exc:
@@ -320,6 +323,20 @@ def _block(run: Run, token: str, clock: Clock, exc: RunBlocked, ctx: RunContext 
         detail=exc.detail,
         replayed=ctx.replayed if ctx else 0,
         executed=ctx.executed if ctx else 0,
+    )
+
+
+def _hand_back(run: Run, token: str, clock: Clock, back: HandedBack, ctx: RunContext) -> Outcome:
+    with _recording_outcome(ctx):
+        transitions.run_hand_back(run_id=run.run_id, token=token, step_id=back.step_id, clock=clock)
+    log.info("run %s handed back before step %s: this worker is stopping", run.run_id, back.step_id)
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.QUEUED,
+        reason="handback",
+        step_id=back.step_id,
+        replayed=ctx.replayed,
+        executed=ctx.executed,
     )
 
 

@@ -2,9 +2,13 @@
 redirect, so that a load balancer or Prometheus can reach any web process by its address.
 
 - ``/healthz``: liveness. The process answers; nothing else is checked.
-- ``/readyz``: readiness. The database answers, every migration is applied, the broker accepts
-  a connection, and the recovery sweep ran lately (a worker and beat are alive). 200 when all
-  hold, 503 otherwise; JSON naming each check, never a secret (no URL, no password).
+- ``/readyz``: readiness of *this node*: the database answers, every migration is applied, the
+  broker accepts a connection. 200 when all hold, 503 otherwise; JSON naming each check, never
+  a secret (no URL, no password). The recovery sweep's age is reported beside them (``sweep``,
+  with a ``warning`` when it is late) but never fails readiness: a late sweep means a worker's
+  control process or beat is down, which no web node can mend — pulling every web node from the
+  load balancer for it would only add an outage. It is a metric (``runledger_sweep_lag_seconds``)
+  and an alert instead.
 - ``/metrics``: Prometheus text (runs.operations.metrics), for addresses in
 RUNLEDGER_METRICS_NETWORKS or
   requests carrying ``Authorization: Bearer <RUNLEDGER_METRICS_TOKEN>``; 403 to anyone else.
@@ -54,19 +58,23 @@ def check_broker() -> Check:
 
 
 def check_sweep() -> Check:
+    """Informational (never fails readiness): the sweep's age, and a warning when it is late."""
     from ledger.models import Beacon
 
     beacon = Beacon.objects.filter(name="sweep").first()
     if beacon is None:
-        return {"ok": False, "detail": "the recovery sweep never ran (are a worker and beat up?)"}
+        return {
+            "ok": True,
+            "warning": "the recovery sweep never ran (are `runledger worker` and beat up?)",
+        }
     age = max((timezone.now() - beacon.at).total_seconds(), 0.0)
     late = settings.RUNLEDGER_READY_SWEEP_LATE_SECONDS
     if age > late:
         return {
-            "ok": False,
+            "ok": True,
             "age_seconds": round(age, 1),
-            "detail": f"the recovery sweep last ran {age:.0f} s ago (over {late:.0f} s): "
-            "is a worker and `celery -A runs beat` running?",
+            "warning": f"the recovery sweep last ran {age:.0f} s ago (over {late:.0f} s): "
+            "is `runledger worker` (its control process) and `runledger beat` running?",
         }
     return {"ok": True, "age_seconds": round(age, 1)}
 

@@ -2,8 +2,13 @@
 
 A task may be delivered twice, late, or never. Twice and late are harmless: the run's lease
 admits one executor and a finished run is not claimable. Never is repaired by the sweep, which
-re-queues runs whose lease expired and runs that sat queued with no worker. Tasks never retry:
-recovery is a resume from the ledger, not a broker redelivery.
+re-queues runs whose lease expired and runs that sat queued with no worker. Tasks do not retry
+what the agent did (recovery is a resume from the ledger), with one exception: a task that
+cannot reach the database (``OperationalError``, ``InterfaceError``: a restart, a fail-over, a
+cut connection) before its run is claimed is sent again with back-off (``DATABASE_RETRY``)
+instead of being acknowledged and left to the 300 s re-queue rule. Once a run is claimed, a
+lost database ends that execution (``ledger.processes.execute``): its lease expires and the
+sweep re-queues it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import warnings
 from functools import partial
 
 from celery import Task, shared_task
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -23,8 +28,22 @@ from ledger.models import Run
 from ledger.processes import delivery, execute
 from ledger.processes import sweep as sweeping
 from ledger.signals import notifications_queued
+from runs.operations import drain
 
 log = logging.getLogger(__name__)
+
+#: A database that does not answer: the task is published again after 1, 2, 4 … s (full
+#: jitter, at most 10 s apart), for as long as it takes. Why not ``acks_late`` + reject and
+#: requeue: a requeued message comes straight back (no back-off), a hot loop of 40 workers'
+#: slots against a restarting server; a retry is a new message with a countdown, so a run waits
+#: at most 10 s after the database is back. Safe: nothing was claimed or written.
+DATABASE_RETRY: dict[str, object] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 10,
+    "retry_jitter": True,
+    "max_retries": None,
+}
 
 
 def _worker_name(task: Task) -> str:
@@ -33,7 +52,7 @@ def _worker_name(task: Task) -> str:
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
     """Execute the run if this worker can claim it; the outcome's status, or None."""
-    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)), drain.executing():
         return _execute_bound(task, run_id, why)
 
 
@@ -58,13 +77,13 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     return outcome.status
 
 
-@shared_task(bind=True, name="runledger.start_run")
+@shared_task(bind=True, name="runledger.start_run", **DATABASE_RETRY)
 def start_run(self: Task, run_id: str) -> str | None:
     """Execute a newly started run."""
     return _execute(self, run_id, "start")
 
 
-@shared_task(bind=True, name="runledger.resume_run")
+@shared_task(bind=True, name="runledger.resume_run", **DATABASE_RETRY)
 def resume_run(self: Task, run_id: str) -> str | None:
     """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
     return _execute(self, run_id, "resume")
