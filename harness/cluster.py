@@ -90,6 +90,7 @@ class Cluster:
         }
         self.queue = self.env.get("RUNLEDGER_QUEUE", "runledger")
         self.control_queue = self.env.get("RUNLEDGER_CONTROL_QUEUE", f"{self.queue}.control")
+        self.recovered_queue = self.env.get("RUNLEDGER_RECOVERED_QUEUE", f"{self.queue}.recovered")
         self.procs: list[subprocess.Popen[bytes]] = []
         self._connection: Any = None
 
@@ -127,9 +128,9 @@ class Cluster:
             "-n",
             f"{name}@%h",
             "-Q",
-            # Both queues by default, in one process (as `runledger worker --only …` would not):
-            # a test that needs the control process apart starts `runledger_worker`.
-            queues or f"{self.queue},{self.control_queue}",
+            # Every queue by default, in one process (`runledger worker` would start a control
+            # process apart: a test that needs it starts `runledger_worker`).
+            queues or f"{self.queue},{self.recovered_queue},{self.control_queue}",
             "-c",
             str(concurrency),
             "-P",

@@ -69,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def worker(args: list[str]) -> int:
     """``runledger worker``: two Celery workers under one command, so that recovery never waits
-    behind runs — the runs' pool (``RUNLEDGER_QUEUE``, the Celery options given) and a control
+    behind runs — the runs' pool (``RUNLEDGER_QUEUE`` and ``RUNLEDGER_RECOVERED_QUEUE``, the
+    Celery options given) and a control
     process (``RUNLEDGER_CONTROL_QUEUE``: the sweep and notification delivery, two threads).
     ``--only runs`` or ``--only control`` starts one of them in this process; a ``-Q`` of one's
     own is passed to Celery as it is (then the control queue needs a worker of its own).
@@ -86,7 +87,8 @@ def worker(args: list[str]) -> int:
 
         queues: list[str] = []
         if only == "runs":
-            queues = ["-Q", settings.CELERY_TASK_DEFAULT_QUEUE]
+            mine = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.RUNLEDGER_RECOVERED_QUEUE]
+            queues = ["-Q", ",".join(mine)]
         elif only == "control":
             queues = ["-Q", settings.RUNLEDGER_CONTROL_QUEUE, "-P", "threads", "-c", "2"]
         app.start(["worker", *queues, *rest])

@@ -33,4 +33,12 @@ def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
     from ledger.signals import NEW_RUN_CAUSES
     from runs.operations.tasks import send_resume, send_start
 
-    (send_start if cause in NEW_RUN_CAUSES else send_resume)(run_id)
+    if cause in NEW_RUN_CAUSES:
+        send_start(run_id)
+    else:
+        send_resume(run_id, recovered=cause in RECOVERED_CAUSES)
+
+
+#: Runs that were taken from a worker (its lease expired, it handed them back) or whose message
+#: was lost: their resume does not queue behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
+RECOVERED_CAUSES = frozenset({"recovery", "handback"})

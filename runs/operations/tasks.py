@@ -120,9 +120,13 @@ def send_start(run_id: str) -> None:
     _send(start_run, run_id)
 
 
-def send_resume(run_id: str) -> None:
-    """Send resume_run now (the receiver of ``run_queued`` calls it after the commit)."""
-    _send(resume_run, run_id)
+def send_resume(run_id: str, *, recovered: bool = False) -> None:
+    """Send resume_run now (the receiver of ``run_queued`` calls it after the commit); a
+    ``recovered`` run (the sweep's, a handed-back one) to RUNLEDGER_RECOVERED_QUEUE, which the
+    workers take from in turn with the backlog's queue."""
+    from django.conf import settings
+
+    _send(resume_run, run_id, queue=settings.RUNLEDGER_RECOVERED_QUEUE if recovered else None)
 
 
 def enqueue_start(run_id: str) -> None:
@@ -147,9 +151,9 @@ def _deprecated(name: str) -> None:
     )
 
 
-def _send(task: Task, run_id: str) -> None:
+def _send(task: Task, run_id: str, queue: str | None = None) -> None:
     try:
-        task.delay(run_id)
+        task.apply_async((run_id,), **({"queue": queue} if queue else {}))
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)

@@ -79,6 +79,17 @@ RUNLEDGER_CONTROL_QUEUE = env.str(
     doc="The queue of the recovery sweep and notification delivery, consumed by the control "
     "process every `runledger worker` starts (so that recovery never waits behind runs).",
 )
+# Runs the sweep recovered (a dead worker's, a lost message's) and runs a stopping worker handed
+# back: their resume goes here, consumed by every runs' pool beside RUNLEDGER_QUEUE (the broker
+# takes from the two in turn), so that a recovered run does not wait behind the whole backlog.
+RUNLEDGER_RECOVERED_QUEUE = env.str(
+    "RUNLEDGER_RECOVERED_QUEUE",
+    f"{CELERY_TASK_DEFAULT_QUEUE}.recovered",
+    section=sections.BROKER,
+    shown="RUNLEDGER_QUEUE + `.recovered`",
+    doc="The queue of the resumes of recovered and handed-back runs, consumed by the runs' pool "
+    "beside `RUNLEDGER_QUEUE` in turn (a recovered run does not wait behind the backlog).",
+)
 CELERY_TASK_ROUTES = {
     name: {"queue": RUNLEDGER_CONTROL_QUEUE}
     for name in ("runledger.sweep", "runledger.notifications")
