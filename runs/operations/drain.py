@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from celery.signals import worker_process_init, worker_shutting_down
@@ -24,12 +25,18 @@ from ledger.engine import drain
 log = logging.getLogger(__name__)
 
 _busy = 0  # runs executing in this process
+_in_pool = False  # a prefork pool process (not Celery's main process, not a thread)
+_previous: Any = None  # the handler ours replaced (billiard's), for an idle process
 
 
 @contextlib.contextmanager
-def executing() -> Any:
-    """Around one run's execution in a worker process (an idle process exits on SIGTERM)."""
+def executing() -> Iterator[None]:
+    """Around one run's execution. In a pool process, SIGTERM now means "drain" while a run
+    executes (installed here, at the first task: billiard resets the signals after
+    ``worker_process_init``)."""
     global _busy
+    if _in_pool and _previous is None:
+        _install()
     _busy += 1
     try:
         yield
@@ -37,9 +44,16 @@ def executing() -> Any:
         _busy -= 1
 
 
+def _install() -> None:
+    global _previous
+    _previous = signal.signal(signal.SIGTERM, _on_term)
+
+
 def _on_term(signum: int, frame: Any) -> None:
-    if not _busy:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if not _busy:  # idle: exit as the pool process would have
+        signal.signal(signal.SIGTERM, _previous)
+        if callable(_previous):
+            _previous(signum, frame)
         os.kill(os.getpid(), signal.SIGTERM)
         return
     if not drain.requested():
@@ -51,8 +65,9 @@ def _on_term(signum: int, frame: Any) -> None:
 
 @worker_process_init.connect
 def _pool_process(**kwargs: Any) -> None:
+    global _in_pool, _previous
+    _in_pool, _previous = True, None
     drain.clear()  # forked from a parent that may have been asked already
-    signal.signal(signal.SIGTERM, _on_term)
 
 
 @worker_shutting_down.connect

@@ -19,11 +19,13 @@ import warnings
 from functools import partial
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 from django.db import InterfaceError, OperationalError, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
 from ledger import faultpoints, logcontext, transitions
+from ledger.engine import drain as engine_drain
 from ledger.models import Run
 from ledger.processes import delivery, execute
 from ledger.processes import sweep as sweeping
@@ -51,7 +53,11 @@ def _worker_name(task: Task) -> str:
 
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
-    """Execute the run if this worker can claim it; the outcome's status, or None."""
+    """Execute the run if this worker can claim it; the outcome's status, or None. A worker
+    that is stopping (draining) claims nothing more: the message goes back to the broker for
+    another worker."""
+    if engine_drain.requested():
+        raise Reject(f"{why} of run {run_id}: this worker is stopping", requeue=True)
     with logcontext.bound(run_id=run_id, worker=_worker_name(task)), drain.executing():
         return _execute_bound(task, run_id, why)
 

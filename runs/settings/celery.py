@@ -11,6 +11,8 @@ else); the broker only makes it faster.
 
 from __future__ import annotations
 
+from kombu import Queue
+
 from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.settings import env, sections
@@ -90,6 +92,12 @@ RUNLEDGER_RECOVERED_QUEUE = env.str(
     doc="The queue of the resumes of recovered and handed-back runs, consumed by the runs' pool "
     "beside `RUNLEDGER_QUEUE` in turn (a recovered run does not wait behind the backlog).",
 )
+# A plain `celery -A runs worker` (no -Q) consumes all three, as before there was more than one:
+# it still recovers, though its sweeps then wait for a free slot like any message.
+CELERY_TASK_QUEUES = [
+    Queue(name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, RUNLEDGER_RECOVERED_QUEUE, RUNLEDGER_CONTROL_QUEUE)
+]
 CELERY_TASK_ROUTES = {
     name: {"queue": RUNLEDGER_CONTROL_QUEUE}
     for name in ("runledger.sweep", "runledger.notifications")
