@@ -25,7 +25,7 @@ from runs.operations.tasks import start_run
 
 AGENT = "bench-slow"
 MODULES = f"ledger.examples.agents,{agents.__name__}"
-#: Celery's line for a task sent again by autoretry (runs.operations.tasks.DATABASE_RETRY).
+#: Celery's line for a task sent again by autoretry (runs.operations.tasks: DATABASE_ERRORS).
 RETRY_LINE = re.compile(r"Task runledger\.(start|resume)_run\[\S+\] retry: Retry in")
 
 

@@ -78,5 +78,6 @@ def _shutting_down(sig: str = "", how: str = "", **kwargs: Any) -> None:
     import billiard.process
 
     for child in billiard.process.active_children():
-        with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(child.pid, signal.SIGTERM)
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)

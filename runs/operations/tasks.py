@@ -5,7 +5,7 @@ admits one executor and a finished run is not claimable. Never is repaired by th
 re-queues runs whose lease expired and runs that sat queued with no worker. Tasks do not retry
 what the agent did (recovery is a resume from the ledger), with one exception: a task that
 cannot reach the database (``OperationalError``, ``InterfaceError``: a restart, a fail-over, a
-cut connection) before its run is claimed is sent again with back-off (``DATABASE_RETRY``)
+cut connection) before its run is claimed is sent again with back-off (``DATABASE_ERRORS``)
 instead of being acknowledged and left to the 300 s re-queue rule. Once a run is claimed, a
 lost database ends that execution (``ledger.processes.execute``): its lease expires and the
 sweep re-queues it.
@@ -39,13 +39,8 @@ log = logging.getLogger(__name__)
 #: requeue: a requeued message comes straight back (no back-off), a hot loop of 40 workers'
 #: slots against a restarting server; a retry is a new message with a countdown, so a run waits
 #: at most 10 s after the database is back. Safe: nothing was claimed or written.
-DATABASE_RETRY: dict[str, object] = {
-    "autoretry_for": (OperationalError, InterfaceError),
-    "retry_backoff": 1,
-    "retry_backoff_max": 10,
-    "retry_jitter": True,
-    "max_retries": None,
-}
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+RETRY_BACKOFF_MAX = 10
 
 
 def _worker_name(task: Task) -> str:
@@ -83,13 +78,29 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     return outcome.status
 
 
-@shared_task(bind=True, name="runledger.start_run", **DATABASE_RETRY)
+@shared_task(
+    bind=True,
+    name="runledger.start_run",
+    autoretry_for=DATABASE_ERRORS,
+    retry_backoff=1,
+    retry_backoff_max=RETRY_BACKOFF_MAX,
+    retry_jitter=True,
+    max_retries=None,
+)
 def start_run(self: Task, run_id: str) -> str | None:
     """Execute a newly started run."""
     return _execute(self, run_id, "start")
 
 
-@shared_task(bind=True, name="runledger.resume_run", **DATABASE_RETRY)
+@shared_task(
+    bind=True,
+    name="runledger.resume_run",
+    autoretry_for=DATABASE_ERRORS,
+    retry_backoff=1,
+    retry_backoff_max=RETRY_BACKOFF_MAX,
+    retry_jitter=True,
+    max_retries=None,
+)
 def resume_run(self: Task, run_id: str) -> str | None:
     """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
     return _execute(self, run_id, "resume")
@@ -159,7 +170,10 @@ def _deprecated(name: str) -> None:
 
 def _send(task: Task, run_id: str, queue: str | None = None) -> None:
     try:
-        task.apply_async((run_id,), **({"queue": queue} if queue else {}))
+        if queue is None:
+            task.delay(run_id)
+        else:
+            task.apply_async((run_id,), queue=queue)
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)

@@ -113,7 +113,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # A task that raised is acknowledged: retrying is the ledger's job (resume), not the broker's
 # (but a start or resume that could not reach the database is sent again with back-off:
-# runs/operations/tasks.py, DATABASE_RETRY).
+# runs/operations/tasks.py, DATABASE_ERRORS).
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # Agent runs are long and uneven: a worker reserves one message per pool process, no more, so a
 # worker that dies takes no extra prefetched messages down with it, and a free worker is not
