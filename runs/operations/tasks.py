@@ -41,6 +41,16 @@ log = logging.getLogger(__name__)
 #: at most 10 s after the database is back. Safe: nothing was claimed or written.
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 RETRY_BACKOFF_MAX = 10
+#: The run tasks' decorator: bound, and retried with back-off on ``DATABASE_ERRORS``.
+run_task = partial(
+    shared_task,
+    bind=True,
+    autoretry_for=DATABASE_ERRORS,
+    retry_backoff=1,
+    retry_backoff_max=RETRY_BACKOFF_MAX,
+    retry_jitter=True,
+    max_retries=None,
+)
 
 
 def _worker_name(task: Task) -> str:
@@ -78,29 +88,13 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     return outcome.status
 
 
-@shared_task(
-    bind=True,
-    name="runledger.start_run",
-    autoretry_for=DATABASE_ERRORS,
-    retry_backoff=1,
-    retry_backoff_max=RETRY_BACKOFF_MAX,
-    retry_jitter=True,
-    max_retries=None,
-)
+@run_task(name="runledger.start_run")
 def start_run(self: Task, run_id: str) -> str | None:
     """Execute a newly started run."""
     return _execute(self, run_id, "start")
 
 
-@shared_task(
-    bind=True,
-    name="runledger.resume_run",
-    autoretry_for=DATABASE_ERRORS,
-    retry_backoff=1,
-    retry_backoff_max=RETRY_BACKOFF_MAX,
-    retry_jitter=True,
-    max_retries=None,
-)
+@run_task(name="runledger.resume_run")
 def resume_run(self: Task, run_id: str) -> str | None:
     """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
     return _execute(self, run_id, "resume")
