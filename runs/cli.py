@@ -78,8 +78,10 @@ def worker(args: list[str]) -> int:
     either exits the other is stopped, and the command exits with the first one's code (the
     supervisor restarts the whole)."""
     only, rest = _take_only(args)
-    if only is None and any(a in ("-Q", "--queues") or a.startswith("--queues=") for a in rest):
-        only = "as given"
+    if only is None and any(
+        a in ("-Q", "--queues", "-h", "--help") or a.startswith("--queues=") for a in rest
+    ):
+        only = "as given"  # Celery's own: its help, or queues of one's choosing
     if only is not None:
         from django.conf import settings
 
