@@ -89,13 +89,21 @@ class Cluster:
             **(env or {}),
         }
         self.queue = self.env.get("RUNLEDGER_QUEUE", "runledger")
+        self.control_queue = self.env.get("RUNLEDGER_CONTROL_QUEUE", f"{self.queue}.control")
+        self.recovered_queue = self.env.get("RUNLEDGER_RECOVERED_QUEUE", f"{self.queue}.recovered")
         self.procs: list[subprocess.Popen[bytes]] = []
         self._connection: Any = None
 
-    def _spawn(self, args: list[str], name: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        args: list[str],
+        name: str,
+        env: Mapping[str, str],
+        program: tuple[str, ...] = ("celery", "-A", "runs"),
+    ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "runs", *args],
+            [sys.executable, "-m", *program, *args],
             cwd=settings.BASE_DIR,
             env={**self.env, **env},
             stdout=log,
@@ -120,7 +128,9 @@ class Cluster:
             "-n",
             f"{name}@%h",
             "-Q",
-            queues or self.queue,
+            # Every queue by default, in one process (`runledger worker` would start a control
+            # process apart: a test that needs it starts `runledger_worker`).
+            queues or f"{self.queue},{self.recovered_queue},{self.control_queue}",
             "-c",
             str(concurrency),
             "-P",
@@ -128,6 +138,15 @@ class Cluster:
         ]
         args += ["-l", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"]
         return self._spawn(args, name, env or {})
+
+    def runledger_worker(
+        self, name: str, *, concurrency: int = 1, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """``runledger worker`` as production starts it: the runs' pool and the control
+        process, under one command (kill its process group to lose the whole "host")."""
+        args = ["worker", "-n", f"{name}@%h", "-c", str(concurrency), "-l", "info"]
+        args += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
+        return self._spawn(args, name, env or {}, program=("runs.cli",))
 
     def beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         args = ["beat", "-l", "info", "--pidfile", str(self.root / f"{name}.pid")]

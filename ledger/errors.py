@@ -156,6 +156,16 @@ class ContinueAsNew(BaseException):
         super().__init__("continue as a new run")
 
 
+class HandedBack(BaseException):
+    """Raised at a step boundary when this worker is draining (``ledger.engine.drain``): the
+    run goes back to the queue for another worker. A ``BaseException`` like ``ContinueAsNew``,
+    so that an agent's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, step_id: str) -> None:
+        self.step_id = step_id
+        super().__init__(f"handed back before step {step_id!r}: this worker is stopping")
+
+
 # --- a person's action, refused (nothing was written) ---------------------------------
 
 

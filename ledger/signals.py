@@ -12,7 +12,7 @@ run sends it after its commit (never if it rolls back), with ``run_id`` and ``ca
   (RUNLEDGER_RETRY_SLEEP_MAX_SECONDS); the run is released and ``eta`` (a datetime, sent only
   with this cause) says when it is claimable: the message should be delivered then;
 - ``recovery``: the sweep re-queued a run whose worker's lease expired, or whose message was
-  lost.
+  lost; ``handback``: a stopping worker gave a running run back at a step boundary.
 
 A receiver that raises is logged, not propagated: the run stays queued for the next receiver
 or sweep. The workers connect it to their tasks (``runs.operations``)::

@@ -96,5 +96,6 @@ class ExecutionEnding(TextChoices):
     PAUSED = "paused"  # held by a pause
     FAILED = "failed"
     RELEASED = "released", "released to wait"  # a retry's back-off: the run waits, re-queued
+    HANDED_BACK = "handed_back", "handed back"  # a stopping worker returned it before a step
     LEASE_LOST = "lease_lost", "lease lost"  # the worker found its lease taken and stopped
     CRASHED = "crashed"  # found by the sweep: the worker stopped renewing its lease

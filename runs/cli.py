@@ -2,7 +2,9 @@
 directory, and Celery's worker and beat.
 
     runledger start_run refund '{"invoice_id": "inv_1002"}'
-    runledger worker --concurrency 8        # celery -A runs worker --concurrency 8
+    runledger worker --concurrency 8        # the runs' pool (8) and the control process
+    runledger worker --only runs -c 8       # celery -A runs worker -Q <runs queue> -c 8
+    runledger worker --only control         # the sweep and notifications only
     runledger beat                          # celery -A runs beat (exactly one)
     runledger --help                        # runledger's commands, apart from Django's
 
@@ -14,6 +16,7 @@ agents for that one process, as ``make demo`` does. They are not in the wheel.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -45,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
     name = args[0] if args else "help"
+    if name == "worker":
+        sys.exit(worker(args[1:]))
     if name in CELERY:
         from runs.celery import app
 
@@ -62,6 +67,119 @@ def main(argv: Sequence[str] | None = None) -> None:
     execute_from_command_line(["runledger", *args])
 
 
+def worker(args: list[str]) -> int:
+    """``runledger worker``: two Celery workers under one command, so that recovery never waits
+    behind runs — the runs' pool (``RUNLEDGER_QUEUE`` and ``RUNLEDGER_RECOVERED_QUEUE``, the
+    Celery options given) and a control
+    process (``RUNLEDGER_CONTROL_QUEUE``: the sweep and notification delivery, two threads).
+    ``--only runs`` or ``--only control`` starts one of them in this process; a ``-Q`` of one's
+    own is passed to Celery as it is (then the control queue needs a worker of its own).
+    SIGTERM and SIGQUIT are passed on to both (they share this command's process group); when
+    either exits the other is stopped, and the command exits with the first one's code (the
+    supervisor restarts the whole)."""
+    only, rest = _take_only(args)
+    if only is None and any(
+        a in ("-Q", "--queues", "-h", "--help") or a.startswith("--queues=") for a in rest
+    ):
+        only = "as given"  # Celery's own: its help, or queues of one's choosing
+    if only is not None:
+        from django.conf import settings
+
+        from runs.celery import app
+
+        queues: list[str] = []
+        if only == "runs":
+            mine = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.RUNLEDGER_RECOVERED_QUEUE]
+            queues = ["-Q", ",".join(mine)]
+        elif only == "control":
+            queues = ["-Q", settings.RUNLEDGER_CONTROL_QUEUE, "-P", "threads", "-c", "2"]
+        app.start(["worker", *queues, *rest])
+        return 0
+    return _supervise(rest)
+
+
+def _take_only(args: list[str]) -> tuple[str | None, list[str]]:
+    rest, only = list(args), None
+    for i, arg in enumerate(rest):
+        if arg == "--only" or arg.startswith("--only="):
+            value = (
+                arg.split("=", 1)[1] if "=" in arg else (rest[i + 1] if i + 1 < len(rest) else "")
+            )
+            del rest[i : i + (1 if "=" in arg else 2)]
+            if value not in ("runs", "control"):
+                sys.stderr.write(f"runledger worker: --only takes runs or control, not {value!r}\n")
+                sys.exit(2)
+            only = value
+            break
+    return only, rest
+
+
+def _control_args(rest: list[str]) -> list[str]:
+    """The options of the runs' worker that the control process shares: the log level, the
+    node name (prefixed ``control.``) and the ``--without-…`` switches."""
+    out: list[str] = []
+    name = "celery@%h"
+    for i, arg in enumerate(rest):
+        value = rest[i + 1] if i + 1 < len(rest) else ""
+        if arg in ("-l", "--loglevel"):
+            out += ["-l", value]
+        elif arg.startswith("--loglevel="):
+            out.append(arg)
+        elif arg in ("-n", "--hostname"):
+            name = value
+        elif arg.startswith("--hostname="):
+            name = arg.split("=", 1)[1]
+        elif arg.startswith("--without-"):
+            out.append(arg)
+    return [*out, "-n", f"control.{name}"]
+
+
+def _supervise(rest: list[str]) -> int:
+    import signal
+    import subprocess
+
+    me = [sys.executable, "-m", "runs.cli", "worker"]
+    children = [
+        subprocess.Popen([*me, "--only", "runs", *rest], preexec_fn=_die_with_parent),
+        subprocess.Popen(
+            [*me, "--only", "control", *_control_args(rest)], preexec_fn=_die_with_parent
+        ),
+    ]
+
+    def forward(signum: int, frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    # Ctrl-C reaches the whole process group (both children) from the terminal: passing it on
+    # as well would be a second SIGINT, which Celery takes as "stop at once".
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code: int | None = None
+    while code is None:
+        pid, status = os.wait()
+        for child in children:
+            if child.pid == pid:
+                child.returncode = os.waitstatus_to_exitcode(status)
+                code = child.returncode
+    for child in children:
+        if child.poll() is None:
+            child.terminate()  # the other one drains, as on a SIGTERM from outside
+    for child in children:
+        child.wait()
+    return code if code >= 0 else 128 - code
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM if this command is killed (SIGKILL) before it."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def print_help() -> None:
     """runledger's own commands first, grouped by app; then Django's and the libraries'."""
     import django
@@ -76,7 +194,7 @@ def print_help() -> None:
         else:
             others.append(command)
     out = ["usage: runledger <command> [options]   (runledger <command> --help for one)", ""]
-    out += ["  worker     start a Celery worker (celery -A runs worker …)"]
+    out += ["  worker     start the workers: the runs' pool and the control process (--only …)"]
     out += ["  beat       start Celery beat: the sweep and deliveries (exactly one)", ""]
     for app, commands in ours.items():
         out.append(f"runledger's commands ({app}):")

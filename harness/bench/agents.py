@@ -72,3 +72,19 @@ def bench_agent(kind: str, steps: int, name: str | None = None) -> str:
         return steps
 
     return name
+
+
+@tool(kind="read", name="bench-slow-hold")
+def slow_hold(seconds: float) -> dict[str, float]:
+    """A slow agent's step (a model call, a crawl): ``seconds`` of wall time."""
+    time.sleep(seconds)
+    return {"held": seconds}
+
+
+@agent("bench-slow", tools=[slow_hold, bench_read])
+def bench_slow(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Two steps: a slow one (``inputs["hold"]`` seconds), then a quick one. The recovery
+    scenarios (harness/recovery.py) fill a deep queue with it."""
+    held = ctx.call(slow_hold, step="hold", seconds=float(inputs["hold"]))
+    ctx.call(bench_read, step="after", i=1)
+    return held

@@ -45,7 +45,7 @@ from django.db import DatabaseError, connection, connections, transaction
 
 from ledger import canonical, faultpoints, observe, retry, transitions
 from ledger.conf import conf
-from ledger.engine import failures, gate
+from ledger.engine import drain, failures, gate
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
@@ -55,6 +55,7 @@ from ledger.engine.walk import Walk
 from ledger.errors import (
     ApprovalRejected,
     BudgetExhausted,
+    HandedBack,
     LeaseLost,
     LedgerUnavailable,
     NeedsReconciliation,
@@ -134,6 +135,8 @@ class LiveSteps:
     def step(self, call: Call) -> Any:
         self._holds.check_whole(call.step_id)
         row = self.walk.live_row(call.step_id)
+        if drain.requested() and (row is None or row.status != StepStatus.SUCCEEDED):
+            raise HandedBack(call.step_id)  # the worker is stopping: before a step executes
         abandon = self.walk.check_path(call.step_id)
         if call.step_id not in self.walk.ledger:
             self._check_history(1, call.step_id)
@@ -710,6 +713,8 @@ class LiveSteps:
             # one differs (the step before the fan-out, or a path a replan changed).
             prev = entry if i == 0 else calls[i - 1].step_id
             jobs.append(_Job(call, row, prev if self._relink(prev, call) else None, abandon))
+        if jobs and drain.requested():
+            raise HandedBack(jobs[0].call.step_id)
         results.update(self._run_jobs(jobs, max_workers))
         walk.advance(*ids)
         return results

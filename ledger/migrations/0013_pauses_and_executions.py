@@ -77,6 +77,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='execution',
             name='ending',
-            field=models.CharField(choices=[('running', 'Running'), ('finished', 'Finished'), ('needs_attention', 'stopped for a person'), ('paused', 'Paused'), ('failed', 'Failed'), ('released', 'released to wait'), ('lease_lost', 'lease lost'), ('crashed', 'Crashed')], default='running', max_length=20),
+            field=models.CharField(choices=[('running', 'Running'), ('finished', 'Finished'), ('needs_attention', 'stopped for a person'), ('paused', 'Paused'), ('failed', 'Failed'), ('released', 'released to wait'), ('handed_back', 'handed back'), ('lease_lost', 'lease lost'), ('crashed', 'Crashed')], default='running', max_length=20),
         ),
     ]

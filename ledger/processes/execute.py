@@ -38,6 +38,7 @@ from ledger.errors import (
     ContinueAsNew,
     Divergence,
     DuplicateStepId,
+    HandedBack,
     LeaseLost,
     LedgerUnavailable,
     NotJSON,
@@ -382,6 +383,8 @@ def _execute_agent(
         return _continue(ex, clock, signal)
     except RetryLater as later:
         return _defer(ex, clock, later)
+    except HandedBack as back:
+        return _hand_back(ex, clock, back)
     except RunBlocked as exc:
         return _block(ex, clock, exc)
     except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
@@ -518,6 +521,25 @@ def _hold(ex: _Execution, clock: Clock, exc: RunPaused) -> Outcome:
         status=RunStatus.PAUSED,
         step_id=exc.step_id,
         detail=exc.detail,
+        replayed=replayed,
+        executed=executed,
+    )
+
+
+def _hand_back(ex: _Execution, clock: Clock, back: HandedBack) -> Outcome:
+    run = ex.run
+    with _recording_outcome(ex.ctx):
+        transitions.run_hand_back(
+            run_id=run.run_id, token=ex.token, step_id=back.step_id, clock=clock
+        )
+        _record_end(ex, ExecutionEnding.HANDED_BACK, clock, step_id=back.step_id)
+    log.info("run %s handed back before step %s: this worker is stopping", run.run_id, back.step_id)
+    replayed, executed = ex.counts()
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.QUEUED,
+        reason="handback",
+        step_id=back.step_id,
         replayed=replayed,
         executed=executed,
     )

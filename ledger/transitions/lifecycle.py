@@ -334,6 +334,26 @@ def run_continue_as_new(*, run: Run, token: str, inputs: Any, clock: Clock = tim
     return child
 
 
+def run_hand_back(*, run_id: str, token: str, step_id: str, clock: Clock = timezone.now) -> None:
+    """A draining worker gives a running run back: the lease is released and the run queued
+    again at once (announced, so another worker continues it without waiting for the lease to
+    expire). Fenced: a worker that lost its lease hands back nothing. The execution that
+    continues it costs no resume budget (``resume_free``): a deploy is not the run's fault."""
+    now = clock()
+    with transaction.atomic():
+        _fenced(
+            run_id,
+            token,
+            status=RunStatus.QUEUED,
+            resume_free=True,
+            **_RELEASED,
+            detail=f"handed back before step {step_id!r} by a stopping worker; re-queued",
+            updated_at=now,
+            status_changed_at=now,
+        )
+        signals.send_run_queued_on_commit(run_id=run_id, cause="handback")
+
+
 # --- recovery: the lease sweep ------------------------------------------------------------
 
 

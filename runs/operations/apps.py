@@ -40,4 +40,9 @@ def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
     elif eta is not None:
         send_resume(run_id, eta=eta)
     else:
-        send_resume(run_id)
+        send_resume(run_id, recovered=cause in RECOVERED_CAUSES)
+
+
+#: Runs that were taken from a worker (its lease expired, it handed them back) or whose message
+#: was lost: their resume does not queue behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
+RECOVERED_CAUSES = frozenset({"recovery", "handback"})

@@ -2,10 +2,14 @@
 redirect, so that a load balancer or Prometheus can reach any web process by its address.
 
 - ``/healthz``: liveness. The process answers; nothing else is checked.
-- ``/readyz``: readiness. The database answers, every migration is applied, the broker accepts
-  a connection, the recovery sweep ran lately (a worker and beat are alive), and every agent
-  module imported, in this process and in each running worker (``agent_modules``). 200 when all
-  hold, 503 otherwise; JSON naming each check, never a secret (no URL, no password).
+- ``/readyz``: readiness of *this node*: the database answers, every migration is applied, the
+  broker accepts a connection, every agent module imported in this process. 200 when all hold,
+  503 otherwise; JSON naming each check, never a secret (no URL, no password). Beside them, two
+  reports that never fail readiness: the recovery sweep's age (``sweep``, with a ``warning`` when
+  it is late) and the agent modules a running worker failed to import (``agent_modules``'s
+  ``warning``). A late sweep means a worker's control process or beat is down, which no web
+  node can mend — pulling every web node from the load balancer for it would only add an
+  outage. It is a metric (``runledger_sweep_lag_seconds``) and an alert instead.
 - ``/metrics``: Prometheus text (runs.operations.metrics), for addresses in
 RUNLEDGER_METRICS_NETWORKS or
   requests carrying ``Authorization: Bearer <RUNLEDGER_METRICS_TOKEN>``; 403 to anyone else.
@@ -55,19 +59,23 @@ def check_broker() -> Check:
 
 
 def check_sweep() -> Check:
+    """Informational (never fails readiness): the sweep's age, and a warning when it is late."""
     from ledger.models import Beacon
 
     beacon = Beacon.objects.filter(name="sweep").first()
     if beacon is None:
-        return {"ok": False, "detail": "the recovery sweep never ran (are a worker and beat up?)"}
+        return {
+            "ok": True,
+            "warning": "the recovery sweep never ran (are `runledger worker` and beat up?)",
+        }
     age = max((timezone.now() - beacon.at).total_seconds(), 0.0)
     late = settings.RUNLEDGER_READY_SWEEP_LATE_SECONDS
     if age > late:
         return {
-            "ok": False,
+            "ok": True,
             "age_seconds": round(age, 1),
-            "detail": f"the recovery sweep last ran {age:.0f} s ago (over {late:.0f} s): "
-            "is a worker and `celery -A runs beat` running?",
+            "warning": f"the recovery sweep last ran {age:.0f} s ago (over {late:.0f} s): "
+            "is `runledger worker` (its control process) and `runledger beat` running?",
         }
     return {"ok": True, "age_seconds": round(age, 1)}
 
@@ -101,17 +109,24 @@ def worker_stopped(hostname: str) -> None:
 
 
 def check_agent_modules() -> Check:
+    """Every agent module imported. Fails readiness only when one failed in *this* process (its
+    deploy is broken); a worker's failed import is reported with a ``warning`` (that worker
+    leaves the runs of those agents queued) but is no reason to pull this web node."""
     from ledger import registry
     from ledger.models import Beacon
 
-    broken = {"this process": registry.import_errors()} if registry.import_errors() else {}
+    mine = registry.import_errors()
+    broken = {"this process": mine} if mine else {}
     for beacon in Beacon.objects.filter(name__startswith=WORKER_BEACON):
         if beacon.detail.get("import_errors"):
             broken[beacon.name.removeprefix(WORKER_BEACON)] = beacon.detail["import_errors"]
     if not broken:
         return {"ok": True}
     where = "; ".join(f"{w}: {', '.join(sorted(errors))}" for w, errors in broken.items())
-    return {"ok": False, "broken": broken, "detail": f"agent modules failed to import ({where})"}
+    detail = f"agent modules failed to import ({where})"
+    if mine:
+        return {"ok": False, "broken": broken, "detail": detail}
+    return {"ok": True, "broken": broken, "warning": detail}
 
 
 CHECKS: dict[str, Callable[[], Check]] = {

@@ -24,7 +24,9 @@ def celery(*args: str) -> list[str]:
 
 
 def worker_command(*, name: str, concurrency: int, loglevel: str = "INFO") -> list[str]:
-    return celery("worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "-n", name)
+    """``runledger worker``: the runs' pool and the control process (the sweep, deliveries)."""
+    options = [f"--loglevel={loglevel}", f"--concurrency={concurrency}", "-n", name]
+    return [sys.executable, "-m", "runs.cli", "worker", *options]
 
 
 def beat_command(*, loglevel: str = "INFO") -> list[str]:
@@ -44,8 +46,9 @@ class NotServing(Exception):
 
 
 def wait_until_served(url: str, children: Children, seconds: float) -> Any:
-    """GET ``url`` until it answers 200; return its JSON body. Raises ``NotServing`` when a
-    child exits first or ``seconds`` pass (with the last answer: a probe's failing checks)."""
+    """GET ``url`` until it answers 200 with no warning (the first sweep ran: the worker and
+    beat are up); return its JSON body. Raises ``NotServing`` when a child exits first or
+    ``seconds`` pass (with the last answer: a probe's failing checks)."""
     deadline = time.monotonic() + seconds
     last: object = "no answer yet"
     while time.monotonic() < deadline:
@@ -54,7 +57,10 @@ def wait_until_served(url: str, children: Children, seconds: float) -> Any:
                 raise NotServing(f"{name} exited with {child.returncode} during start-up")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                return json.load(response)
+                body = json.load(response)
+            if not any("warning" in check for check in body.get("checks", {}).values()):
+                return body
+            last = body["checks"]
         except urllib.error.HTTPError as exc:
             last = json.loads(exc.read() or b"{}").get("checks", exc.code)
         except OSError as exc:

@@ -2,8 +2,13 @@
 
 A task may be delivered twice, late, or never. Twice and late are harmless: the run's lease
 admits one executor and a finished run is not claimable. Never is repaired by the sweep, which
-re-queues runs whose lease expired and runs that sat queued with no worker. Tasks never retry:
-recovery is a resume from the ledger, not a broker redelivery.
+re-queues runs whose lease expired and runs that sat queued with no worker. Tasks do not retry
+what the agent did (recovery is a resume from the ledger), with one exception: a task that
+cannot reach the database (``OperationalError``, ``InterfaceError``: a restart, a fail-over, a
+cut connection) before its run is claimed is sent again with back-off (``DATABASE_ERRORS``)
+instead of being acknowledged and left to the 300 s re-queue rule. Once a run is claimed, a
+lost database ends that execution (``ledger.processes.execute``): its lease expires and the
+sweep re-queues it.
 """
 
 from __future__ import annotations
@@ -13,19 +18,41 @@ import os
 import warnings
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from celery import Task, shared_task
-from django.db import transaction
+from celery.exceptions import Reject
+from django.db import InterfaceError, OperationalError, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
 from ledger import faultpoints, logcontext, transitions
+from ledger.engine import drain as engine_drain
 from ledger.models import Run
 from ledger.processes import delivery, execute
 from ledger.processes import sweep as sweeping
 from ledger.signals import notifications_queued
+from runs.operations import drain
 
 log = logging.getLogger(__name__)
+
+#: A database that does not answer: the task is published again after 1, 2, 4 … s (full
+#: jitter, at most 10 s apart), for as long as it takes. Why not ``acks_late`` + reject and
+#: requeue: a requeued message comes straight back (no back-off), a hot loop of 40 workers'
+#: slots against a restarting server; a retry is a new message with a countdown, so a run waits
+#: at most 10 s after the database is back. Safe: nothing was claimed or written.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+RETRY_BACKOFF_MAX = 10
+#: The run tasks' decorator: bound, and retried with back-off on ``DATABASE_ERRORS``.
+run_task = partial(
+    shared_task,
+    bind=True,
+    autoretry_for=DATABASE_ERRORS,
+    retry_backoff=1,
+    retry_backoff_max=RETRY_BACKOFF_MAX,
+    retry_jitter=True,
+    max_retries=None,
+)
 
 
 def _worker_name(task: Task) -> str:
@@ -33,8 +60,12 @@ def _worker_name(task: Task) -> str:
 
 
 def _execute(task: Task, run_id: str, why: str) -> str | None:
-    """Execute the run if this worker can claim it; the outcome's status, or None."""
-    with logcontext.bound(run_id=run_id, worker=_worker_name(task)):
+    """Execute the run if this worker can claim it; the outcome's status, or None. A worker
+    that is stopping (draining) claims nothing more: the message goes back to the broker for
+    another worker."""
+    if engine_drain.requested():
+        raise Reject(f"{why} of run {run_id}: this worker is stopping", requeue=True)
+    with logcontext.bound(run_id=run_id, worker=_worker_name(task)), drain.executing():
         return _execute_bound(task, run_id, why)
 
 
@@ -61,13 +92,13 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
     return outcome.status
 
 
-@shared_task(bind=True, name="runledger.start_run")
+@run_task(name="runledger.start_run")
 def start_run(self: Task, run_id: str) -> str | None:
     """Execute a newly started run."""
     return _execute(self, run_id, "start")
 
 
-@shared_task(bind=True, name="runledger.resume_run")
+@run_task(name="runledger.resume_run")
 def resume_run(self: Task, run_id: str) -> str | None:
     """Resume a run from its ledger (after a crash, a settlement, or a raised budget)."""
     return _execute(self, run_id, "resume")
@@ -104,13 +135,15 @@ def send_start(run_id: str) -> None:
     _send(start_run, run_id)
 
 
-def send_resume(run_id: str, *, eta: datetime | None = None) -> None:
+def send_resume(run_id: str, *, eta: datetime | None = None, recovered: bool = False) -> None:
     """Send resume_run now (the receiver of ``run_queued`` calls it after the commit), or for
-    delivery at ``eta`` (a run waiting out a retry's back-off; a Celery countdown)."""
-    if eta is None:
-        _send(resume_run, run_id)
-    else:
-        _send(resume_run, run_id, eta=eta)
+    delivery at ``eta`` (a run waiting out a retry's back-off; a Celery countdown); a
+    ``recovered`` run (the sweep's, a handed-back one) to RUNLEDGER_RECOVERED_QUEUE, which the
+    workers take from in turn with the backlog's queue."""
+    from django.conf import settings
+
+    queue = settings.RUNLEDGER_RECOVERED_QUEUE if recovered else None
+    _send(resume_run, run_id, eta=eta, queue=queue)
 
 
 def enqueue_start(run_id: str) -> None:
@@ -135,12 +168,19 @@ def _deprecated(name: str) -> None:
     )
 
 
-def _send(task: Task, run_id: str, *, eta: datetime | None = None) -> None:
+def _send(
+    task: Task, run_id: str, *, eta: datetime | None = None, queue: str | None = None
+) -> None:
     try:
-        if eta is None:
+        if eta is None and queue is None:
             task.delay(run_id)
         else:
-            task.apply_async((run_id,), eta=eta)
+            options: dict[str, Any] = {}
+            if eta is not None:
+                options["eta"] = eta
+            if queue is not None:
+                options["queue"] = queue
+            task.apply_async((run_id,), **options)
     except Exception:
         # The run stays queued in the ledger; the sweep enqueues it again once it looks lost.
         log.exception("could not enqueue %s for run %s; the sweep will retry", task.name, run_id)

@@ -50,13 +50,15 @@ LOGGING = {
     },
 }
 
-# /readyz fails when the sweep beacon is older than this (three sweep intervals and a minute).
+# /readyz warns (never fails: a late sweep is no reason to pull a web node) when the sweep beacon
+# is older than this (three sweep intervals and a minute).
 RUNLEDGER_READY_SWEEP_LATE_SECONDS = env.float(
     "RUNLEDGER_READY_SWEEP_LATE_SECONDS",
     3 * LEDGER["RUNLEDGER_SWEEP_SECONDS"] + 60,
     section=sections.OBSERVE,
     shown="3 * RUNLEDGER_SWEEP_SECONDS + 60",
-    doc="`/readyz` fails when the sweep last ran longer ago than this (beat is down).",
+    doc="`/readyz` warns when the sweep last ran longer ago than this (the control process or "
+    "beat is down); it stays 200: the age is `runledger_sweep_lag_seconds`, alert on that.",
 )
 RUNLEDGER_READY_BROKER_SECONDS = env.float(
     "RUNLEDGER_READY_BROKER_SECONDS",

@@ -21,15 +21,15 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from django.core.management import call_command
-from django.db import OperationalError, connection
+from django.db import connection
 
 from harness import killtest
 from harness.cluster import Cluster, database_url, wait_for
+from harness.recovery import all_final, default_database, statuses
 from harness.servers import PostgresServer, RedisServer, postgres_bindir
 from ledger import transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
-from ledger.models import FINAL_STATUSES, Run, RunStatus, Step, StepStatus
+from ledger.models import Run, RunStatus, Step, StepStatus
 from runs.operations.tasks import resume_run, start_run
 
 pytestmark = [
@@ -37,8 +37,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif("connection.vendor != 'postgresql'"),
 ]
-
-DONE = (*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION)
 
 
 def _report_failures(report: killtest.Report, seed: int) -> str:
@@ -76,37 +74,6 @@ def test_a_cut_database_connection_at_every_commit_of_every_effect_loses_and_rep
 # --- PostgreSQL restarted ------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _default_database(url_server: PostgresServer) -> Iterator[None]:
-    """Point this process's default connection at ``url_server`` (migrated), then back."""
-    saved = dict(connection.settings_dict)
-    connection.close()
-    connection.settings_dict.update(
-        NAME="postgres", HOST="127.0.0.1", PORT=url_server.port, USER="postgres", PASSWORD=""
-    )
-    try:
-        call_command("migrate", verbosity=0)
-        yield
-    finally:
-        connection.close()
-        connection.settings_dict.clear()
-        connection.settings_dict.update(saved)
-
-
-def _statuses(run_ids: list[str]) -> dict[str, str]:
-    """The runs' statuses; {} while the database cannot answer (it is restarting)."""
-    try:
-        return dict(Run.objects.filter(pk__in=run_ids).values_list("run_id", "status"))
-    except OperationalError:
-        connection.close()
-        return {}
-
-
-def _all_done(run_ids: list[str]) -> bool:
-    statuses = _statuses(run_ids)
-    return len(statuses) == len(run_ids) and all(s in DONE for s in statuses.values())
-
-
 def _assert_finished_or_stopped_with_a_reason(run_ids: list[str]) -> None:
     for run in Run.objects.filter(pk__in=run_ids):
         assert run.status == RunStatus.SUCCEEDED or (
@@ -124,7 +91,7 @@ def test_runs_survive_a_postgresql_restart_under_them(tmp_path: Path) -> None:
     # Not under tmp_path: the server may run as the postgres user, who cannot enter it.
     server = PostgresServer(Path(tempfile.mkdtemp(prefix="runledger-pg-"))).start()
     try:
-        with _default_database(server), Cluster(tmp_path / "cluster", lost_after=5.0) as cluster:
+        with default_database(server), Cluster(tmp_path / "cluster", lost_after=5.0) as cluster:
             cluster.beat()
             cluster.worker("w1", concurrency=2)
             cluster.worker("w2", concurrency=2)
@@ -134,14 +101,14 @@ def test_runs_survive_a_postgresql_restart_under_them(tmp_path: Path) -> None:
                 run_ids.append(run.run_id)
                 cluster.send(start_run, run.run_id)
             running = wait_for(
-                lambda: sum(1 for s in _statuses(run_ids).values() if s == "running") >= 3,
+                lambda: sum(1 for s in statuses(run_ids).values() if s == "running") >= 3,
                 timeout=120,
             )
             assert running, f"the runs never started: {cluster.log('w1')}"
             connection.close()
             server.restart()
-            assert wait_for(lambda: _all_done(run_ids), timeout=240, interval=0.2), (
-                f"{_statuses(run_ids)}\n{cluster.log('w1')}\n{cluster.log('beat')}"
+            assert wait_for(lambda: all_final(run_ids), timeout=240, interval=0.2), (
+                f"{statuses(run_ids)}\n{cluster.log('w1')}\n{cluster.log('beat')}"
             )
             _assert_finished_or_stopped_with_a_reason(run_ids)
             assert Run.objects.filter(pk__in=run_ids, executions__gt=1).exists()
@@ -165,13 +132,13 @@ def test_queued_runs_survive_a_redis_restart(tmp_path: Path) -> None:
                 run = transitions.run_start(agent="survey", inputs={"records": 20, "delay_ms": 20})
                 run_ids.append(run.run_id)
                 cluster.send(start_run, run.run_id)
-            assert wait_for(lambda: "running" in _statuses(run_ids).values(), timeout=120)
+            assert wait_for(lambda: "running" in statuses(run_ids).values(), timeout=120)
             redis.restart()
-            assert wait_for(lambda: _all_done(run_ids), timeout=180, interval=0.2), (
-                f"{_statuses(run_ids)}\n{cluster.log('w1')}\n{cluster.log('beat')}"
+            assert wait_for(lambda: all_final(run_ids), timeout=180, interval=0.2), (
+                f"{statuses(run_ids)}\n{cluster.log('w1')}\n{cluster.log('beat')}"
             )
-            statuses = _statuses(run_ids)
-            assert set(statuses.values()) == {"succeeded"}, statuses
+            found = statuses(run_ids)
+            assert set(found.values()) == {"succeeded"}, found
             # The worker did lose its broker and came back (the restart was real).
             assert "Connection to broker lost" in cluster.log("w1", tail=5000)
             _assert_finished_or_stopped_with_a_reason(run_ids)
@@ -248,7 +215,7 @@ def test_a_refused_step_write_fails_the_run_with_the_reason_and_never_repeats_th
         for run in runs.values():
             cluster.send(start_run, run.run_id)
         ids = [run.run_id for run in runs.values()]
-        assert wait_for(lambda: _all_done(ids), timeout=120, interval=0.1), cluster.log("w1")
+        assert wait_for(lambda: all_final(ids), timeout=120, interval=0.1), cluster.log("w1")
         for (action, write, _, charges), run in runs.items():
             run.refresh_from_db()
             assert run.status == RunStatus.FAILED, (action, write, run.status, run.detail)
@@ -265,7 +232,7 @@ def test_a_refused_step_write_fails_the_run_with_the_reason_and_never_repeats_th
                                   seen_version=None)  # fmt: skip
             cluster.send(resume_run, run.run_id)
         ids = [run.run_id for run in runs.values()]
-        assert wait_for(lambda: _all_done(ids), timeout=120, interval=0.1), cluster.log("w1")
+        assert wait_for(lambda: all_final(ids), timeout=120, interval=0.1), cluster.log("w1")
         for run in runs.values():
             run.refresh_from_db()
             assert run.status == RunStatus.SUCCEEDED, (run.status, run.detail, run.error)

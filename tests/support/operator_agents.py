@@ -80,3 +80,20 @@ def chain(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def step_of(run: Run | str, step_id: str) -> Step:
     run_id = run if isinstance(run, str) else run.run_id
     return Step.objects.get(run_id=run_id, step_id=step_id)
+
+
+def stopped_stale(execute: Any, crash_at: Any) -> Run:
+    """A chain run that crashed at d, then resumed under a changed salt: stale at b (the
+    ``execute`` and ``crash_at`` fixtures of tests/conftest.py)."""
+    from ledger import transitions
+    from ledger.examples.models import ProviderCharge
+
+    run = transitions.run_start(agent="ops-chain", inputs={"n": 21})
+    crash_at("ops.scale.d")
+    execute(run.run_id, crash_expected=True)
+    assert ProviderCharge.objects.count() == 1
+    CHAIN["salt"] = "v2"
+    outcome = execute(run.run_id, worker="worker-2")
+    assert (outcome.status, outcome.reason, outcome.step_id) == ("needs_attention", "stale", "b")
+    run.refresh_from_db()
+    return run

@@ -140,7 +140,8 @@ def test_a_worker_with_a_broken_agent_module_takes_none_of_its_runs(cluster) -> 
         lambda: Beacon.objects.filter(name__startswith="worker:broken@").exists(), timeout=WAIT
     ), cluster.log("broken")
     check = readyz()
-    assert check["ok"] is False and "tests.support.breakable_agents" in check["detail"]
+    # Reported, but no reason to pull this web node: only its own broken import fails readiness.
+    assert check["ok"] is True and "tests.support.breakable_agents" in check["warning"]
     assert "agent module tests.support.breakable_agents failed to import" in cluster.log("broken")
 
     lost = transitions.run_start(agent="breakable", inputs={"n": 7}).run_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -27,10 +28,21 @@ def announced() -> Iterator[list[tuple[str, str]]]:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """What the workers' receiver sends to the broker: (task, run id)."""
+    """What the workers' receiver sends to the broker: (task, run id), and the queue of those
+    sent to a queue of their own in ``sent_to``."""
     out: list[tuple[str, str]] = []
-    monkeypatch.setattr(tasks, "_send", lambda task, run_id: out.append((task.name, run_id)))
+
+    def send(task: Any, run_id: str, queue: str | None = None) -> None:
+        out.append((task.name, run_id))
+        if queue is not None:
+            sent_to[run_id] = queue
+
+    sent_to.clear()
+    monkeypatch.setattr(tasks, "_send", send)
     return out
+
+
+sent_to: dict[str, str] = {}
 
 
 def failed_run(execute, crash_at) -> Run:
@@ -85,14 +97,18 @@ def test_a_resume_goes_to_the_resume_task_and_a_fork_to_the_start_task(
     assert sent[-1] == ("runledger.start_run", fork.run_id)
 
 
-def test_the_sweeps_recovery_is_announced(clock, announced) -> None:
+def test_the_sweeps_recovery_is_announced(clock, announced, sent) -> None:
     run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1002"})
     token = transitions.lease_claim(run_id=run.run_id, owner="w1", clock=clock)
     assert token is not None
     announced.clear()
+    sent.clear()
     clock.advance(settings.RUNLEDGER_LEASE_SECONDS + 1)
     assert sweep.runs_sweep(clock=clock) == [run.run_id]
     assert announced == [(run.run_id, "recovery")]
+    # Its resume does not queue behind the backlog (issue 24).
+    assert sent == [("runledger.resume_run", run.run_id)]
+    assert sent_to == {run.run_id: settings.RUNLEDGER_RECOVERED_QUEUE}
     assert selectors.runs_with_expired_leases(now=clock() + timedelta(days=1)) == []
 
 

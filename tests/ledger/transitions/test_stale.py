@@ -13,23 +13,14 @@ from ledger.examples import agents as examples
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run
 from ledger.processes.preview import preview_resume, stale_entry
-from tests.support.operator_agents import CHAIN, step_of
+from tests.support.operator_agents import CHAIN, step_of, stopped_stale
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def stale_chain(execute, crash_at) -> Run:
-    """A chain run that crashed at d, then resumed under a changed salt: stale at b."""
-    run = transitions.run_start(agent="ops-chain", inputs={"n": 21})
-    crash_at("ops.scale.d")
-    execute(run.run_id, crash_expected=True)
-    assert ProviderCharge.objects.count() == 1
-    CHAIN["salt"] = "v2"
-    outcome = execute(run.run_id, worker="worker-2")
-    assert (outcome.status, outcome.reason, outcome.step_id) == ("needs_attention", "stale", "b")
-    run.refresh_from_db()
-    return run
+    return stopped_stale(execute, crash_at)
 
 
 def test_accepting_a_stale_result_records_todays_inputs_and_the_resume_goes_on(

@@ -3,7 +3,7 @@ this suite's PostgreSQL and the Redis on loopback, driven over HTTP like a brows
 
 Signs in through gunicorn, fetches a hashed static file with its long cache headers, reads
 /readyz green, scrapes /metrics and sees the step counter grow when a run executes, then stops
-the worker and sees /readyz report the late sweep.
+the worker and sees /readyz warn of the late sweep (and stay ready).
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ def test_the_serve_stack_serves_signs_in_counts_steps_and_reports_a_stopped_work
     def sweep_reported() -> dict[str, object] | None:
         status, _, body = web.get("/readyz")
         checks = json.loads(body)["checks"]
-        return checks if status == 503 and not checks["sweep"]["ok"] else None
+        # Reported, but the web stays ready: a late sweep is no reason to pull a web node.
+        return checks if status == 200 and "warning" in checks["sweep"] else None
 
     checks = wait_for(sweep_reported, timeout=90)
     assert checks, web.get("/readyz")
