@@ -1,28 +1,95 @@
 """The Celery app: `celery -A runs worker` runs agents, `celery -A runs beat` runs the sweep.
 
 Configuration lives in runs/settings/celery.py under the CELERY_ prefix (with the reasons).
+With RUNLEDGER_LOG_FORMAT=json (the default) every line a worker or beat writes is a JSON
+object: Celery's handlers use the project's formatter, the start-up banner is one record
+(``celery worker starting`` / ``celery beat starting``, the banner's facts as fields), and
+every record during a task names its ``task_id`` and, for a run's task, the ``run_id`` — the
+"Task … raised unexpected" line of a task that failed too.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from contextvars import Token
+from functools import cached_property
+from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.apps.beat import Beat
+from celery.apps.worker import Worker
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    beat_init,
+    task_postrun,
+    task_prerun,
+    worker_process_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
+log = logging.getLogger("runs.celery")
 
-app = Celery("runs")
+
+def _json() -> bool:
+    from runs.operations.logs import json_wanted
+
+    return json_wanted()
+
+
+class JsonWorker(Worker):
+    """Celery's worker program; its banner as one JSON record when the logs are JSON."""
+
+    def emit_banner(self) -> None:
+        if not _json():
+            super().emit_banner()
+            return
+        log.info(
+            "celery worker %s starting",
+            self.hostname,
+            extra={
+                "hostname": self.hostname,
+                "concurrency": self.concurrency,
+                "pool": getattr(self.pool_cls, "__module__", str(self.pool_cls)),
+                "queues": sorted(self.app.amqp.queues.consume_from),
+                "broker": self.app.connection().as_uri(),  # without the password
+                "tasks": sorted(t for t in self.app.tasks if not t.startswith("celery.")),
+            },
+        )
+
+
+class JsonBeat(Beat):
+    """Celery's beat program: quiet (no printed banner) when the logs are JSON; ``beat_init``
+    logs the banner's facts once logging is set up."""
+
+    def run(self) -> None:
+        if _json():
+            self.quiet = True
+        super().run()
+
+
+class RunledgerCelery(Celery):
+    @cached_property
+    def Worker(self) -> Any:
+        return self.subclass_with_self(JsonWorker)
+
+    @cached_property
+    def Beat(self) -> Any:
+        return self.subclass_with_self(JsonBeat)
+
+
+app = RunledgerCelery("runs")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["runs.operations"])
 
 
 @after_setup_logger.connect
 def _log_once(logger: logging.Logger, **kwargs: object) -> None:
-    # Django's LOGGING gives the ledger and runs loggers a console handler; in a worker Celery's
-    # root handler prints their records too (with the task's name), so keep only Celery's.
-    for name in ("ledger", "runs"):
+    # Django's LOGGING gives the root logger a console handler; in a worker Celery replaces it
+    # with its own (worker_hijack_root_logger), through which the ledger's and runs' records
+    # propagate: keep no handler of their own, so each line is written once.
+    for name in ("ledger", "runs", "django"):
         logging.getLogger(name).handlers.clear()
     _json_lines(logger)
 
@@ -34,11 +101,60 @@ def _task_log(logger: logging.Logger, **kwargs: object) -> None:
 
 def _json_lines(logger: logging.Logger) -> None:
     """RUNLEDGER_LOG_FORMAT=json: Celery's own handlers write the project's JSON lines too."""
-    from django.conf import settings
-
-    if settings.RUNLEDGER_LOG_FORMAT != "json":
+    if not _json():
         return
     from runs.operations.logs import use_json
 
     for handler in logger.handlers:
         use_json(handler)
+
+
+@beat_init.connect
+def _beat_banner(sender: Any, **kwargs: object) -> None:
+    if not _json():
+        return
+    scheduler = sender.get_scheduler(lazy=True)
+    log.info(
+        "celery beat starting",
+        extra={
+            "broker": sender.app.connection().as_uri(),
+            "scheduler": type(scheduler).__name__,
+            "schedule": str(sender.schedule_filename),
+            "max_interval": sender.max_interval,
+        },
+    )
+
+
+_task_fields: dict[str, Token[Any]] = {}
+
+
+@task_prerun.connect
+def _bind_task(task_id: str, task: Any, args: Any = (), kwargs: Any = None, **rest: Any) -> None:
+    """Every record during the task names it, and its run (the first argument of a run's task):
+    Celery's own "Task … raised unexpected" record is written before task_postrun."""
+    from ledger import logcontext
+
+    fields = {"task_id": task_id}
+    run_id = (kwargs or {}).get("run_id") or (args[0] if args else None)
+    if isinstance(run_id, str) and run_id.startswith("run_"):
+        fields["run_id"] = run_id
+    _task_fields[task_id] = logcontext.bind(**fields)
+
+
+@task_postrun.connect
+def _unbind_task(task_id: str, **rest: Any) -> None:
+    from ledger import logcontext
+
+    token = _task_fields.pop(task_id, None)
+    if token is not None:
+        logcontext.unbind(token)
+
+
+@worker_process_shutdown.connect
+def _process_dead(pid: int | None = None, **kwargs: object) -> None:
+    """A pool child's live-gauge metric files stop counting when it exits (as gunicorn's
+    child_exit does for its workers); its counters stay, summed into the totals."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

@@ -18,6 +18,7 @@ class OperationsConfig(AppConfig):
         # a continuation, the sweep's recovery) is announced once, after its commit, by
         # ledger.signals.run_queued: each goes to a worker from here.
         from ledger.signals import run_queued
+        from runs.operations import checks  # noqa: F401 - its @register adds the system checks
 
         run_queued.connect(_enqueue, dispatch_uid="runs.enqueue_queued_run")
         # The ledger's events counted for Prometheus (/metrics, runs.operations.metrics).

@@ -33,6 +33,7 @@ from ledger.models import Run
 
 ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "a long enough passphrase"
+METRICS_TOKEN = secrets.token_urlsafe(16)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -109,6 +110,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Web, dict[str, str], dict[str, int]]
         "RUNLEDGER_READY_SWEEP_LATE_SECONDS": "4",
         "RUNLEDGER_STOP_SECONDS": "10",
         "WEB_CONCURRENCY": "2",
+        "RUNLEDGER_METRICS_TOKEN": METRICS_TOKEN,
     }
     log = (tmp_path / "serve.log").open("w+")
     serve = subprocess.Popen(
@@ -140,7 +142,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Web, dict[str, str], dict[str, int]]
 
 
 def steps_written(web: Web) -> float:
-    status, _, body = web.get("/metrics")
+    status, _, body = web.get("/metrics", Authorization=f"Bearer {METRICS_TOKEN}")
     assert status == 200, body
     return sum(
         float(line.rsplit(" ", 1)[1])
