@@ -10,13 +10,18 @@ every record during a task names its ``task_id`` and, for a run's task, the ``ru
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import sys
+import time
 from contextvars import Token
 from functools import cached_property
 from typing import Any
 
 from celery import Celery
+from celery.apps import worker as celery_worker_module
 from celery.apps.beat import Beat
 from celery.apps.worker import Worker
 from celery.signals import (
@@ -41,6 +46,18 @@ def _json() -> bool:
 class JsonWorker(Worker):
     """Celery's worker program; its banner as one JSON record when the logs are JSON."""
 
+    def on_before_init(self, **kwargs: Any) -> None:
+        if _json():
+            # Celery's first words (a warning about running as root) come before its logging is
+            # set up: Django's (root: JSON lines) takes them, and its shutdown notices, which it
+            # writes straight to the file descriptors, become JSON lines too.
+            import django
+
+            django.setup()
+            logging.captureWarnings(True)
+            celery_worker_module.safe_say = _say_json
+        super().on_before_init(**kwargs)
+
     def emit_banner(self) -> None:
         if not _json():
             super().emit_banner()
@@ -57,6 +74,15 @@ class JsonWorker(Worker):
                 "tasks": sorted(t for t in self.app.tasks if not t.startswith("celery.")),
             },
         )
+
+
+def _say_json(msg: str, f: Any = sys.__stderr__) -> None:
+    """celery.apps.worker.safe_say as a JSON line: one ``os.write`` (it runs in signal
+    handlers: no logging lock), as Celery's own does."""
+    line = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "level": "WARNING"}
+    line |= {"logger": "celery.apps.worker", "message": " ".join(str(msg).split())}
+    with contextlib.suppress(OSError, ValueError):  # as Celery's: never abort a shutdown
+        os.write(f.fileno(), json.dumps(line).encode() + b"\n")
 
 
 class JsonBeat(Beat):

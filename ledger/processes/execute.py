@@ -255,6 +255,9 @@ def _execute_agent(
     except RunBlocked as exc:
         return _block(run, token, clock, exc, ctx)
     except (StepFailed, NotJSON, DuplicateStepId) as exc:
+        step_id = getattr(exc, "step_id", "") or ""
+        with logcontext.bound(**({"step_id": step_id} if step_id else {})):
+            log.error("run %s failed: %s", run.run_id, exc)
         return _finish(run, token, clock, RunStatus.FAILED, error=str(exc), ctx=ctx)
     except LeaseLost:
         raise
