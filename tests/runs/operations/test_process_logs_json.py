@@ -67,7 +67,7 @@ def test_gunicorns_lines_and_access_log_are_json_and_a_500_names_its_request(tmp
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif("not redis_reachable()", reason="needs Redis on 127.0.0.1:6379")
+@pytest.mark.skipif(not redis_reachable(), reason="needs Redis on 127.0.0.1:6379")
 def test_a_celery_worker_and_beat_write_json_only_and_a_failed_run_names_its_run_and_step(
     tmp_path,
 ) -> None:
