@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cluster import database_url
-from ledger.models import Run
+from ledger.models import Run, Step
 from tests.support.processes import (
     ROOT,
     Process,
@@ -42,10 +42,7 @@ def web_unit_metrics_steps(directory: Path) -> list[str]:
     page = (ROOT / "docs" / "platform" / "index.md").read_text()
     unit = page.split("runledger-web.service", 1)[1].split("```", 1)[0]
     return [
-        line.split("=", 1)[1]
-        .strip()
-        .strip("'")
-        .replace("/run/runledger/prometheus", str(directory))
+        line.split("=", 1)[1].strip().replace("/run/runledger/prometheus", str(directory))
         for line in unit.splitlines()
         if line.startswith("ExecStartPre=") and "prometheus" in line
     ]
@@ -69,49 +66,50 @@ def test_a_worker_machines_counters_are_scraped_and_survive_a_web_restart(tmp_pa
         PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
         WEB_CONCURRENCY="1",
     )
+    metrics_dir.mkdir(mode=0o700)  # as the example's tmpfiles.d line makes it at boot
     exporter_port, web_port = free_port(), free_port()
     work = worker(env, tmp_path)
-    exporter = Process(
-        "exporter",
-        [*manage_command(), "metrics_exporter", "--port", str(exporter_port)],
-        env,
-        tmp_path,
-    )
     web: Process | None = None
+    exporter: Process | None = None
     try:
-        exporter.wait_for_output("metrics exporter listening")
-        exported = f"http://127.0.0.1:{exporter_port}/metrics"
         started = manage(env, "start_run", "survey", "--inputs", '{"records": 3}')
         assert started.returncode == 0, started.stderr
         run_id = re.search(r"run_\w+", started.stdout).group(0)  # type: ignore[union-attr]
         assert wait_for(
             lambda: Run.objects.filter(pk=run_id, status="succeeded").exists(), timeout=120
         )
-
-        assert get(exported)[0] == 403  # no token, no counters
-        assert get(exported, Authorization="Bearer wrong")[0] == 403
-        written = counter_total(scrape(exported), STEPS)
-        assert written >= 3
-        assert "runledger_runs{" not in scrape(exported)  # the ledger's gauges are the web's
+        rows = Step.objects.filter(run_id=run_id).count()
+        assert rows >= 3
 
         for step in web_unit_metrics_steps(metrics_dir):  # what the example runs on web start
             subprocess.run(["/bin/sh", "-c", step], check=True)
         web = gunicorn(env, tmp_path, web_port)
         served = f"http://127.0.0.1:{web_port}/metrics"
-        assert counter_total(scrape(served), STEPS) == written
+        written = counter_total(scrape(served), STEPS)
+        assert written >= rows  # the worker's counters, in the web's /metrics
         web.stop()
+        for step in web_unit_metrics_steps(metrics_dir):
+            subprocess.run(["/bin/sh", "-c", step], check=True)
         web = gunicorn(env, tmp_path, web_port)  # the web restarts; the worker keeps running
         after = scrape(served)
         assert counter_total(after, STEPS) == written
-        assert counter_total(scrape(exported), STEPS) == written
         missing = metric_families(ALERTS.read_text()) - metric_families(after) - declared()
         assert not missing, f"the alerting rules name metrics /metrics does not have: {missing}"
+
+        # A machine with workers and no web: the exporter serves the same counters.
+        command = [*manage_command(), "metrics_exporter", "--port", str(exporter_port)]
+        exporter = Process("exporter", command, env, tmp_path)
+        exporter.wait_for_output("metrics exporter listening")
+        exported = f"http://127.0.0.1:{exporter_port}/metrics"
+        assert get(exported)[0] == 403  # no token, no counters
+        assert get(exported, Authorization="Bearer wrong")[0] == 403
+        assert counter_total(scrape(exported), STEPS) == written
+        assert "runledger_runs{" not in scrape(exported)  # the ledger's gauges are the web's
     finally:
-        if web is not None:
-            web.stop()
-        exporter.stop()
-        work.stop()
-    assert json_lines(exporter.output())  # the exporter's lines are JSON too
+        for process in (web, exporter, work):
+            if process is not None:
+                process.stop()
+    assert exporter is not None and json_lines(exporter.output())  # its lines are JSON too
 
 
 def metric_families(text: str) -> set[str]:
