@@ -46,7 +46,7 @@ def _json() -> bool:
 class JsonWorker(Worker):
     """Celery's worker program; its banner as one JSON record when the logs are JSON."""
 
-    def on_before_init(self, **kwargs: Any) -> None:
+    def on_before_init(self, quiet: bool = False, **kwargs: Any) -> None:
         if _json():
             # Celery's first words (a warning about running as root) come before its logging is
             # set up: Django's (root: JSON lines) takes them, and its shutdown notices, which it
@@ -55,20 +55,21 @@ class JsonWorker(Worker):
 
             django.setup()
             logging.captureWarnings(True)
-            celery_worker_module.safe_say = _say_json
-        super().on_before_init(**kwargs)
+            celery_worker_module.safe_say = _say_json  # type: ignore[attr-defined]
+        super().on_before_init(quiet=quiet, **kwargs)
 
     def emit_banner(self) -> None:
         if not _json():
             super().emit_banner()
             return
+        me: Any = self  # WorkController's attributes, which celery-types does not declare
         log.info(
             "celery worker %s starting",
-            self.hostname,
+            me.hostname,
             extra={
-                "hostname": self.hostname,
-                "concurrency": self.concurrency,
-                "pool": getattr(self.pool_cls, "__module__", str(self.pool_cls)),
+                "hostname": me.hostname,
+                "concurrency": me.concurrency,
+                "pool": getattr(me.pool_cls, "__module__", str(me.pool_cls)),
                 "queues": sorted(self.app.amqp.queues.consume_from),
                 "broker": self.app.connection().as_uri(),  # without the password
                 "tasks": sorted(t for t in self.app.tasks if not t.startswith("celery.")),
