@@ -69,11 +69,24 @@ class Session:
                 raise CommandError(f"{username} could not sign in")
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
 class Command(BaseCommand):
     help = "Signed-in clients on the dashboard through a real gunicorn; p50/p95/p99 per page."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--clients", type=int, default=20)
+        parser.add_argument(
+            "--clients",
+            default="20",
+            help="clients, or comma-separated counts run one after another (`1,20`: the first "
+            "gives the pages' own time, the second what 20 clients wait)",
+        )
         parser.add_argument("--seconds", type=float, default=60.0)
         parser.add_argument("--think", type=float, default=1.0, help="seconds between requests")
         parser.add_argument("--web-concurrency", type=int, default=2)
@@ -83,7 +96,8 @@ class Command(BaseCommand):
         if not runs:
             raise CommandError("no runs: run seed_bulk first")
         total = Run.objects.count()
-        names = [f"bench-{i:02d}" for i in range(options["clients"])]
+        phases = [int(n) for n in str(options["clients"]).split(",")]
+        names = [f"bench-{i:02d}" for i in range(max(phases))]
         for name in names:
             user, _ = User.objects.get_or_create(username=name)
             user.set_password(PASSWORD)
@@ -92,11 +106,13 @@ class Command(BaseCommand):
         with tempfile.TemporaryDirectory() as tmp:
             port, web = self._gunicorn(Path(tmp), options["web_concurrency"])
             try:
-                timings = self._load(f"http://127.0.0.1:{port}", names, runs, options)
+                for clients in phases:
+                    load = os.getloadavg()[0]
+                    timings = self._load(f"http://127.0.0.1:{port}", names[:clients], runs, options)
+                    self._report(timings, total, clients, load, options)
             finally:
                 web.terminate()
                 web.wait(timeout=60)
-        self._report(timings, total, options)
 
     def _gunicorn(self, tmp: Path, concurrency: int) -> tuple[int, subprocess.Popen[bytes]]:
         import socket
@@ -121,7 +137,7 @@ class Command(BaseCommand):
             [*command, "--bind", f"127.0.0.1:{port}"], env=env, cwd=ROOT, stdout=log, stderr=log
         )
         deadline = time.monotonic() + 120
-        while Session(f"http://127.0.0.1:{port}").get("/healthz") != 200:
+        while not _answers(f"http://127.0.0.1:{port}/healthz"):
             if web.poll() is not None or time.monotonic() > deadline:
                 raise CommandError((tmp / "gunicorn.log").read_text()[-3000:])
             time.sleep(0.5)  # polling a condition: the server answers
@@ -172,12 +188,20 @@ class Command(BaseCommand):
             raise CommandError(f"{len(errors)} requests failed, e.g. {errors[:5]}")
         return timings
 
-    def _report(self, timings: dict[str, list[float]], total: int, options: dict[str, Any]) -> None:
+    def _report(
+        self,
+        timings: dict[str, list[float]],
+        total: int,
+        clients: int,
+        load: float,
+        options: dict[str, Any],
+    ) -> None:
         everything = [t for values in timings.values() for t in values]
         self.stdout.write(
-            f"{options['clients']} signed-in clients, {total} runs, {options['seconds']:.0f} s, "
+            f"\n{clients} signed-in clients, {total} runs, {options['seconds']:.0f} s, "
             f"think {options['think']} s, gunicorn x{options['web_concurrency']}: "
-            f"{len(everything)} requests, {len(everything) / options['seconds']:.1f} req/s"
+            f"{len(everything)} requests, {len(everything) / options['seconds']:.1f} req/s "
+            f"(machine load average {load:.1f} at the start, {os.cpu_count()} cores)"
         )
         self.stdout.write(f"{'page':<32} {'n':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
         for page, values in [*sorted(timings.items()), ("all pages", everything)]:
