@@ -9,7 +9,7 @@ EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODU
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard screenshots clean
+.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard bench-dashboard-load screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -98,6 +98,14 @@ check: lint typecheck test
 bench-dashboard: $(STAMP)
 	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
 		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
+
+## The dashboard under load: 20,000 runs in a throwaway PostgreSQL, then 20 signed-in clients
+## through a real gunicorn for a minute (one request a second each), after one client alone for
+## a minute (the pages' own time); p50/p95/p99 per page.
+bench-dashboard-load: $(STAMP)
+	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
+		$(PY) manage.py seed_bulk --runs 20000 --steps 200000 --big-steps 2000 --audit 20000 && \
+		$(PY) manage.py bench_dashboard_load --clients 1,20 --seconds 60'
 
 ## This documentation site, into site/ (strict: a broken link or a missing page fails the build).
 docs: $(STAMP)

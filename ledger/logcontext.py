@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 _fields: ContextVar[Mapping[str, str]] = ContextVar("runledger_log_fields", default={})  # noqa: B039
 
@@ -27,6 +27,16 @@ def bound(**fields: str) -> Iterator[None]:
         yield
     finally:
         _fields.reset(token)
+
+
+def bind(**fields: str) -> Token[Mapping[str, str]]:
+    """Bind ``fields`` until ``unbind(token)``: for a start and an end in two callbacks (Celery's
+    task_prerun and task_postrun), where a ``with`` block cannot span them."""
+    return _fields.set({**_fields.get(), **fields})
+
+
+def unbind(token: Token[Mapping[str, str]]) -> None:
+    _fields.reset(token)
 
 
 def current() -> Mapping[str, str]:

@@ -18,9 +18,20 @@ graceful_timeout = 20
 # start instead of every worker in a loop.
 preload_app = True
 accesslog = os.environ.get("RUNLEDGER_ACCESS_LOG", "-") or None
+# gunicorn's own lines and its access log as the project's JSON lines (RUNLEDGER_LOG_FORMAT).
+logger_class = "runs.operations.logs.GunicornLogger"
 # No control socket: its default path is shared by every gunicorn of the user on this machine.
 control_socket_disable = True
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+
+
+def on_starting(server: Any) -> None:
+    """Before the workers start: the metric files of processes that are gone stop counting
+    (never the directory emptied: a worker and beat on this machine keep writing there)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from runs.operations.metrics import forget_dead_processes
+
+        forget_dead_processes()
 
 
 def child_exit(server: Any, worker: Any) -> None:

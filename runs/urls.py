@@ -1,4 +1,5 @@
-"""The project's URLs: the admin, sign-in and the dashboard (``runs.dashboard.urls``).
+"""The project's URLs: the admin (at RUNLEDGER_ADMIN_URL, or not at all), sign-in and the
+dashboard (``runs.dashboard.urls``).
 
 The probes (``/healthz``, ``/readyz``, ``/metrics``) answer in middleware, before these
 (``runs.operations.probes``).
@@ -6,12 +7,18 @@ The probes (``/healthz``, ``/readyz``, ``/metrics``) answer in middleware, befor
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 urlpatterns = [
-    path("admin/", admin.site.urls),
+    # RUNLEDGER_ADMIN_URL moves the admin or, `off`, leaves it unmounted.
+    *(
+        [path(settings.RUNLEDGER_ADMIN_URL, admin.site.urls)]
+        if settings.RUNLEDGER_ADMIN_URL
+        else []
+    ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("runs.dashboard.urls")),

@@ -388,7 +388,9 @@ def _execute_agent(
     except RunBlocked as exc:
         return _block(ex, clock, exc)
     except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
-        log.error("run %s failed: %s", ex.run.run_id, exc, extra=_step_extra(exc))
+        step_id = getattr(exc, "step_id", "") or ""
+        with logcontext.bound(**({"step_id": step_id} if step_id else {})):
+            log.error("run %s failed: %s", ex.run.run_id, exc)
         return _finish(ex, clock, RunStatus.FAILED, error=str(exc))
     except LeaseLost:
         raise
@@ -575,11 +577,6 @@ def _finish(
         replayed=replayed,
         executed=executed,
     )
-
-
-def _step_extra(exc: BaseException) -> dict[str, Any]:
-    step_id = getattr(exc, "step_id", "")
-    return {"step_id": step_id} if step_id else {}
 
 
 def _defer(ex: _Execution, clock: Clock, later: RetryLater) -> Outcome:

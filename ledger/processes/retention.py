@@ -86,11 +86,14 @@ def archive_path(*, run: Run, directory: Path) -> Path:
 def write_archive(*, run: Run, directory: Path) -> tuple[Path, str, int]:
     """Write every step row of ``run`` to its archive file; (path, sha256 of the file, rows)."""
     path = archive_path(run=run, directory=directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # An archive holds a run's full inputs and results: readable by the service's user only.
+    for folder in (directory, path.parent):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
     rows = Step.objects.filter(run_id=run.run_id).order_by("seq", "pk").values()
     count = rows.count()
-    with open(draft, "wb") as raw:
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
             header = {"archive": FORMAT, "run_id": run.run_id, "steps": count}
             out.write(_line(header))

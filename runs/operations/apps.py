@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from django.apps import AppConfig
@@ -18,9 +20,13 @@ class OperationsConfig(AppConfig):
         # a continuation, the sweep's recovery) is announced once, after its commit, by
         # ledger.signals.run_queued: each goes to a worker from here.
         from ledger.signals import run_queued
+        from runs.operations import checks  # noqa: F401 - its @register adds the system checks
 
         run_queued.connect(_enqueue, dispatch_uid="runs.enqueue_queued_run")
-        # The ledger's events counted for Prometheus (/metrics, runs.operations.metrics).
+        # The ledger's events counted for Prometheus (/metrics, runs.operations.metrics), in
+        # PROMETHEUS_MULTIPROC_DIR's files when it is set: made (0700) if it is missing.
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(0o700, parents=True, exist_ok=True)
         from ledger import observe
         from runs.operations import metrics
 

@@ -2,21 +2,43 @@
 
 RUNLEDGER_LOG_FORMAT=json (the default) writes one JSON object per line: ``time``, ``level``,
 ``logger``, ``message``, and, when bound (ledger.logcontext), ``run_id``, ``step_id``,
-``worker``, ``lease`` (the lease token's first eight characters) and ``actor``.
+``worker``, ``lease`` (the lease token's first eight characters), ``actor``, and on a web
+request ``request_id``, ``method``, ``path`` and ``client``; ``exc_info`` holds a traceback.
 RUNLEDGER_LOG_FORMAT=plain writes ``time level logger [run_id worker] message`` for people.
+
+The same format reaches every process's own lines: Django's (an unhandled error in a view is
+logged by ``django.request`` with its traceback: LOGGING in runs/settings/observability.py),
+gunicorn's error and access logs (``GunicornLogger``, named in runs/gunicorn_conf.py) and
+Celery's (runs/celery.py: its handlers, its start-up banner as one record, and a task's run).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from gunicorn import glogging
 from pythonjsonlogger.json import JsonFormatter
 
 from ledger import logcontext
+from runs.operations.proxies import client_address
 
-FIELDS = ("run_id", "step_id", "worker", "lease", "actor")
+FIELDS = (
+    *("run_id", "step_id", "worker", "lease", "actor", "task_id"),
+    *("request_id", "method", "path", "client"),
+)
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def json_wanted() -> bool:
+    """RUNLEDGER_LOG_FORMAT, read from the environment: gunicorn's arbiter configures its logger
+    before Django's settings are loaded."""
+    return os.environ.get("RUNLEDGER_LOG_FORMAT", "json") != "plain"
 
 
 class LedgerContext(logging.Filter):
@@ -24,6 +46,9 @@ class LedgerContext(logging.Filter):
     writes); ``context`` is the same as text for the plain format."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)  # django.request's (not written itself)
+        if isinstance(request, HttpRequest) and not hasattr(record, "method"):
+            record.method, record.path = request.method, request.path
         bound = logcontext.current()
         for name in FIELDS:
             if name in bound and not hasattr(record, name):
@@ -35,10 +60,11 @@ class LedgerContext(logging.Filter):
 
 
 def json_formatter() -> logging.Formatter:
+    """One JSON object a line; a record's extra attributes are fields of it."""
     return JsonFormatter(
         "%(asctime)s %(levelname)s %(name)s %(message)s",
         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-        reserved_attrs=[*_RESERVED, "context"],
+        reserved_attrs=[*_RESERVED, "context", "request"],
     )
 
 
@@ -56,6 +82,25 @@ def use_json(handler: logging.Handler) -> None:
         handler.addFilter(LedgerContext())
 
 
+class RequestContextMiddleware:
+    """Binds a request id (the proxy's ``X-Request-ID`` when it is a sane token, else a new
+    one; sent back in the response's ``X-Request-ID``), the method, path and client address on
+    every log record of the request. First in MIDDLEWARE: a probe's failure has them too."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        given = request.headers.get("X-Request-ID", "")
+        request_id = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        fields = {"request_id": request_id, "method": request.method or "", "path": request.path}
+        client = client_address(request.META)
+        with logcontext.bound(**fields, **({"client": client} if client else {})):
+            response = self.get_response(request)
+        response["X-Request-ID"] = request_id
+        return response
+
+
 class ActorMiddleware:
     """Binds the signed-in person as ``actor`` on every log record of their request."""
 
@@ -68,3 +113,49 @@ class ActorMiddleware:
             return self.get_response(request)
         with logcontext.bound(actor=user.get_username()):
             return self.get_response(request)
+
+
+class GunicornLogger(glogging.Logger):
+    """gunicorn's error log and access log in the project's JSON lines (RUNLEDGER_LOG_FORMAT).
+
+    An access line is a record with the request's fields: ``method``, ``path``, ``query``,
+    ``status``, ``bytes``, ``duration_ms``, ``peer`` (the connection's address: the proxy's,
+    behind one), ``user_agent``, ``referer`` and the ``request_id`` the response carries.
+    """
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        if not json_wanted():
+            return
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                if getattr(handler, "_gunicorn", False):
+                    handler.setFormatter(json_formatter())
+
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        if not json_wanted():
+            super().access(resp, req, environ, request_time)
+            return
+        if not self.access_log_enabled:
+            return
+        status = str(resp.status).split(None, 1)[0]
+        headers = {str(k).lower(): str(v) for k, v in resp.headers}
+        method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+        self.access_log.info(
+            "%s %s %s",
+            method,
+            path,
+            status,
+            extra={
+                "method": method,
+                "path": path,
+                "query": environ.get("QUERY_STRING", ""),
+                "status": int(status) if status.isdigit() else status,
+                "bytes": getattr(resp, "sent", None),
+                "duration_ms": round(request_time.total_seconds() * 1000, 1),
+                "peer": environ.get("REMOTE_ADDR", ""),
+                "user_agent": environ.get("HTTP_USER_AGENT", ""),
+                "referer": environ.get("HTTP_REFERER", ""),
+                "request_id": headers.get("x-request-id", ""),
+            },
+        )

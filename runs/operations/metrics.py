@@ -2,9 +2,13 @@
 
 Counters and the histogram live in the process that did the work (a gunicorn worker, a Celery
 pool child). With ``PROMETHEUS_MULTIPROC_DIR`` set (the serve stack sets it; it must be set
-before any process starts and be emptied between starts) prometheus_client keeps them in files
-there and ``/metrics`` in any web process adds up every process's files. Without it each
-process counts for itself (one-process set-ups, tests).
+before any process starts) prometheus_client keeps them in files there, and ``/metrics`` in any
+web process — or ``metrics_exporter`` on a machine without a web — adds up every process's
+files. The directory is one per machine, shared by its web, worker and beat, and never emptied
+while any of them runs: a process that starts forgets only the files of processes that are gone
+(``forget_dead_processes``: their live gauges; their counters stay in the totals). It empties
+at boot (``/run`` is a tmpfs) or by ``serve``, which owns every process writing there. Without
+it each process counts for itself (one-process set-ups, tests).
 
 The gauges (runs by status and reason, settlements waiting, approval gates by status, sweep
 lag) are read from the ledger when ``/metrics`` is scraped: they are true whichever process
@@ -14,7 +18,9 @@ wrote the rows.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from django.db.models import Count, Min
@@ -25,6 +31,7 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -192,13 +199,42 @@ def _pauses() -> GaugeMetricFamily:
     return held
 
 
-def exposition() -> tuple[bytes, str]:
-    """The text Prometheus scrapes, and its content type."""
+def exposition(*, ledger: bool = True) -> tuple[bytes, str]:
+    """The text Prometheus scrapes, and its content type. ``ledger=False`` (a worker-only
+    machine's exporter) leaves out the gauges read from the ledger: the web reports those, and
+    every exporter reporting them too would count each run once per machine."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)
     else:
         for metric in COUNTED:
             registry.register(metric)
-    registry.register(LedgerCollector())
+    if ledger:
+        registry.register(LedgerCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+_PID = re.compile(r"_(\d+)\.db$")
+
+
+def forget_dead_processes(directory: str | None = None) -> list[int]:
+    """Mark every process whose files are in the multiprocess directory and that no longer runs
+    as dead (prometheus_client's ``mark_process_dead``: its live gauges go, its counters stay);
+    create the directory (0700) if it is missing. The pids marked."""
+    path = Path(directory or os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pids = {int(m.group(1)) for f in path.glob("*.db") if (m := _PID.search(f.name))}
+    dead = sorted(pid for pid in pids if not _alive(pid))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, str(path))
+    return dead
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as another user
+    return True

@@ -10,16 +10,16 @@ redirect, so that a load balancer or Prometheus can reach any web process by its
   ``warning``). A late sweep means a worker's control process or beat is down, which no web
   node can mend — pulling every web node from the load balancer for it would only add an
   outage. It is a metric (``runledger_sweep_lag_seconds``) and an alert instead.
-- ``/metrics``: Prometheus text (runs.operations.metrics), for addresses in
-RUNLEDGER_METRICS_NETWORKS or
-  requests carrying ``Authorization: Bearer <RUNLEDGER_METRICS_TOKEN>``; 403 to anyone else.
+- ``/metrics``: Prometheus text (runs.operations.metrics), for requests carrying
+  ``Authorization: Bearer <RUNLEDGER_METRICS_TOKEN>`` and, opted in, clients in
+  RUNLEDGER_METRICS_NETWORKS (behind a trusted proxy: the forwarded client); 403 to anyone else.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +28,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+
+from runs.operations.proxies import client_address
 
 Check = dict[str, Any]
 _migrated = False  # once every migration is applied it stays so for this process's code
@@ -161,20 +163,23 @@ def readyz(request: HttpRequest) -> HttpResponse:
     )
 
 
-def metrics_allowed(request: HttpRequest) -> bool:
+def metrics_allowed(meta: Mapping[str, Any]) -> bool:
+    """The token, or (opted in) a client in RUNLEDGER_METRICS_NETWORKS: the client being the one
+    a trusted proxy forwards (runs.operations.proxies), never the proxy itself."""
     token = settings.RUNLEDGER_METRICS_TOKEN
-    given = request.headers.get("Authorization", "")
+    given = str(meta.get("HTTP_AUTHORIZATION", ""))
     if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return True
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
+    if not settings.RUNLEDGER_METRICS_NETWORKS:
         return False
-    return any(address in net for net in settings.RUNLEDGER_METRICS_NETWORKS)
+    address = client_address(meta)
+    if address is None:
+        return False
+    return any(ipaddress.ip_address(address) in net for net in settings.RUNLEDGER_METRICS_NETWORKS)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    if not metrics_allowed(request):
+    if not metrics_allowed(request.META):
         return JsonResponse({"status": "forbidden"}, status=403)
     from runs.operations.metrics import exposition
 

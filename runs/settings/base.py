@@ -19,7 +19,9 @@ VAR_DIR = env.path(
     "broker's messages, the generated secret key, beat's schedule, collected static files, "
     "archives.",
 )
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Private to the service's user: the SQLite ledger, the broker's messages, the secret key, and
+# archives holding full inputs and results live here.
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 DEBUG = env.bool(
     "DEBUG",
@@ -30,8 +32,9 @@ DEBUG = env.bool(
 )
 
 
-def _secret_key() -> str:
-    """SECRET_KEY, or a random key made once and kept in VAR_DIR (never a key known to all).
+def _secret_key() -> tuple[str, bool]:
+    """SECRET_KEY, or a random key made once and kept in VAR_DIR (never a key known to all);
+    and whether it was given.
 
     Several web machines must share one SECRET_KEY: set it in their environment.
     """
@@ -44,8 +47,8 @@ def _secret_key() -> str:
         "share one: set it in their environment.",
     )
     if given:
-        return given
-    path = VAR_DIR / "secret_key"
+        return given, True
+    path = VAR_DIR / "secret_key"  # `check --deploy` refuses it (runledger.E002)
     if not path.exists():
         # Written aside, then linked into place: processes starting together agree on one key.
         draft = path.with_name(f".secret_key.{os.getpid()}")
@@ -58,10 +61,12 @@ def _secret_key() -> str:
             pass
         finally:
             draft.unlink()
-    return path.read_text().strip()
+    return path.read_text().strip(), False
 
 
-SECRET_KEY = _secret_key()
+# RUNLEDGER_SECRET_KEY_SET: whether SECRET_KEY came from the environment. `check --deploy` errs
+# when it did not: each machine would make its own, breaking sessions across web nodes.
+SECRET_KEY, RUNLEDGER_SECRET_KEY_SET = _secret_key()
 ALLOWED_HOSTS = env.list(
     "ALLOWED_HOSTS",
     ["localhost", "127.0.0.1", "[::1]", "testserver"],
@@ -86,6 +91,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # A request id, the method, path and client on every log record of the request (a probe's
+    # too); the response carries X-Request-ID.
+    "runs.operations.logs.RequestContextMiddleware",
     # /healthz, /readyz and /metrics answer before the host check and the HTTPS redirect: a load
     # balancer or Prometheus reaches a web process by its address over plain HTTP.
     "runs.operations.probes.ProbesMiddleware",

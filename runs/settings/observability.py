@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
-
+from runs.operations.proxies import parse_networks
 from runs.settings import env, sections
 from runs.settings.ledger import LEDGER
 
@@ -31,9 +30,12 @@ LOGGING = {
             "filters": ["ledger_context"],
         }
     },
+    # One handler, on the root: the ledger's and runs' records (at their levels) and everything
+    # else (Django's, the libraries', Python's warnings: at WARNING) reach it. Celery's worker
+    # and beat replace it with their own handler, in the same format (runs/celery.py).
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "ledger": {
-            "handlers": ["console"],
             "level": env.str(
                 "LEDGER_LOG_LEVEL",
                 "INFO",
@@ -42,11 +44,15 @@ LOGGING = {
             ),
         },
         "runs": {
-            "handlers": ["console"],
             "level": env.str(
                 "RUNS_LOG_LEVEL", "INFO", section=sections.OBSERVE, doc="The `runs` logger's level."
             ),
         },
+        # Django's own: with DEBUG off its default sends an unhandled error in a view (a 500,
+        # django.request with the traceback) only to mail_admins, i.e. nowhere. Here it is a
+        # JSON line. 4xx answers are in gunicorn's access log; django.security's warnings stay.
+        "django": {"level": "WARNING"},
+        "django.request": {"level": "ERROR"},
     },
 }
 
@@ -66,21 +72,27 @@ RUNLEDGER_READY_BROKER_SECONDS = env.float(
     section=sections.OBSERVE,
     doc="How long `/readyz` waits for the broker to accept a connection.",
 )
+# /metrics is locked by default: a request carries the token, or comes (through a named proxy,
+# runs.operations.proxies) from a network opted in below.
 RUNLEDGER_METRICS_TOKEN = env.str(
     "RUNLEDGER_METRICS_TOKEN",
     "",
     section=sections.OBSERVE,
-    doc="`/metrics` also answers requests carrying `Authorization: Bearer <token>`.",
+    doc="`/metrics` (and `metrics_exporter`) answer requests carrying `Authorization: Bearer "
+    "<token>` (Prometheus' `authorization: {credentials: ...}`). Unset, and with no "
+    "`RUNLEDGER_METRICS_NETWORKS`, they answer 403 to everyone.",
 )
-RUNLEDGER_METRICS_NETWORKS = [
-    ipaddress.ip_network(net, strict=False)
-    for net in env.list(
+RUNLEDGER_METRICS_NETWORKS = parse_networks(
+    env.list(
         "RUNLEDGER_METRICS_NETWORKS",
-        ["127.0.0.0/8", "::1/128"],
+        [],
         section=sections.OBSERVE,
-        doc="Comma-separated networks whose requests `/metrics` answers without a token.",
-    )
-]
+        doc="Opt-in: comma-separated networks whose clients `/metrics` answers without the "
+        "token. Needs `RUNLEDGER_TRUSTED_PROXIES` (the proxy in front, or `none`): the "
+        "client's address is the one the trusted proxy forwards, never the proxy's own.",
+    ),
+    name="RUNLEDGER_METRICS_NETWORKS",
+)
 env.declare(
     "PROMETHEUS_MULTIPROC_DIR",
     section=sections.OBSERVE,

@@ -7,6 +7,7 @@ over plain HTTP (the demo, a laptop) sets RUNLEDGER_PLAIN_HTTP=1, which turns al
 
 from __future__ import annotations
 
+from runs.operations.proxies import parse_networks
 from runs.settings import env, sections
 from runs.settings.base import DEBUG
 
@@ -118,22 +119,67 @@ AXES_COOLOFF_TIME = (
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
-AXES_IPWARE_META_PRECEDENCE_ORDER = env.list(
-    "AXES_IP_HEADERS",
-    ["REMOTE_ADDR"],
-    section=sections.SIGN_IN,
-    doc="Where the client address that lockouts count by comes from: `REMOTE_ADDR`, or behind a "
-    "proxy the header it sets (e.g. `HTTP_X_FORWARDED_FOR` with `AXES_IPWARE_PROXY_COUNT=1`).",
+# Behind a proxy every connection comes from the proxy: the client's address is taken from the
+# proxy's header, but only on connections from a proxy named here (runs.operations.proxies).
+_proxies = env.list(
+    "RUNLEDGER_TRUSTED_PROXIES",
+    [],
+    section=sections.WEB,
+    doc="Comma-separated addresses or networks of the proxies in front of the web processes "
+    "(`127.0.0.1` for a proxy on the same machine), or `none` when clients (and Prometheus) "
+    "reach gunicorn directly. Only on connections from these is the client's address read "
+    "from `RUNLEDGER_CLIENT_ADDRESS_HEADER`: for sign-in lock-outs, `/metrics`' allow-list "
+    "and the logs. Empty: no header is trusted.",
 )
-AXES_IPWARE_PROXY_COUNT = (
-    env.int(
-        "AXES_IPWARE_PROXY_COUNT",
-        0,
-        section=sections.SIGN_IN,
-        doc="How many proxies stand in front of the web processes (0: none).",
+RUNLEDGER_PROXY_NAMED = bool(_proxies)  # `none` names "no proxy"; empty names nothing
+RUNLEDGER_TRUSTED_PROXIES = parse_networks(
+    [p for p in _proxies if p.lower() != "none"], name="RUNLEDGER_TRUSTED_PROXIES"
+)
+RUNLEDGER_CLIENT_ADDRESS_META = "HTTP_" + env.str(
+    "RUNLEDGER_CLIENT_ADDRESS_HEADER",
+    "X-Forwarded-For",
+    section=sections.WEB,
+    doc="The header a trusted proxy puts the client's address in (the right-most address "
+    "that is not a trusted proxy is the client's).",
+).strip().upper().replace("-", "_")
+# django-axes counts lock-outs by (user name, client address) with the rule above.
+AXES_CLIENT_IP_CALLABLE = "runs.operations.proxies.client_ip"
+# Deprecated: django-axes read these through django-ipware, which is not installed, so they never
+# had an effect. Still read so that a deployment that set them is told (runs.operations.checks).
+RUNLEDGER_AXES_IPWARE_SET = [
+    name
+    for name, value in (
+        (
+            "AXES_IP_HEADERS",
+            env.str(
+                "AXES_IP_HEADERS",
+                "",
+                section=sections.SIGN_IN,
+                doc="Deprecated, without effect: set `RUNLEDGER_TRUSTED_PROXIES` (and "
+                "`RUNLEDGER_CLIENT_ADDRESS_HEADER`).",
+            ),
+        ),
+        (
+            "AXES_IPWARE_PROXY_COUNT",
+            env.str(
+                "AXES_IPWARE_PROXY_COUNT",
+                "",
+                section=sections.SIGN_IN,
+                doc="Deprecated, without effect: set `RUNLEDGER_TRUSTED_PROXIES`.",
+            ),
+        ),
     )
-    or None
-)
+    if value
+]
+# The Django admin's URL prefix; `off` does not mount it.
+_admin = env.str(
+    "RUNLEDGER_ADMIN_URL",
+    "admin/",
+    section=sections.WEB,
+    doc="Where the Django admin is mounted (`admin/`, or e.g. `ops-7f3a/`); `off` does not "
+    "mount it at all (the dashboard works without it).",
+).strip()
+RUNLEDGER_ADMIN_URL = "" if _admin.lower() in ("off", "", "none") else _admin.strip("/") + "/"
 _CSP_REPORT_URI = env.str(
     "RUNLEDGER_CSP_REPORT_URI",
     "",

@@ -120,8 +120,12 @@ def test_signing_in_with_the_form_opens_the_runs_list() -> None:
         ("admin", {"view_dashboard", "operate_runs", "approve_settlements"}, set()),
     ],
 )
-def test_createroleuser_makes_a_user_who_holds_exactly_the_role(role, granted, refused) -> None:
-    call_command("createroleuser", "pat", "--role", role, "--password", "pw-long-enough")
+def test_createroleuser_makes_a_user_who_holds_exactly_the_role(
+    role, granted, refused, tmp_path
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("pw-long-enough\n")
+    call_command("createroleuser", "pat", "--role", role, "--password-file", str(secret))
     user = User.objects.get(username="pat")
     assert user.check_password("pw-long-enough")
     assert all(user.has_perm(f"runs.{p}") for p in granted)

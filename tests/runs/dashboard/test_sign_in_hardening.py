@@ -50,9 +50,11 @@ def test_signed_in_pages_are_not_stored_and_carry_a_content_security_policy() ->
 
 
 @pytest.mark.parametrize("weak", ["a", "password123", "12345678901234", "1qaz2wsx3edc"])
-def test_createroleuser_refuses_a_weak_password(weak) -> None:
+def test_createroleuser_refuses_a_weak_password(weak, tmp_path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text(weak + "\n")
     with pytest.raises(CommandError, match="password refused"):
-        call_command("createroleuser", "weakpw", "--role", "admin", "--password", weak)
+        call_command("createroleuser", "weakpw", "--role", "admin", "--password-file", str(secret))
     assert not User.objects.filter(username="weakpw").exists()
 
 

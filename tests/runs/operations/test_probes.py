@@ -82,11 +82,13 @@ def test_metrics_refuses_other_networks_and_admits_the_token(settings) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_step_counter_grows_when_a_run_executes(execute) -> None:
-    before = Client().get("/metrics").content.decode()
+def test_the_step_counter_grows_when_a_run_executes(execute, settings) -> None:
+    settings.RUNLEDGER_METRICS_TOKEN = "tok-123"
+    scraper = Client(HTTP_AUTHORIZATION="Bearer tok-123")
+    before = scraper.get("/metrics").content.decode()
     run = transitions.run_start(agent="survey", inputs={"records": 3})
     assert execute(run.run_id).status == "succeeded"
-    after = Client().get("/metrics").content.decode()
+    after = scraper.get("/metrics").content.decode()
 
     def steps(text: str) -> float:
         return sum(

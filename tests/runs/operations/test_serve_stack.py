@@ -14,15 +14,13 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,35 +28,13 @@ from django.contrib.auth.models import User
 
 from harness.cluster import database_url
 from ledger.models import Run
+from tests.support.processes import free_port, redis_reachable, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "a long enough passphrase"
+METRICS_TOKEN = secrets.token_urlsafe(16)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def redis_reachable() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], object], *, timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    return None
 
 
 class Web:
@@ -109,6 +85,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Web, dict[str, str], dict[str, int]]
         "RUNLEDGER_READY_SWEEP_LATE_SECONDS": "4",
         "RUNLEDGER_STOP_SECONDS": "10",
         "WEB_CONCURRENCY": "2",
+        "RUNLEDGER_METRICS_TOKEN": METRICS_TOKEN,
     }
     log = (tmp_path / "serve.log").open("w+")
     serve = subprocess.Popen(
@@ -140,7 +117,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Web, dict[str, str], dict[str, int]]
 
 
 def steps_written(web: Web) -> float:
-    status, _, body = web.get("/metrics")
+    status, _, body = web.get("/metrics", Authorization=f"Bearer {METRICS_TOKEN}")
     assert status == 200, body
     return sum(
         float(line.rsplit(" ", 1)[1])
@@ -149,7 +126,7 @@ def steps_written(web: Web) -> float:
     )
 
 
-@pytest.mark.skipif("not redis_reachable()", reason="needs Redis on 127.0.0.1:6379")
+@pytest.mark.skipif(not redis_reachable(), reason="needs Redis on 127.0.0.1:6379")
 def test_the_serve_stack_serves_signs_in_counts_steps_and_reports_a_stopped_worker(stack) -> None:
     web, env, pids = stack
     User.objects.create_user(username="pat", password=PASSWORD, is_superuser=True)

@@ -10,7 +10,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -29,6 +28,7 @@ from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
 from runs.operations.tasks import resume_run, start_run
 from tests.support import probe_agents
+from tests.support.processes import redis_reachable
 
 pytestmark = [
     pytest.mark.slow,
@@ -264,15 +264,7 @@ def test_a_worker_whose_agent_module_fails_to_import_leaves_the_runs_it_lacks_qu
     connection.close()
 
 
-def redis_reachable() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif("not redis_reachable()")
+@pytest.mark.skipif(not redis_reachable(), reason="needs Redis on 127.0.0.1:6379")
 def test_on_redis_a_whole_worker_killed_mid_effect_is_recovered_by_the_sweep(tmp_path) -> None:
     queue = f"runledger-test-{uuid.uuid4().hex[:10]}"
     env = cluster_env(RUNLEDGER_QUEUE=queue)

@@ -1,8 +1,17 @@
-"""``manage.py createroleuser alice --role operator [--password ...]``."""
+"""``manage.py createroleuser alice --role operator [--prompt | --password-file PATH]``.
+
+A password never goes on the command line (where the shell history and ``ps`` keep it): it is
+asked for (``--prompt``, twice, not echoed) or read from a file's first line
+(``--password-file``, ``-`` for standard input). ``--password`` still works, deprecated.
+"""
 
 from __future__ import annotations
 
+import getpass
 import secrets
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -19,20 +28,32 @@ from runs.operations.commands import text_arg
 class Command(BaseCommand):
     help = (
         "Create a dashboard user in a role (viewer, operator, approver, admin), or move an "
-        "existing user to that role. Without --password a new user gets a random one, printed."
+        "existing user to that role. Without --prompt or --password-file a new user gets a "
+        "random password, printed once."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username", type=text_arg)
         parser.add_argument("--role", required=True, choices=ROLES)
-        parser.add_argument("--password", default=None)
+        given = parser.add_mutually_exclusive_group()
+        given.add_argument(
+            "--prompt", action="store_true", help="ask for the password (twice, not echoed)"
+        )
+        given.add_argument(
+            "--password-file",
+            default=None,
+            help="read the password from this file's first line (`-`: standard input)",
+        )
+        given.add_argument(
+            "--password", default=None, help="deprecated: the shell history keeps it"
+        )
         parser.add_argument("--email", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
         username: str = options["username"].strip()
         if not username:
             raise CommandError("a username cannot be empty")
-        password: str | None = options["password"]
+        password = self._password(options)
         if password is not None:
             _validate(password, username=username, email=options["email"])
         with transaction.atomic():
@@ -50,6 +71,38 @@ class Command(BaseCommand):
         self.stdout.write(f"{verb} user {username!r} with role {options['role']}")
         if generated:
             self.stdout.write(f"password: {password}")
+
+    def _password(self, options: dict[str, Any]) -> str | None:
+        if options["password"] is not None:
+            warnings.warn(
+                "createroleuser --password is deprecated: the shell history keeps the password; "
+                "use --prompt or --password-file",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.stderr.write("warning: --password is deprecated (use --prompt or --password-file)")
+            return str(options["password"])
+        if options["password_file"] is not None:
+            return _read_password_file(options["password_file"])
+        if options["prompt"]:
+            first = getpass.getpass("Password: ")
+            if getpass.getpass("Password (again): ") != first:
+                raise CommandError("the two passwords differ; nothing changed")
+            if not first:
+                raise CommandError("a password cannot be empty; nothing changed")
+            return first
+        return None
+
+
+def _read_password_file(name: str) -> str:
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read the password file {name}: {exc}") from exc
+    password = text.split("\n", 1)[0].rstrip("\r")
+    if not password:
+        raise CommandError(f"the password file {name} has no password on its first line")
+    return password
 
 
 def _validate(password: str, *, username: str, email: str) -> None:
