@@ -40,7 +40,7 @@ from ledger.selectors.operator import (
     settlement_queue_steps,
     settlements_waiting,
 )
-from ledger.selectors.retention import run_archive, runs_to_prune
+from ledger.selectors.retention import run_archive, run_archives, runs_to_prune
 from ledger.selectors.runs import (
     LEASE_EXPIRED,
     ORDERS,
@@ -107,6 +107,7 @@ __all__ = [
     "notifications_of_run",
     "notifications_page",
     "run_archive",
+    "run_archives",
     "run_children",
     "run_detail",
     "run_progress",

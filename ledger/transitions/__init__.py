@@ -64,7 +64,11 @@ from ledger.transitions.notify import (
     notification_sent,
     notifications_remind,
 )
-from ledger.transitions.retention import run_archive_record, steps_delete_archived
+from ledger.transitions.retention import (
+    run_archive_record,
+    runs_archive_record,
+    steps_delete_archived,
+)
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -116,6 +120,7 @@ __all__ = [
     "run_retry",
     "run_start",
     "run_start_clean",
+    "runs_archive_record",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from runs.settings import env, sections
 from runs.settings.ledger import RUNLEDGER_EXAMPLES, RUNLEDGER_HARNESS
@@ -172,7 +173,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up w
 # WhiteNoise serves static files from every web process. After `manage.py collectstatic` (the
 # serve stack runs it) the files have hashed, compressed copies served with a one-year immutable
 # cache; before it (the demo, the tests) they are found where they are, under their own names.
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "runs.staticfiles.HashedStaticStorage"},
 }
