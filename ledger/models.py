@@ -80,6 +80,12 @@ class Run(models.Model):
             models.Index(fields=["agent", "status_changed_at"], name="run_agent_age"),
             models.Index(fields=["created_at", "run_id"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+            # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
+            models.Index(
+                fields=["finished_at", "run_id"],
+                name="run_finished",
+                condition=models.Q(status__in=FINAL_STATUSES),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -189,7 +189,7 @@ def write_archive(
     digest = hashlib.sha256()
     with tempfile.TemporaryFile() as draft:
         hashing = _Hashing(draft, digest)
-        with gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) as out:  # type: ignore[arg-type]
+        with gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0, compresslevel=6) as out:  # type: ignore[arg-type]
             header = {"archive": FORMAT, "runs": counts, "steps": sum(counts.values())}
             out.write(_line(header))
             for row in rows.iterator(chunk_size=2000):
