@@ -149,6 +149,6 @@ def test_the_s3_extra_makes_the_bucket_the_archive_store(installed: Path, tmp_pa
         "import django; django.setup(); from ledger.processes import retention; "
         "print(retention.describe(retention.archive_store()))"
     )
-    shown = _in(installed, tmp_path, "python", "-c", code,
-                DJANGO_SETTINGS_MODULE="runs.settings", RUNLEDGER_ARCHIVE_S3_BUCKET="ledger-bk")  # fmt: skip
+    bucket = {"DJANGO_SETTINGS_MODULE": "runs.settings", "RUNLEDGER_ARCHIVE_S3_BUCKET": "ledger-bk"}
+    shown = _in(installed, tmp_path, "python", "-c", code, **bucket)
     assert shown.strip() == "s3://ledger-bk/runledger/archive"

@@ -12,6 +12,7 @@ Prints ``name: value unit`` lines; the archive directory is a temporary one, del
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import tempfile
@@ -119,7 +120,7 @@ def _finished_run(
     finished = started + timedelta(seconds=rng.uniform(1, 600))
     step_rows, _ = _steps(rng, run_id, per_run, started, "succeeded", "")
     row = (
-        run_id, "survey", '{"batch": %d}' % i, "succeeded", "", "", "", '{"ok": true}', "",
+        run_id, "survey", json.dumps({"batch": i}), "succeeded", "", "", "", '{"ok": true}', "",
         "1", "0" * 64, "", 0, 10, 1, "", None, None, None, None, "", "",
         created, finished, finished, started, finished, f"bench run {i}", "{}",
     )  # fmt: skip
