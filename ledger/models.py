@@ -431,3 +431,21 @@ class RunArchive(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} -> {self.location}"
+
+
+class RetentionMark(models.Model):
+    """How far retention's walk over finished runs (oldest first) got with every run before it
+    done: the ``finished_at`` and ``run_id`` of the last run of the last batch it completed
+    without leaving a run behind. Beat's ticks start there instead of passing over every run
+    pruned before (``ledger.processes.retention``). One row.
+
+    Sound because a run that becomes finished again (a retry, a resume, an admin's edit) gets a
+    new ``finished_at``, later than any mark set before."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    finished_at = models.DateTimeField()
+    run_id = models.CharField(max_length=64)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"retention done up to {self.finished_at:%Y-%m-%d %H:%M:%S} {self.run_id}"

@@ -106,15 +106,18 @@ def prune_finished(
     runs_per_file: int = 500,
     max_runs: int | None = None,
     budget: float | None = None,
+    from_mark: bool = False,
     timer: Timer = time.monotonic,
     clock: Clock = timezone.now,
 ) -> Pruned:
     """Archive and delete the step rows of runs finished before the cutoff, a file of
     ``runs_per_file`` runs at a time, until none is left, ``max_runs`` are done, or ``budget``
-    seconds (of ``timer``) have passed."""
+    seconds (of ``timer``) have passed. ``from_mark`` starts the walk at retention's mark (the
+    runs before it are done) instead of at the oldest finished run; either way the mark moves
+    past each batch completed while no run was left behind."""
     done = Pruned()
     started = timer()
-    after: tuple[datetime, str] | None = None
+    after = selectors.retention_mark() if from_mark else None
     while True:
         limit = runs_per_file if max_runs is None else min(runs_per_file, max_runs - done.runs)
         out_of_time = budget is not None and timer() - started >= budget
@@ -127,8 +130,11 @@ def prune_finished(
         if not runs:
             break
         after = (runs[-1].finished_at or finished_before, runs[-1].run_id)
+        skipped = len(done.skipped)
         _prune_batch(runs, store=store, by=by, batch=batch, reason=_reason(finished_before),
                      clock=clock, done=done)  # fmt: skip
+        if len(done.skipped) == skipped == 0:  # nothing left behind so far: the mark moves
+            transitions.retention_mark_advance(finished_at=after[0], run_id=after[1], clock=clock)
     done.seconds = timer() - started
     return done
 

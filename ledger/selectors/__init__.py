@@ -40,7 +40,12 @@ from ledger.selectors.operator import (
     settlement_queue_steps,
     settlements_waiting,
 )
-from ledger.selectors.retention import run_archive, run_archives, runs_to_prune
+from ledger.selectors.retention import (
+    retention_mark,
+    run_archive,
+    run_archives,
+    runs_to_prune,
+)
 from ledger.selectors.runs import (
     LEASE_EXPIRED,
     ORDERS,
@@ -106,6 +111,7 @@ __all__ = [
     "load_steps",
     "notifications_of_run",
     "notifications_page",
+    "retention_mark",
     "run_archive",
     "run_archives",
     "run_children",

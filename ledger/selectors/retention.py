@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef, Q
 
-from ledger.models import FINAL_STATUSES, Run, RunArchive, Step
+from ledger.models import FINAL_STATUSES, RetentionMark, Run, RunArchive, Step
 
 
 def runs_to_prune(
@@ -29,3 +29,9 @@ def run_archive(*, run_id: str) -> RunArchive | None:
 
 def run_archives(*, run_ids: list[str]) -> dict[str, RunArchive]:
     return {a.run_id: a for a in RunArchive.objects.filter(pk__in=run_ids)}
+
+
+def retention_mark() -> tuple[datetime, str] | None:
+    """How far retention's walk got: every finished run up to this (finished_at, run_id) done."""
+    mark = RetentionMark.objects.filter(pk=1).first()
+    return (mark.finished_at, mark.run_id) if mark else None

@@ -65,6 +65,7 @@ from ledger.transitions.notify import (
     notifications_remind,
 )
 from ledger.transitions.retention import (
+    retention_mark_advance,
     run_archive_record,
     runs_archive_record,
     steps_delete_archived,
@@ -104,6 +105,7 @@ __all__ = [
     "notification_sent",
     "notifications_remind",
     "parse_result_text",
+    "retention_mark_advance",
     "run_admin_edit",
     "run_archive_record",
     "run_block",

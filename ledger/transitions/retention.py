@@ -1,6 +1,6 @@
 """Retention: finished runs' step rows leave the table for an archive file.
 
-Two transitions, each one short transaction over a batch of runs: ``runs_archive_record`` notes
+Three transitions, each one short transaction over a batch of runs: ``runs_archive_record`` notes
 where their rows went (after the file is complete in the archive store, with an audit row per
 run), and ``steps_delete_archived`` deletes one bounded batch of their rows. The run rows, their
 outcomes, their settlements and the audit stay; the steps a settlement points at stay too (the
@@ -19,7 +19,15 @@ from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ledger.models import FINAL_STATUSES, AuditAction, AuditEvent, Run, RunArchive, Step
+from ledger.models import (
+    FINAL_STATUSES,
+    AuditAction,
+    AuditEvent,
+    RetentionMark,
+    Run,
+    RunArchive,
+    Step,
+)
 
 Clock = Callable[[], datetime]
 
@@ -135,6 +143,20 @@ def steps_delete_archived(*, run_ids: Sequence[str], limit: int) -> int:
             RunArchive.objects.filter(pk__in=archived).update(kept=kept)
             RunArchive.objects.filter(pk__in=archived).update(deleted=F("steps") - F("kept"))
     return len(ids)
+
+
+def retention_mark_advance(
+    *, finished_at: datetime, run_id: str, clock: Clock = timezone.now
+) -> None:
+    """Move retention's mark to (``finished_at``, ``run_id``): every finished run up to there is
+    done. Never moves it back."""
+    with transaction.atomic():
+        mark = RetentionMark.objects.select_for_update().filter(pk=1).first()
+        if mark is not None and (mark.finished_at, mark.run_id) >= (finished_at, run_id):
+            return
+        RetentionMark.objects.update_or_create(
+            pk=1, defaults={"finished_at": finished_at, "run_id": run_id, "updated_at": clock()}
+        )
 
 
 def _details(location: str, sha256: str, steps: int) -> dict[str, Any]:

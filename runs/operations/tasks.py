@@ -94,6 +94,7 @@ def prune() -> int:
         by="beat:prune",
         runs_per_file=settings.RUNLEDGER_PRUNE_RUNS_PER_FILE,
         budget=float(settings.RUNLEDGER_PRUNE_BUDGET_SECONDS),
+        from_mark=True,
     )
     log.info(
         "retention: %s runs pruned, %s rows deleted, %s files, %.1f s%s",

@@ -1,8 +1,10 @@
 """``manage.py bench_retention --runs 1000000``: does retention keep up? Seeds finished runs
 (synthetic rows in the engine's shape, written with COPY as ``seed_bulk`` writes them, all
 finished 40 to 70 days ago) into an empty ledger, then prunes them as beat does, tick after
-tick of ``--budget`` seconds, into a local archive directory, and prints the runs pruned per
-second, each tick's time and the first query of each tick (the scan that grows with history).
+tick of ``--budget`` seconds starting at retention's mark as beat does (``--from-start``: from
+the oldest finished run, as ``prune_runs`` does), into a local archive directory, and prints the
+runs pruned per second, each tick's time and its first query (which, from the start, passes over
+every run pruned before).
 
     WITH_POSTGRES_FSYNC=on python harness/with_postgres.py \\
         python manage.py bench_retention --runs 200000 --steps-per-run 5
@@ -41,6 +43,9 @@ class Command(BaseCommand):
         parser.add_argument("--runs-per-file", type=int, default=500)
         parser.add_argument("--max-ticks", type=int, default=100)
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument(
+            "--from-start", action="store_true", help="each tick walks from the oldest run"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if Run.objects.exists():
@@ -61,11 +66,12 @@ class Command(BaseCommand):
         total, started, ticks = 0, time.monotonic(), []
         for tick in range(options["max_ticks"]):
             t = time.monotonic()
-            selectors.runs_to_prune(finished_before=cutoff, limit=1)
+            mark = None if options["from_start"] else selectors.retention_mark()
+            selectors.runs_to_prune(finished_before=cutoff, limit=1, after=mark)
             first_query = time.monotonic() - t
             done = retention.prune_finished(
                 finished_before=cutoff, store=store, by="bench", budget=options["budget"],
-                runs_per_file=options["runs_per_file"],
+                runs_per_file=options["runs_per_file"], from_mark=not options["from_start"],
             )  # fmt: skip
             total += done.runs
             ticks.append(done.seconds)

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from ledger import transitions
+from ledger import selectors, transitions
 from ledger.errors import NotAllowed
 from ledger.models import AuditAction, AuditEvent, Run, RunArchive, Step
 from ledger.processes import retention
@@ -240,3 +240,29 @@ def test_an_archive_of_the_first_format_at_its_absolute_path_is_still_read(
     shown = capsys.readouterr().out
     assert f"archive of run {old.run_id}: {len(rows)} steps" in shown
     assert all(row["step_id"] in shown for row in rows)
+
+
+def test_a_tick_from_the_mark_starts_past_the_runs_already_pruned(execute, clock, tmp_path) -> None:
+    runs = [_survey(execute, clock, days_ago=40 - i, records=1) for i in range(4)]
+    store = retention.DirectoryStorage(location=tmp_path)
+    cutoff = timezone.now() - timedelta(days=30)
+    done = retention.prune_finished(
+        finished_before=cutoff, store=store, by="beat:prune", runs_per_file=1, max_runs=2
+    )
+    assert (done.runs, done.more) == (2, True)
+    assert selectors.retention_mark() == (runs[1].finished_at, runs[1].run_id)
+    # A run before the mark that still has rows (put back here by hand) is not walked again
+    # from the mark; a walk from the start finds it.
+    RunArchive.objects.filter(pk=runs[0].run_id).delete()
+    donor = _survey(execute, clock, days_ago=1, records=1)
+    Step.objects.filter(run=donor).update(run_id=runs[0].run_id)
+
+    done = retention.prune_finished(
+        finished_before=cutoff, store=store, by="beat:prune", from_mark=True
+    )
+    assert done.runs == 2 and not Step.objects.filter(run__in=runs[2:]).exists()
+    assert Step.objects.filter(run=runs[0]).exists()
+    assert selectors.retention_mark() == (runs[3].finished_at, runs[3].run_id)
+
+    done = retention.prune_finished(finished_before=cutoff, store=store, by="prune_runs")
+    assert done.runs == 1 and not Step.objects.filter(run__in=runs).exists()

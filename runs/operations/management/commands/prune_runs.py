@@ -53,6 +53,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--budget", type=float, default=None, help="stop after this many seconds"
         )
+        parser.add_argument(
+            "--from-mark",
+            action="store_true",
+            help="start where the last pass got (as beat does), not at the oldest finished run",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         cutoff = parse_cutoff(options["finished_before"], now=timezone.now())
@@ -75,6 +80,7 @@ class Command(BaseCommand):
             runs_per_file=options["runs_per_file"],
             max_runs=options["max_runs"],
             budget=options["budget"],
+            from_mark=options["from_mark"],
         )
         rate = done.runs / done.seconds if done.seconds > 0 else 0.0
         self.stdout.write(

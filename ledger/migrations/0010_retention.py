@@ -1,4 +1,8 @@
-"""Retention's index: finished runs by ``(finished_at, run_id)``, the order in which
+"""Retention that keeps up (issue 24): an index and a mark.
+
+``ledger_retentionmark``: one row, how far retention's walk got (``models.RetentionMark``).
+
+The index: finished runs by ``(finished_at, run_id)``, the order in which
 ``selectors.runs_to_prune`` walks them (issue 24). Without it every page of a prune read the
 whole run table (a sequential scan and a sort per batch of runs).
 
@@ -32,6 +36,15 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.CreateModel(
+            name="RetentionMark",
+            fields=[
+                ("id", models.PositiveSmallIntegerField(default=1, primary_key=True, serialize=False)),
+                ("finished_at", models.DateTimeField()),
+                ("run_id", models.CharField(max_length=64)),
+                ("updated_at", models.DateTimeField()),
+            ],
+        ),
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AddIndex(
