@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -17,28 +16,17 @@ from pathlib import Path
 import pytest
 
 from harness.servers import free_port, wait_for_port
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.packaging import ROOT, build_wheel
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.slow]
 
-LEFT_OUT = (".git", ".venv*", "build", "var", "site", "*.egg-info", "__pycache__", ".*_cache")
 EQUIPMENT_WORDS = ("killtest", "soak", "bench", "seed_bulk", "faults", "demo_scenarios")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
-    # A copy of the tree, so that no build/ folder of an earlier build (whose stale files a
-    # wheel would pick up) is read, and none is left in the checkout.
     source = tmp_path_factory.mktemp("source") / "runledger"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LEFT_OUT))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    [path] = out.glob("runledger-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(build_wheel(source, tmp_path_factory.mktemp("wheel")))
 
 
 def test_the_wheel_holds_the_product_and_no_equipment(wheel: zipfile.ZipFile) -> None:
