@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
-from harness.management.commands.seed_bulk import RUN_COLUMNS, STEP_COLUMNS, _copy, _steps
+from harness.management.commands.seed_bulk import _steps, copy_runs
 from ledger import selectors
 from ledger.models import Run, RunArchive, Step
 from ledger.processes import retention
@@ -97,19 +97,7 @@ class Command(BaseCommand):
     def _seed(self, runs: int, per_run: int, seed: int) -> int:
         rng = random.Random(seed)
         now = timezone.now()
-        batch: list[tuple[Any, ...]] = []
-        steps: list[tuple[Any, ...]] = []
-        written = 0
-        for i in range(runs):
-            run_row, step_rows = _finished_run(rng, now, i, per_run)
-            batch.append(run_row)
-            steps.extend(step_rows)
-            if len(batch) >= 5000 or i == runs - 1:
-                with transaction.atomic():
-                    _copy("ledger_run", RUN_COLUMNS, batch)
-                    _copy("ledger_step", STEP_COLUMNS, steps)
-                written += len(steps)
-                batch, steps = [], []
+        written = copy_runs(_finished_run(rng, now, i, per_run) for i in range(runs))
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")

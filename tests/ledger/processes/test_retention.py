@@ -23,6 +23,7 @@ from ledger.errors import NotAllowed
 from ledger.models import AuditAction, AuditEvent, Run, RunArchive, Step
 from ledger.processes import retention
 from tests.support.dashboard_runs import reconciliation_run, restore_roles, user_in
+from tests.support.retention import finished_survey
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,19 +45,12 @@ def execute(execute, clock):
     return execute
 
 
-def _survey(execute, clock, *, days_ago: float, records: int) -> Run:
-    clock.now = timezone.now() - timedelta(days=days_ago)
-    run = transitions.run_start(agent="survey", inputs={"records": records}, clock=clock)
-    assert execute(run.run_id).status == "succeeded"
-    return Run.objects.get(pk=run.run_id)
-
-
 def test_prune_archives_old_finished_runs_and_their_pages_and_audit_still_render(
     execute, clock, crash_at, tmp_path, capsys
 ) -> None:
     restore_roles()
-    old = _survey(execute, clock, days_ago=40, records=5)
-    recent = _survey(execute, clock, days_ago=1, records=2)
+    old = finished_survey(execute, clock, days_ago=40, records=5)
+    recent = finished_survey(execute, clock, days_ago=1, records=2)
     clock.now = timezone.now() - timedelta(days=40)
     blocked = reconciliation_run(execute, crash_at)  # needs attention: not finished
     old_steps = list(Step.objects.filter(run=old).order_by("seq").values_list("step_id", flat=True))
@@ -112,7 +106,7 @@ def test_prune_archives_old_finished_runs_and_their_pages_and_audit_still_render
 
 
 def test_an_interrupted_prune_is_finished_by_the_next_one(execute, clock, tmp_path) -> None:
-    old = _survey(execute, clock, days_ago=40, records=4)
+    old = finished_survey(execute, clock, days_ago=40, records=4)
     total = Step.objects.filter(run=old).count()
     store = retention.DirectoryStorage(location=tmp_path)
     location, digest, counts = retention.write_archive(runs=[old], store=store)
@@ -141,7 +135,7 @@ def test_prune_refuses_a_cutoff_it_cannot_read(tmp_path) -> None:
 
 
 def test_prune_stops_at_its_budget_and_the_next_pass_finishes(execute, clock, tmp_path) -> None:
-    runs = [_survey(execute, clock, days_ago=40 - i, records=1) for i in range(5)]
+    runs = [finished_survey(execute, clock, days_ago=40 - i, records=1) for i in range(5)]
     store = retention.DirectoryStorage(location=tmp_path)
     ticks = iter(range(100))  # a fake monotonic clock: one second more at every reading
     cutoff = timezone.now() - timedelta(days=30)
@@ -173,7 +167,7 @@ def test_an_archive_is_read_back_on_another_machine_with_its_own_var_dir(
 ) -> None:
     from harness.cluster import database_url
 
-    old = _survey(execute, clock, days_ago=40, records=3)
+    old = finished_survey(execute, clock, days_ago=40, records=3)
     steps = list(Step.objects.filter(run=old).order_by("seq").values_list("step_id", flat=True))
     here = tmp_path / "here" / "archive"
     with override_settings(STORAGES=store_at(here)):
@@ -199,7 +193,7 @@ def test_an_archive_is_read_back_on_another_machine_with_its_own_var_dir(
 def test_show_archive_refuses_a_file_changed_since_it_was_written(
     execute, clock, tmp_path, capsys
 ) -> None:
-    old = _survey(execute, clock, days_ago=40, records=2)
+    old = finished_survey(execute, clock, days_ago=40, records=2)
     with override_settings(STORAGES=store_at(tmp_path)):
         call_command("prune_runs", "--finished-before", "30d")
         capsys.readouterr()
@@ -211,7 +205,7 @@ def test_show_archive_refuses_a_file_changed_since_it_was_written(
 
 
 def test_prune_refuses_bad_sizes_and_writes_nothing(execute, clock, tmp_path) -> None:
-    old = _survey(execute, clock, days_ago=40, records=2)
+    old = finished_survey(execute, clock, days_ago=40, records=2)
     before = Step.objects.filter(run=old).count()
     for option in ("--batch", "--runs-per-file", "--max-runs", "--budget"):
         with pytest.raises(CommandError, match="at least 1"):
@@ -224,7 +218,7 @@ def test_prune_refuses_bad_sizes_and_writes_nothing(execute, clock, tmp_path) ->
 def test_an_archive_of_the_first_format_at_its_absolute_path_is_still_read(
     execute, clock, tmp_path, capsys
 ) -> None:
-    old = _survey(execute, clock, days_ago=40, records=2)
+    old = finished_survey(execute, clock, days_ago=40, records=2)
     rows = list(Step.objects.filter(run=old).order_by("seq").values())
     path = tmp_path / "2026-10" / f"{old.run_id}.jsonl.gz"
     path.parent.mkdir()
@@ -243,7 +237,7 @@ def test_an_archive_of_the_first_format_at_its_absolute_path_is_still_read(
 
 
 def test_a_tick_from_the_mark_starts_past_the_runs_already_pruned(execute, clock, tmp_path) -> None:
-    runs = [_survey(execute, clock, days_ago=40 - i, records=1) for i in range(4)]
+    runs = [finished_survey(execute, clock, days_ago=40 - i, records=1) for i in range(4)]
     store = retention.DirectoryStorage(location=tmp_path)
     cutoff = timezone.now() - timedelta(days=30)
     done = retention.prune_finished(
@@ -254,7 +248,7 @@ def test_a_tick_from_the_mark_starts_past_the_runs_already_pruned(execute, clock
     # A run before the mark that still has rows (put back here by hand) is not walked again
     # from the mark; a walk from the start finds it.
     RunArchive.objects.filter(pk=runs[0].run_id).delete()
-    donor = _survey(execute, clock, days_ago=1, records=1)
+    donor = finished_survey(execute, clock, days_ago=1, records=1)
     Step.objects.filter(run=donor).update(run_id=runs[0].run_id)
 
     done = retention.prune_finished(

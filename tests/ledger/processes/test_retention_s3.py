@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,12 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
-from django.utils import timezone
 
 from harness.cluster import database_url
 from harness.servers import free_port, wait_for_port
-from ledger import transitions
-from ledger.models import Run, RunArchive, Step
+from ledger.models import RunArchive, Step
 from ledger.processes import retention
+from tests.support.retention import finished_survey
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("storages")
@@ -86,13 +84,6 @@ def _s3_storages(endpoint: str) -> dict[str, Any]:
     }
 
 
-def _finished(execute: Any, clock: Any, *, days_ago: float, records: int) -> Run:
-    clock.now = timezone.now() - timedelta(days=days_ago)
-    run = transitions.run_start(agent="survey", inputs={"records": records}, clock=clock)
-    assert execute(run.run_id).status == "succeeded"
-    return Run.objects.get(pk=run.run_id)
-
-
 @pytest.fixture
 def execute(execute, clock):
     execute.clock = clock
@@ -102,7 +93,7 @@ def execute(execute, clock):
 def test_prune_archives_to_a_bucket_and_another_machine_reads_it_back(
     execute, clock, s3_endpoint, tmp_path, capsys
 ) -> None:
-    runs = [_finished(execute, clock, days_ago=40 - i, records=2 + i) for i in range(3)]
+    runs = [finished_survey(execute, clock, days_ago=40 - i, records=2 + i) for i in range(3)]
     steps = {r.run_id: Step.objects.filter(run=r).count() for r in runs}
 
     with override_settings(STORAGES=_s3_storages(s3_endpoint)):
