@@ -89,6 +89,12 @@ class Run(models.Model):
             models.Index(fields=["agent", "status_changed_at"], name="run_agent_age"),
             models.Index(fields=["created_at", "run_id"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+            # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
+            models.Index(
+                fields=["finished_at", "run_id"],
+                name="run_finished",
+                condition=models.Q(status__in=FINAL_STATUSES),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -624,3 +630,21 @@ class RunArchive(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} -> {self.location}"
+
+
+class RetentionMark(models.Model):
+    """How far retention's walk over finished runs (oldest first) got with every run before it
+    done: the ``finished_at`` and ``run_id`` of the last run of the last batch it completed
+    without leaving a run behind. Beat's ticks start there instead of passing over every run
+    pruned before (``ledger.processes.retention``). One row.
+
+    Sound because a run that becomes finished again (a retry, a resume, an admin's edit) gets a
+    new ``finished_at``, later than any mark set before."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    finished_at = models.DateTimeField()
+    run_id = models.CharField(max_length=64)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"retention done up to {self.finished_at:%Y-%m-%d %H:%M:%S} {self.run_id}"

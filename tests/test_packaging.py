@@ -4,35 +4,29 @@ bulk seeding, the demo's staged crashes) and never the tests."""
 
 from __future__ import annotations
 
-import shutil
+import json
+import os
+import re
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness.servers import free_port, wait_for_port
+from tests.support.packaging import ROOT, build_wheel
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.slow]
 
-LEFT_OUT = (".git", ".venv*", "build", "var", "site", "*.egg-info", "__pycache__", ".*_cache")
 EQUIPMENT_WORDS = ("killtest", "soak", "bench", "seed_bulk", "faults", "demo_scenarios")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
-    # A copy of the tree, so that no build/ folder of an earlier build (whose stale files a
-    # wheel would pick up) is read, and none is left in the checkout.
     source = tmp_path_factory.mktemp("source") / "runledger"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LEFT_OUT))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    [path] = out.glob("runledger-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(build_wheel(source, tmp_path_factory.mktemp("wheel")))
 
 
 def test_the_wheel_holds_the_product_and_no_equipment(wheel: zipfile.ZipFile) -> None:
@@ -45,7 +39,104 @@ def test_the_wheel_holds_the_product_and_no_equipment(wheel: zipfile.ZipFile) ->
     assert equipment == [], equipment
 
 
+def test_the_wheel_holds_the_dashboards_templates_and_static_files(
+    wheel: zipfile.ZipFile,
+) -> None:
+    names = set(wheel.namelist())
+    for folder in ("templates", "static"):
+        files = {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*") if p.is_file()}
+        assert files and {f"runs/{f}" for f in files} <= names, folder
+
+
 def test_the_wheel_installs_the_runledger_command(wheel: zipfile.ZipFile) -> None:
     [entry_points] = [n for n in wheel.namelist() if n.endswith("entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "runledger = runs.cli:main" in text
+
+
+DEV_TOOLS = ("pytest", "mypy", "ruff", "playwright", "django-stubs", "hypothesis", "pyinstrument")
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: zipfile.ZipFile, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with the wheel and its s3 extra installed (``pip install
+    'runledger[s3]'``, from the built file), as production installs it: its bin/ folder."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    assert wheel.filename is not None
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", f"{wheel.filename}[s3]"],
+        check=True, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return venv / "bin"
+
+
+def _outside(tmp_path: Path, **env: str) -> dict[str, str]:
+    """An environment with nothing of the checkout or of the test run in it."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNLEDGER_", "DJANGO_", "PYTHON", "VIRTUAL_ENV", "AWS_"))
+        and k not in ("DATABASE_URL", "CELERY_BROKER_URL")
+    }
+    environ.update(
+        RUNLEDGER_VAR_DIR=str(tmp_path / "var"),
+        SECRET_KEY="a-production-secret-key-that-is-long-and-random-enough-0123456789",
+        ALLOWED_HOSTS="127.0.0.1",
+        **env,
+    )
+    return environ
+
+
+def _in(bin_dir: Path, tmp_path: Path, *args: str, **env: str) -> str:
+    done = subprocess.run(
+        [str(bin_dir / args[0]), *args[1:]], cwd=tmp_path, env=_outside(tmp_path, **env),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_production_installs_no_development_tool(installed: Path, tmp_path: Path) -> None:
+    listed = json.loads(_in(installed, tmp_path, "pip", "list", "--format", "json"))
+    names = {p["name"].lower() for p in listed}
+    assert "runledger" in names and "django" in names and "django-storages" in names
+    assert [tool for tool in DEV_TOOLS if tool in names] == []
+
+
+def test_the_installed_package_checks_migrates_and_serves_the_dashboard(
+    installed: Path, tmp_path: Path
+) -> None:
+    where = _in(installed, tmp_path, "python", "-c", "import runs; print(runs.__file__)")
+    assert where.startswith(str(installed.parent)), where  # the wheel's copy, not the checkout
+    assert "no issues" in _in(installed, tmp_path, "runledger", "check", "--deploy")
+    _in(installed, tmp_path, "runledger", "migrate", "-v0")
+    _in(installed, tmp_path, "runledger", "collectstatic", "--noinput", "-v0")
+    port = free_port()
+    web = subprocess.Popen(
+        [str(installed / "python"), "-m", "gunicorn", "-c", "python:runs.gunicorn_conf",
+         "--bind", f"127.0.0.1:{port}"],
+        cwd=tmp_path, env=_outside(tmp_path, RUNLEDGER_PLAIN_HTTP="1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, timeout=120)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=30)
+        html = page.read().decode()
+        assert page.status == 200 and 'name="password"' in html
+        [css] = re.findall(r'href="(/static/[^"]+\.css)"', html)
+        style = urllib.request.urlopen(f"http://127.0.0.1:{port}{css}", timeout=30)
+        assert style.status == 200 and style.headers["Content-Type"].startswith("text/css")
+    finally:
+        web.terminate()
+        web.wait(timeout=60)
+
+
+def test_the_s3_extra_makes_the_bucket_the_archive_store(installed: Path, tmp_path: Path) -> None:
+    code = (
+        "import django; django.setup(); from ledger.processes import retention; "
+        "print(retention.describe(retention.archive_store()))"
+    )
+    bucket = {"DJANGO_SETTINGS_MODULE": "runs.settings", "RUNLEDGER_ARCHIVE_S3_BUCKET": "ledger-bk"}
+    shown = _in(installed, tmp_path, "python", "-c", code, **bucket)
+    assert shown.strip() == "s3://ledger-bk/runledger/archive"

@@ -54,7 +54,12 @@ from ledger.selectors.pauses import (
     pauses_list,
     run_executions,
 )
-from ledger.selectors.retention import run_archive, runs_to_prune
+from ledger.selectors.retention import (
+    retention_mark,
+    run_archive,
+    run_archives,
+    runs_to_prune,
+)
 from ledger.selectors.runs import (
     LEASE_EXPIRED,
     ORDERS,
@@ -131,7 +136,9 @@ __all__ = [
     "notifications_page",
     "pause_held",
     "pauses_list",
+    "retention_mark",
     "run_archive",
+    "run_archives",
     "run_children",
     "run_detail",
     "run_executions",

@@ -82,7 +82,12 @@ from ledger.transitions.notify import (
     notify_run_event,
 )
 from ledger.transitions.pauses import pause_create, pause_lift
-from ledger.transitions.retention import run_archive_record, steps_delete_archived
+from ledger.transitions.retention import (
+    retention_mark_advance,
+    run_archive_record,
+    runs_archive_record,
+    steps_delete_archived,
+)
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -131,6 +136,7 @@ __all__ = [
     "parse_result_text",
     "pause_create",
     "pause_lift",
+    "retention_mark_advance",
     "run_admin_edit",
     "run_archive_record",
     "run_block",
@@ -151,6 +157,7 @@ __all__ = [
     "run_start",
     "run_start_clean",
     "run_woke",
+    "runs_archive_record",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

@@ -1,26 +1,84 @@
-"""Retention: a finished run's step rows leave the table for an archive file.
+"""Retention: finished runs' step rows leave the table for an archive file.
 
-Two transitions, each one short transaction: ``run_archive_record`` notes where the rows went
-(after the file is complete, with the audit row), and ``steps_delete_archived`` deletes one
-bounded batch of them. The run row, its outcome, its settlements and the audit stay; the steps
-a settlement points at stay too (the audit's evidence). The file is written by
-``ledger.processes.retention`` between commits, never inside one.
+Three transitions, each one short transaction over a batch of runs: ``runs_archive_record`` notes
+where their rows went (after the file is complete in the archive store, with an audit row per
+run), and ``steps_delete_archived`` deletes one bounded batch of their rows. The run rows, their
+outcomes, their settlements and the audit stay; the steps a settlement points at stay too (the
+audit's evidence). The file is written by ``ledger.processes.retention`` between commits, never
+inside one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ledger.models import FINAL_STATUSES, AuditAction, Run, RunArchive, Step
-from ledger.transitions._common import record
+from ledger.models import (
+    FINAL_STATUSES,
+    AuditAction,
+    AuditEvent,
+    RetentionMark,
+    Run,
+    RunArchive,
+    Step,
+)
 
 Clock = Callable[[], datetime]
+
+
+def runs_archive_record(
+    *,
+    versions: Mapping[str, int],
+    steps: Mapping[str, int],
+    location: str,
+    sha256: str,
+    by: str,
+    reason: str,
+    clock: Clock = timezone.now,
+) -> list[str]:
+    """Record that the rows of the runs in ``versions`` (run id: the version they were read at;
+    ``steps``: how many rows each has in the file) are in ``location`` of the archive store; the
+    run ids recorded. A run that is not finished any more or changed since it was read is left
+    out (nothing written for it: its rows stay, and the next pass archives it again)."""
+    now = clock()
+    with transaction.atomic():
+        locked = (
+            Run.objects.select_for_update()
+            .filter(pk__in=list(versions), status__in=FINAL_STATUSES)
+            .values_list("pk", "version")
+        )
+        recorded = sorted(run_id for run_id, version in locked if versions[run_id] == version)
+        RunArchive.objects.filter(pk__in=recorded).delete()  # an earlier archive, now stale
+        RunArchive.objects.bulk_create(
+            RunArchive(
+                run_id=run_id,
+                location=location,
+                sha256=sha256,
+                steps=steps.get(run_id, 0),
+                run_version=versions[run_id],
+                archived_at=now,
+                archived_by=by,
+            )
+            for run_id in recorded
+        )
+        AuditEvent.objects.bulk_create(
+            AuditEvent(
+                actor=by,
+                at=now,
+                action=AuditAction.RUN_ARCHIVE,
+                run_id=run_id,
+                after=_details(location, sha256, steps.get(run_id, 0)),
+                reason=reason,
+            )
+            for run_id in recorded
+        )
+    return recorded
 
 
 def run_archive_record(
@@ -34,59 +92,72 @@ def run_archive_record(
     reason: str,
     clock: Clock = timezone.now,
 ) -> RunArchive | None:
-    """Record that ``run_id``'s ``steps`` rows are in ``location``; None (nothing written) when
-    the run is not finished any more or changed since it was read (its version)."""
-    now = clock()
-    with transaction.atomic():
-        locked = (
-            Run.objects.select_for_update()
-            .filter(pk=run_id, version=run_version, status__in=FINAL_STATUSES)
-            .first()
-        )
-        if locked is None:
-            return None
-        details: dict[str, Any] = {"location": location, "sha256": sha256, "steps": steps}
-        archive, _ = RunArchive.objects.update_or_create(
-            run=locked,
-            defaults={
-                **details,
-                "run_version": run_version,
-                "archived_at": now,
-                "archived_by": by,
-                "deleted": 0,
-            },
-        )
-        record(
-            by=by,
-            action=AuditAction.RUN_ARCHIVE,
-            at=now,
-            run_id=run_id,
-            after=details,
-            reason=reason,
-        )
-    return archive
+    """One run's ``runs_archive_record``: its archive, or None when the run changed."""
+    recorded = runs_archive_record(
+        versions={run_id: run_version},
+        steps={run_id: steps},
+        location=location,
+        sha256=sha256,
+        by=by,
+        reason=reason,
+        clock=clock,
+    )
+    return RunArchive.objects.get(pk=run_id) if recorded else None
 
 
-def steps_delete_archived(*, run_id: str, limit: int) -> int:
-    """Delete up to ``limit`` archived step rows of ``run_id`` (never one a settlement points
-    at); the number deleted. 0 when none is left, or when the run changed since it was archived
-    (then its rows stay: the archive no longer describes them)."""
+def steps_delete_archived(*, run_ids: Sequence[str], limit: int) -> int:
+    """Delete up to ``limit`` archived step rows of the runs ``run_ids`` (never one a settlement
+    points at, never one of a run that changed since it was archived: the archive no longer
+    describes it); the number deleted. When fewer than ``limit`` were left, the runs' archives
+    count what was deleted and what stays (``deleted``, ``kept``)."""
     with transaction.atomic():
-        archive = RunArchive.objects.select_for_update().filter(pk=run_id).first()
-        if archive is None:
-            return 0
-        unchanged = Run.objects.filter(
-            pk=run_id, version=archive.run_version, status__in=FINAL_STATUSES
-        ).exists()
-        if not unchanged:
+        archived = list(
+            RunArchive.objects.select_for_update(of=("self",))
+            .filter(
+                pk__in=list(run_ids),
+                run__version=F("run_version"),
+                run__status__in=FINAL_STATUSES,
+            )
+            .values_list("pk", flat=True)
+        )
+        if not archived:
             return 0
         ids = list(
-            Step.objects.filter(run_id=run_id, settlements__isnull=True)
+            Step.objects.filter(run_id__in=archived, settlements__isnull=True)
             .order_by("pk")
             .values_list("pk", flat=True)[:limit]
         )
         if ids:
-            Step.objects.filter(pk__in=ids).delete()
-        kept = Step.objects.filter(run_id=run_id).count() if len(ids) < limit else archive.kept
-        RunArchive.objects.filter(pk=run_id).update(deleted=F("deleted") + len(ids), kept=kept)
+            # One DELETE, without the collector's loading of every row: the only relation to a
+            # step is a settlement's (PROTECT), excluded above and enforced by its constraint.
+            Step.objects.filter(pk__in=ids)._raw_delete(Step.objects.db)
+        if len(ids) < limit:
+            left = (
+                Step.objects.filter(run_id=OuterRef("pk"))
+                .order_by()
+                .values("run_id")
+                .annotate(n=Count("pk"))
+                .values("n")
+            )
+            kept = Coalesce(Subquery(left, output_field=IntegerField()), Value(0))
+            RunArchive.objects.filter(pk__in=archived).update(kept=kept)
+            RunArchive.objects.filter(pk__in=archived).update(deleted=F("steps") - F("kept"))
     return len(ids)
+
+
+def retention_mark_advance(
+    *, finished_at: datetime, run_id: str, clock: Clock = timezone.now
+) -> None:
+    """Move retention's mark to (``finished_at``, ``run_id``): every finished run up to there is
+    done. Never moves it back."""
+    with transaction.atomic():
+        mark = RetentionMark.objects.select_for_update().filter(pk=1).first()
+        if mark is not None and (mark.finished_at, mark.run_id) >= (finished_at, run_id):
+            return
+        RetentionMark.objects.update_or_create(
+            pk=1, defaults={"finished_at": finished_at, "run_id": run_id, "updated_at": clock()}
+        )
+
+
+def _details(location: str, sha256: str, steps: int) -> dict[str, Any]:
+    return {"location": location, "sha256": sha256, "steps": steps}

@@ -114,7 +114,8 @@ def sweep() -> list[str]:
 @shared_task(name="runledger.prune")
 def prune() -> int:
     """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step
-    rows of runs finished longer ago than that; the number of runs pruned."""
+    rows of runs finished longer ago than that, for at most RUNLEDGER_PRUNE_BUDGET_SECONDS (the
+    rest is the next tick's); the number of runs pruned."""
     from datetime import timedelta
 
     from django.conf import settings
@@ -123,10 +124,17 @@ def prune() -> int:
 
     done = retention.prune_finished(
         finished_before=timezone.now() - timedelta(days=settings.RUNLEDGER_PRUNE_AFTER_DAYS),
-        directory=settings.RUNLEDGER_ARCHIVE_DIR,
+        store=retention.archive_store(),
         by="beat:prune",
+        runs_per_file=settings.RUNLEDGER_PRUNE_RUNS_PER_FILE,
+        budget=float(settings.RUNLEDGER_PRUNE_BUDGET_SECONDS),
+        from_mark=True,
     )
-    log.info("retention: %s runs pruned, %s rows deleted", done.runs, done.deleted)
+    log.info(
+        "retention: %s runs pruned, %s rows deleted, %s files, %.1f s%s",
+        done.runs, done.deleted, done.files, done.seconds,
+        " (budget spent, more left for the next tick)" if done.more else "",
+    )  # fmt: skip
     return done.runs
 
 

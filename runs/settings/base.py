@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from runs.settings import env, sections
 from runs.settings.ledger import RUNLEDGER_EXAMPLES, RUNLEDGER_HARNESS
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
+PACKAGE_DIR = BASE_DIR / "runs"
+
+
+def _assets(name: str) -> Path:
+    """The dashboard's ``templates`` or ``static``: inside the package when installed from the
+    wheel (setup.py puts them there), beside ``manage.py`` in a source checkout."""
+    installed = PACKAGE_DIR / name
+    return installed if installed.is_dir() else BASE_DIR / name
+
+
 VAR_DIR = env.path(
     "RUNLEDGER_VAR_DIR",
     BASE_DIR / "var",
@@ -119,7 +130,7 @@ WSGI_APPLICATION = "runs.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [_assets("templates")],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -167,7 +178,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [_assets("static")]
 STATIC_ROOT = env.path(
     "RUNLEDGER_STATIC_ROOT",
     VAR_DIR / "staticfiles",
@@ -180,7 +191,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up w
 # WhiteNoise serves static files from every web process. After `manage.py collectstatic` (the
 # serve stack runs it) the files have hashed, compressed copies served with a one-year immutable
 # cache; before it (the demo, the tests) they are found where they are, under their own names.
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "runs.staticfiles.HashedStaticStorage"},
 }

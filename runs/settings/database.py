@@ -30,6 +30,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("TEST", {})
+DATABASE_DISABLE_SERVER_SIDE_CURSORS = env.bool(
+    "DATABASE_DISABLE_SERVER_SIDE_CURSORS",
+    False,
+    section=sections.DATABASE,
+    doc="Django's `DISABLE_SERVER_SIDE_CURSORS`: turn on behind a pooler in transaction mode "
+    "(PgBouncer's `pool_mode = transaction`), with `RUNLEDGER_PG_PREPARE=0`: a cursor that "
+    "reads in chunks (retention, large pages) cannot outlive a transaction there.",
+)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_DISABLE_SERVER_SIDE_CURSORS
 
 # A fault test that cuts the workers' line to the ledger reaches the example downstream systems
 # on another line, as a real payment provider or mail server would be: a cut ledger connection

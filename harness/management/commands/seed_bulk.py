@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -128,22 +128,10 @@ class Command(BaseCommand):
 
     def _bulk(self, rng: random.Random, now: datetime, runs: int, steps: int) -> int:
         per_run, extra = divmod(steps, runs)
-        written = 0
-        batch: list[tuple[Any, ...]] = []
-        step_batch: list[tuple[Any, ...]] = []
         ids: list[str] = []
-        for i in range(runs):
-            count = per_run + (1 if i < extra else 0)
-            run_row, step_rows = self._one_run(rng, now, i, count, ids)
-            batch.append(run_row)
-            step_batch.extend(step_rows)
-            if len(batch) >= 5000 or i == runs - 1:
-                with transaction.atomic():
-                    _copy("ledger_run", RUN_COLUMNS, batch)
-                    _copy("ledger_step", STEP_COLUMNS, step_batch)
-                written += len(step_batch)
-                batch, step_batch = [], []
-        return written
+        return copy_runs(
+            self._one_run(rng, now, i, per_run + (1 if i < extra else 0), ids) for i in range(runs)
+        )
 
     def _one_run(
         self, rng: random.Random, now: datetime, i: int, count: int, ids: list[str]
@@ -235,6 +223,28 @@ def _audit_rows(rng: random.Random, now: datetime, n: int, run_ids: list[str]) -
             ACTORS[rng.randrange(len(ACTORS))], now - timedelta(seconds=rng.uniform(0, 90 * 86400)),
             action, run_ids[rng.randrange(len(run_ids))], "", before, after, f"bench event {i}",
         )  # fmt: skip
+
+
+def copy_runs(runs: Iterable[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]) -> int:
+    """Write (run row, its step rows) pairs with COPY, 5,000 runs a transaction; the steps
+    written."""
+    written = 0
+    batch: list[tuple[Any, ...]] = []
+    step_batch: list[tuple[Any, ...]] = []
+    for run_row, step_rows in runs:
+        batch.append(run_row)
+        step_batch.extend(step_rows)
+        if len(batch) >= 5000:
+            written += _copy_batch(batch, step_batch)
+            batch, step_batch = [], []
+    return written + _copy_batch(batch, step_batch)
+
+
+def _copy_batch(runs: list[tuple[Any, ...]], steps: list[tuple[Any, ...]]) -> int:
+    with transaction.atomic():
+        _copy("ledger_run", RUN_COLUMNS, runs)
+        _copy("ledger_step", STEP_COLUMNS, steps)
+    return len(steps)
 
 
 def _copy(table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:

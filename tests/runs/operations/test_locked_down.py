@@ -165,7 +165,9 @@ def test_archives_are_readable_by_the_service_user_only(execute, clock, tmp_path
     assert execute(run.run_id).status == "succeeded"
     directory = tmp_path / "archives"
     done = retention.prune_finished(
-        finished_before=timezone.now() - timedelta(days=30), directory=directory, by="test"
+        finished_before=timezone.now() - timedelta(days=30),
+        store=retention.DirectoryStorage(location=directory),
+        by="test",
     )
     assert done.runs == 1
     (archive,) = directory.rglob("*.jsonl.gz")

@@ -1,0 +1,28 @@
+"""The build's one hook: the dashboard's ``templates/`` and ``static/`` (top level in a source
+checkout, beside ``manage.py``) ship in the wheel inside the ``runs`` package, as
+``runs/templates`` and ``runs/static``, where the settings find them in an installed copy.
+
+Everything else is declared in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+ASSETS = ("templates", "static")
+
+
+class BuildPyWithAssets(build_py):
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode:  # an editable install reads them from the checkout
+            return
+        for name in ASSETS:
+            self.copy_tree(str(ROOT / name), str(Path(self.build_lib) / "runs" / name))
+
+
+setup(cmdclass={"build_py": BuildPyWithAssets})
