@@ -46,6 +46,7 @@ from ledger.transitions.actions import (
 from ledger.transitions.bulk import BulkOutcome, bulk_apply
 from ledger.transitions.edits import RUN_EDITABLE, STEP_EDITABLE, run_admin_edit, step_admin_edit
 from ledger.transitions.lifecycle import (
+    Started,
     beacon_beat,
     lease_claim,
     lease_renew,
@@ -56,7 +57,9 @@ from ledger.transitions.lifecycle import (
     run_replan,
     run_requeue_expired,
     run_requeue_lost,
+    run_stamp_plan,
     run_start,
+    run_start_once,
 )
 from ledger.transitions.notify import (
     notification_claim,
@@ -88,6 +91,7 @@ __all__ = [
     "OperationError",
     "ReconcileAnswer",
     "SelfApproval",
+    "Started",
     "StepWrite",
     "TodaysInputs",
     "beacon_beat",
@@ -114,8 +118,10 @@ __all__ = [
     "run_requeue_lost",
     "run_resume",
     "run_retry",
+    "run_stamp_plan",
     "run_start",
     "run_start_clean",
+    "run_start_once",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",
