@@ -1,4 +1,5 @@
-"""The project's URLs: the admin, sign-in and the dashboard (``runs.dashboard.urls``).
+"""The project's URLs: the admin, the HTTP API (``runs.api``), sign-in and the dashboard
+(``runs.dashboard.urls``).
 
 The probes (``/healthz``, ``/readyz``, ``/metrics``) answer in middleware, before these
 (``runs.operations.probes``).
@@ -10,8 +11,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from runs.api.urls import api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("runs.dashboard.urls")),
