@@ -37,10 +37,9 @@ def test_a_start_writes_one_queued_run_announced_after_the_commit() -> None:
 
 
 def test_a_start_inside_a_transaction_that_rolls_back_leaves_nothing_and_tells_no_worker() -> None:
-    with recording() as heard:
-        with pytest.raises(RuntimeError), transaction.atomic():
-            api.start_run("refund", REFUND)
-            raise RuntimeError("the application's own write failed")
+    with recording() as heard, pytest.raises(RuntimeError), transaction.atomic():
+        api.start_run("refund", REFUND)
+        raise RuntimeError("the application's own write failed")
     assert heard.ids == [] and not Run.objects.exists()
 
 
@@ -195,7 +194,7 @@ def test_start_run_command_repeated_prints_the_existing_run_not_a_traceback() ->
     out = StringIO()
     call_command(*args, stdout=out)
     assert "run r-1: already started with these inputs (queued)" in out.getvalue()
-    with pytest.raises(CommandError, match="inputs.invoice_id") as refused:
+    with pytest.raises(CommandError, match=r"inputs\.invoice_id") as refused:
         call_command(
             "start_run", "refund", "--inputs", '{"invoice_id": "inv_9"}', "--run-id", "r-1"
         )
