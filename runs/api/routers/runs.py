@@ -7,7 +7,7 @@ from typing import Literal
 
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Header, Query, Router, Schema, Status
+from ninja import Header, Query, Router, Status
 from pydantic import Field
 
 from ledger import api as ledger_api
@@ -28,6 +28,7 @@ from runs.api.schemas import (
     StartIn,
     StepOut,
     StepPageOut,
+    Strict,
 )
 
 router = Router(tags=["runs"])
@@ -87,7 +88,7 @@ def start(
     return Status(201 if handle.created else 200, RunOut.of(run_or_404(handle.run_id)))
 
 
-class ListQuery(Schema):
+class ListQuery(Strict):
     status: RunStatusName | Literal["lease_expired"] | None = None
     reason: Literal["reconciliation", "stale", "divergence", "budget", "agent_missing"] | None = (
         None
@@ -141,6 +142,12 @@ def get_run(request: HttpRequest, run_id: str) -> RunOut:
     return RunOut.of(run_or_404(run_id))
 
 
+class WaitQuery(Strict):
+    timeout: float = Field(
+        default=30, ge=0, le=MAX_WAIT_SECONDS, description="seconds to wait at most (≤ 60)"
+    )
+
+
 @router.get(
     "/runs/{run_id}/wait",
     response={200: RunOut, **REFUSALS},
@@ -149,32 +156,28 @@ def get_run(request: HttpRequest, run_id: str) -> RunOut:
     "needs attention (`settled` true), or after `timeout` seconds with the run as it is "
     "(`settled` false: ask again).",
 )
-def wait(
-    request: HttpRequest,
-    run_id: str,
-    timeout: float = Query(default=30, ge=0, le=MAX_WAIT_SECONDS),
-) -> RunOut:
+def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     require(request, "read")
     run = run_or_404(run_id)
     if run.status not in SETTLED:
-        ledger_api.RunHandle(run.run_id).wait(timeout=timeout)
+        ledger_api.RunHandle(run.run_id).wait(timeout=q.timeout)
         run = run_or_404(run_id)
     return RunOut.of(run)
 
 
+class StepsQuery(Strict):
+    after: int = Field(default=0, ge=0, le=10**9, description="the seq of the last step seen")
+    limit: int = Field(default=100, ge=1, le=500)
+
+
 @router.get("/runs/{run_id}/steps", response={200: StepPageOut, **REFUSALS}, summary="Steps")
-def steps(
-    request: HttpRequest,
-    run_id: str,
-    after: int = Query(default=0, ge=0, le=10**9),
-    limit: int = Query(default=100, ge=1, le=500),
-) -> StepPageOut:
+def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOut:
     """A run's steps in the order they first executed, ``limit`` at a time."""
     require(request, "read")
     run = run_or_404(run_id)
-    rows = selectors.steps_after(run_id=run.run_id, after_seq=after, limit=limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows = selectors.steps_after(run_id=run.run_id, after_seq=q.after, limit=q.limit + 1)
+    more = len(rows) > q.limit
+    rows = rows[: q.limit]
     return StepPageOut(
         steps=[StepOut.of(s) for s in rows],
         next_cursor=str(rows[-1].seq) if more and rows else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 from ninja import Query, Router, Status
+from pydantic import Field
 
 from ledger import selectors, transitions
 from ledger.models import Settlement, Step
@@ -16,6 +17,7 @@ from runs.api.schemas import (
     ProposeIn,
     RejectIn,
     SettlementOut,
+    Strict,
     WaitingEffectOut,
 )
 
@@ -30,19 +32,20 @@ def _settlement(pk: int) -> Settlement:
         raise problems.not_found(f"no settlement #{pk}") from None
 
 
+class PageQuery(Strict):
+    page: int = Field(default=1, ge=1, le=10_000)
+
+
 @router.get(
     "/settlements",
     response={200: list[WaitingEffectOut], **REFUSALS},
     summary="Effects waiting for a person",
 )
-def waiting(
-    request: HttpRequest,
-    page: int = Query(default=1, ge=1, le=10_000),
-) -> list[WaitingEffectOut]:
+def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[WaitingEffectOut]:
     """Started effects whose runs wait for a person, oldest first, each with its open proposal
     (100 a page)."""
     require(request, "read")
-    items = selectors.settlement_queue(limit=PAGE, offset=(page - 1) * PAGE)
+    items = selectors.settlement_queue(limit=PAGE, offset=(q.page - 1) * PAGE)
     return [
         WaitingEffectOut(
             run_id=i.run_id,
