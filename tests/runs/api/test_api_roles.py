@@ -1,4 +1,4 @@
-"""Roles × endpoints: every operation of the OpenAPI document tried with no token, a revoked
+"""Roles by endpoints: every operation of the OpenAPI document tried with no token, a revoked
 token and each role; a refused one (401/403) writes nothing."""
 
 from __future__ import annotations
