@@ -3,6 +3,7 @@ fields; answers say what a run, a step, an agent or a settlement is, with links.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from django.urls import reverse
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from ledger.api import RunState
 from ledger.inputs import RUN_ID_PATTERN
 from ledger.models import Run, Settlement, Step
 
@@ -91,30 +93,12 @@ class RunOut(Schema):
 
     @staticmethod
     def of(run: Run) -> RunOut:
+        state = RunState.of(run)
         base = f"/api/v1/runs/{run.run_id}"
-        settled = run.status in ("succeeded", "failed", "cancelled", "needs_attention")
         return RunOut(
-            run_id=run.run_id,
-            agent=run.agent,
-            status=run.status,  # type: ignore[arg-type]
-            reason=run.reason,
-            detail=run.detail,
-            title=run.title,
-            labels=dict(run.labels or {}),
-            inputs=run.inputs,
-            result=run.result,
-            error=run.error,
-            idempotency_key=run.idempotency_key,
-            plan_version=run.plan_version,
-            resume_count=run.resume_count,
-            max_resumes=run.max_resumes,
-            version=run.version,
-            created_at=run.created_at,
-            updated_at=run.updated_at,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-            finished=run.status in ("succeeded", "failed", "cancelled"),
-            settled=settled,
+            **{f.name: getattr(state, f.name) for f in fields(state)},
+            finished=state.finished,
+            settled=state.settled,
             links=RunLinks(
                 self=base,
                 wait=f"{base}/wait",

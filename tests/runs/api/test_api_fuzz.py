@@ -10,9 +10,9 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from ledger.models import AuditEvent, Run, Settlement, Step
 from runs.api import tokens
 from runs.api.urls import api
+from tests.support.api_rows import ledger_rows
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -21,16 +21,6 @@ schema = schemathesis.openapi.from_dict(
         __import__("json").dumps(api.get_openapi_schema(path_prefix="/api/v1/"))
     )
 )
-
-
-def rows() -> tuple[int, ...]:
-    return (
-        Run.objects.count(),
-        Step.objects.count(),
-        Settlement.objects.count(),
-        AuditEvent.objects.count(),
-        Run.objects.exclude(status="queued").count(),
-    )
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ def test_the_api_keeps_its_document_and_refusals_write_nothing(
 ) -> None:
     if case.path.endswith("/wait") and isinstance(case.query, dict):
         case.query["timeout"] = 0  # a long-poll of a queued run would hold the test
-    before = rows()
+    before = ledger_rows()
     answer = case.call_and_validate(
         base_url=live_server.url,
         headers=operator_header,
@@ -63,4 +53,4 @@ def test_the_api_keeps_its_document_and_refusals_write_nothing(
         excluded_checks=[positive_data_acceptance],
     )
     if answer.status_code >= 400:
-        assert rows() == before, (case.method, case.path, answer.status_code, answer.text)
+        assert ledger_rows() == before, (case.method, case.path, answer.status_code, answer.text)

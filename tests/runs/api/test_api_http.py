@@ -12,24 +12,16 @@ import pytest
 from django.test import override_settings
 
 from ledger import registry
-from ledger.models import AuditEvent, Run, Settlement, Step
+from ledger.models import AuditEvent, Run, Step
 from ledger.processes.execute import run_execute
 from runs.api import tokens
 from runs.api.models import ApiToken
 from runs.api.urls import api
+from tests.support.api_rows import ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REFUND = {"agent": "refund", "inputs": {"invoice_id": "inv_1001"}}
-
-
-def ledger_rows() -> tuple[int, int, int, int]:
-    return (
-        Run.objects.count(),
-        Step.objects.count(),
-        Settlement.objects.count(),
-        AuditEvent.objects.count(),
-    )
 
 
 def problem(answer: Any, status: int) -> dict[str, Any]:
@@ -183,7 +175,7 @@ def test_bad_starts_are_problems_that_write_nothing(
     doc = problem(shop.post("/api/v1/runs", raw=raw), status)
     assert doc["type"].endswith("/" + kind), doc
     assert says in doc["detail"] or says in json.dumps(doc.get("errors")), doc
-    assert ledger_rows() == (0, 0, 0, 0)
+    assert ledger_rows() == (0, 0, 0, 0, 0)
 
 
 @override_settings(RUNLEDGER_API_MAX_BODY_BYTES=1000)
@@ -191,7 +183,7 @@ def test_a_body_over_the_limit_is_413(caller: Any) -> None:
     shop = caller("operator")
     big = {"agent": "refund", "inputs": {"invoice_id": "x" * 2000}}
     doc = problem(shop.post("/api/v1/runs", big), 413)
-    assert "1000 bytes" in doc["detail"] and ledger_rows() == (0, 0, 0, 0)
+    assert "1000 bytes" in doc["detail"] and ledger_rows() == (0, 0, 0, 0, 0)
 
 
 def test_no_token_a_wrong_one_and_a_revoked_one_are_401(client: Any, caller: Any) -> None:
@@ -203,7 +195,7 @@ def test_no_token_a_wrong_one_and_a_revoked_one_are_401(client: Any, caller: Any
     tokens.token_revoke(name="shop")
     problem(shop.get("/api/v1/runs"), 401)
     problem(shop.post("/api/v1/runs", REFUND), 401)
-    assert ledger_rows() == (0, 0, 0, 0)
+    assert ledger_rows() == (0, 0, 0, 0, 0)
 
 
 def test_a_token_is_stored_as_a_digest_and_its_use_recorded(caller: Any) -> None:
@@ -226,7 +218,7 @@ def test_too_many_requests_for_one_token_is_429_with_retry_after(caller: Any) ->
         assert shop.get("/api/v1/agents").status_code == 200
     answer = shop.post("/api/v1/runs", REFUND)
     problem(answer, 429)
-    assert int(answer["Retry-After"]) >= 1 and ledger_rows() == (0, 0, 0, 0)
+    assert int(answer["Retry-After"]) >= 1 and ledger_rows() == (0, 0, 0, 0, 0)
     assert other.get("/api/v1/agents").status_code == 200  # counted per token
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from ledger.models import AuditEvent, Run, Settlement, Step
+from ledger.models import Step
 from runs.api import tokens
 from runs.api.urls import api
+from tests.support.api_rows import ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,16 +54,6 @@ def test_every_operation_has_a_row_in_the_table() -> None:
     assert sorted(operations()) == sorted(ALLOWED)
 
 
-def rows() -> tuple[int, ...]:
-    return (
-        Run.objects.count(),
-        Step.objects.count(),
-        Settlement.objects.count(),
-        AuditEvent.objects.count(),
-        Run.objects.filter(status="cancelled").count(),
-    )
-
-
 @pytest.fixture
 def world(caller: Any, blocked: Any) -> dict[str, Any]:
     run = blocked()
@@ -91,13 +82,13 @@ def test_no_token_and_a_revoked_token_are_refused_everywhere(
 ) -> None:
     revoked = caller("operator", name="gone")
     tokens.token_revoke(name="gone")
-    before = rows()
+    before = ledger_rows()
     for method, template in operations():
         for header in (None, f"Bearer {revoked.secret}", "Bearer rl_wrong"):
             answer = _call(client, header, method, template, world)
             assert answer.status_code == 401, (method, template, header, answer.content)
             assert answer["Content-Type"] == "application/problem+json"
-    assert rows() == before
+    assert ledger_rows() == before
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "approver"])
@@ -106,11 +97,11 @@ def test_each_role_may_do_what_its_row_says_and_nothing_else(
 ) -> None:
     who = caller(role, user=f"{role}-person" if role == "approver" else None)
     for method, template in operations():
-        before = rows()
+        before = ledger_rows()
         answer = _call(client, f"Bearer {who.secret}", method, template, world)
         allowed = role in ALLOWED[(method, template)]
         if allowed:
             assert answer.status_code not in (401, 403, 500), (template, answer.content)
         else:
             assert answer.status_code == 403, (method, template, role, answer.content)
-            assert rows() == before, (method, template, role)
+            assert ledger_rows() == before, (method, template, role)
