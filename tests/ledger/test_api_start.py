@@ -199,3 +199,34 @@ def test_start_run_command_repeated_prints_the_existing_run_not_a_traceback() ->
             "start_run", "refund", "--inputs", '{"invoice_id": "inv_9"}', "--run-id", "r-1"
         )
     assert refused.value.returncode == 1 and Run.objects.count() == 1
+
+
+def test_a_waiter_is_woken_by_the_commit_not_by_rereading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the safety-net re-read pushed out of reach, only the NOTIFY of the run's settling
+    commit can end the wait before its timeout."""
+    from django.db import connection
+
+    from ledger import waiting
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    monkeypatch.setattr(waiting, "RECHECK_SECONDS", 3600.0)
+    handle = api.start_run("refund", REFUND)
+    worker = threading.Thread(target=_execute, args=(handle.run_id,))
+    read = api.RunHandle.state
+
+    def read_then_start_the_worker(self: api.RunHandle) -> api.RunState:
+        state = read(self)
+        if not worker.is_alive() and worker.ident is None:
+            worker.start()  # after the waiter's first read: only a wake-up can end the wait
+        return state
+
+    monkeypatch.setattr(api.RunHandle, "state", read_then_start_the_worker)
+    answers: list[api.RunState] = []
+    waiter = threading.Thread(target=lambda: answers.append(handle.wait(timeout=3600)))
+    waiter.daemon = True  # if no wake-up comes, it would wait the hour
+    waiter.start()
+    waiter.join(timeout=120)
+    assert answers, "the waiter was not woken when the run settled"
+    worker.join()
+    assert answers[0].settled and answers[0].status == "succeeded"
