@@ -7,6 +7,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any, Literal
 
+from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Schema
 from pydantic import ConfigDict, Field
@@ -20,6 +21,26 @@ RunStatusName = Literal["queued", "running", "needs_attention", "succeeded", "fa
 
 class Strict(Schema):
     model_config = ConfigDict(extra="forbid")
+
+
+def refuse_unknown_query(request: HttpRequest, model: type[Schema]) -> None:
+    """A 422 problem for query parameters ``model`` does not declare (django-ninja drops them;
+    a misspelt filter would silently list everything)."""
+    from runs.api import problems
+
+    unknown = sorted(set(request.GET) - set(model.model_fields))
+    if unknown:
+        errors = [
+            {"path": f"query.{name}", "message": "unknown parameter", "type": "extra_forbidden"}
+            for name in unknown
+        ]
+        raise problems.Problem(
+            422,
+            "validation",
+            "Invalid request",
+            "unknown query parameters: " + ", ".join(repr(n) for n in unknown),
+            errors=errors,
+        )
 
 
 class StartIn(Strict):

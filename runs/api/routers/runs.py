@@ -29,6 +29,7 @@ from runs.api.schemas import (
     StepOut,
     StepPageOut,
     Strict,
+    refuse_unknown_query,
 )
 
 router = Router(tags=["runs"])
@@ -110,6 +111,7 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
     """The dashboard's filters; newest first (or longest in its state first), a page at a time
     (keyset: a cursor, never an offset)."""
     require(request, "read")
+    refuse_unknown_query(request, ListQuery)
     for text in (q.agent, q.search):
         if text is not None and not queryable(text):
             raise problems.Problem(422, "invalid-input", "Invalid input", "no NUL bytes, please")
@@ -158,6 +160,7 @@ class WaitQuery(Strict):
 )
 def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     require(request, "read")
+    refuse_unknown_query(request, WaitQuery)
     run = run_or_404(run_id)
     if run.status not in SETTLED:
         ledger_api.RunHandle(run.run_id).wait(timeout=q.timeout)
@@ -174,6 +177,7 @@ class StepsQuery(Strict):
 def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOut:
     """A run's steps in the order they first executed, ``limit`` at a time."""
     require(request, "read")
+    refuse_unknown_query(request, StepsQuery)
     run = run_or_404(run_id)
     rows = selectors.steps_after(run_id=run.run_id, after_seq=q.after, limit=q.limit + 1)
     more = len(rows) > q.limit

@@ -19,6 +19,7 @@ from runs.api.schemas import (
     SettlementOut,
     Strict,
     WaitingEffectOut,
+    refuse_unknown_query,
 )
 
 router = Router(tags=["settlements"])
@@ -45,6 +46,7 @@ def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[WaitingEffectOut]
     """Started effects whose runs wait for a person, oldest first, each with its open proposal
     (100 a page)."""
     require(request, "read")
+    refuse_unknown_query(request, PageQuery)
     items = selectors.settlement_queue(limit=PAGE, offset=(q.page - 1) * PAGE)
     return [
         WaitingEffectOut(

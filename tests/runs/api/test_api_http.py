@@ -91,6 +91,8 @@ def test_the_list_filters_and_pages_with_a_cursor(caller: Any) -> None:
     assert shop.get(f"/api/v1/runs?search={ids[0]}").json()["runs"][0]["run_id"] == ids[0]
     problem(shop.get("/api/v1/runs?cursor=nonsense"), 422)
     problem(shop.get("/api/v1/runs?status=bogus"), 422)
+    typo = problem(shop.get("/api/v1/runs?stauts=queued"), 422)
+    assert typo["errors"][0]["path"] == "query.stauts"
 
 
 def test_agents_are_listed_with_what_they_require(caller: Any) -> None:
