@@ -30,6 +30,9 @@ class Run(models.Model):
     # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
     title = models.CharField(max_length=200, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
+    # The application's key for this start (``ledger.api.start_run(idempotency_key=…)``, the
+    # HTTP API's ``Idempotency-Key``): a repeat with the same key is the same run.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     reason = models.CharField(max_length=20, choices=Reason.choices, default="", blank=True)
     blocked_step_id = models.CharField(max_length=255, blank=True, default="")

@@ -11,7 +11,11 @@ from typing import Any
 
 wsgi_app = "runs.wsgi:application"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-# Dashboard pages are short reads; a request slower than this is a bug, not a load.
+# Threads: the API's long-poll (GET /api/v1/runs/{id}/wait, up to 60 s) holds a thread, not a
+# whole worker process; under gthread the timeout is the worker's heartbeat, not a request's.
+worker_class = "gthread"
+threads = int(os.environ.get("RUNLEDGER_WEB_THREADS", "8"))
+# Dashboard pages are short reads; a worker silent longer than this is stuck, not loaded.
 timeout = int(os.environ.get("RUNLEDGER_WEB_TIMEOUT", "30"))
 graceful_timeout = 20
 # Load the project once in the arbiter: workers fork with it, and a broken setting fails the

@@ -1,5 +1,5 @@
-"""The project's URLs: the admin (at RUNLEDGER_ADMIN_URL, or not at all), sign-in and the
-dashboard (``runs.dashboard.urls``).
+"""The project's URLs: the admin (at RUNLEDGER_ADMIN_URL, or not at all), the HTTP API
+(``runs.api``), sign-in and the dashboard (``runs.dashboard.urls``).
 
 The probes (``/healthz``, ``/readyz``, ``/metrics``) answer in middleware, before these
 (``runs.operations.probes``).
@@ -12,6 +12,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from runs.api.urls import api
+
 urlpatterns = [
     # RUNLEDGER_ADMIN_URL moves the admin or, `off`, leaves it unmounted.
     *(
@@ -19,6 +21,7 @@ urlpatterns = [
         if settings.RUNLEDGER_ADMIN_URL
         else []
     ),
+    path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("runs.dashboard.urls")),

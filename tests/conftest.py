@@ -156,3 +156,13 @@ def _no_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example agents call a real model when a key is set; tests never do by accident."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("RUNLEDGER_EXAMPLE_MODEL", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_wait_listener_left() -> Iterator[None]:
+    """A test that waited on a run (``ledger.waiting``) leaves no LISTEN connection behind: the
+    test database is dropped at the end of the session."""
+    yield
+    from ledger import waiting
+
+    waiting.stop_listening()

@@ -423,6 +423,11 @@ def _count_resume(run: Run, token: str, clock: Clock) -> None:
 
 
 def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) -> None:
+    if not run.tool_schema_hash:
+        # No worker executed this run yet: the plan it is held to is this worker's code, not
+        # the code of the process that started it (which may be older or newer).
+        transitions.run_stamp_plan(run_id=run.run_id, token=token, clock=clock)
+        return
     changes = []
     if run.plan_version != definition.plan_version:
         changes.append(f"plan version {run.plan_version!r} → {definition.plan_version!r}")

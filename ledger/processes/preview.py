@@ -210,11 +210,12 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         preview.unavailable_reason = registry.missing_agent_message(run.agent)
         return preview
     preview.divergence_policy = definition.divergence
-    if run.plan_version != definition.plan_version:
+    stamped = bool(run.tool_schema_hash)  # a run no worker executed yet takes today's code
+    if stamped and run.plan_version != definition.plan_version:
         preview.plan_changes.append(
             f"plan version {run.plan_version!r} → {definition.plan_version!r}"
         )
-    if run.tool_schema_hash != definition.tool_schema_hash:
+    if stamped and run.tool_schema_hash != definition.tool_schema_hash:
         preview.plan_changes.append("tool schema changed")
     ledger = selectors.load_steps(run_id)
     walk = Walk(run_id=run_id, agent=definition, ledger=ledger)

@@ -316,6 +316,12 @@ def steps_for_page(*, run_id: str, pks: list[int]) -> list[Step]:
     return [by_pk[pk] for pk in pks if pk in by_pk]
 
 
+def steps_after(*, run_id: str, after_seq: int = 0, limit: int = 100) -> list[Step]:
+    """Up to ``limit`` steps of a run in the order they first executed, after ``after_seq``
+    (keyset on the (run, seq) index)."""
+    return list(Step.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit])
+
+
 def step_of_run(*, run_id: str, pk: int) -> Step:
     """One step with everything; raises Step.DoesNotExist when it is not this run's."""
     return Step.objects.get(run_id=run_id, pk=pk)

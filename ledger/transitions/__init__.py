@@ -55,6 +55,7 @@ from ledger.transitions.events import subscribe, subscriptions_follow, unsubscri
 from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_token
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
+    Started,
     beacon_beat,
     beacon_forget,
     execution_begin,
@@ -71,7 +72,9 @@ from ledger.transitions.lifecycle import (
     run_replan,
     run_requeue_expired,
     run_requeue_lost,
+    run_stamp_plan,
     run_start,
+    run_start_once,
     run_woke,
 )
 from ledger.transitions.notify import (
@@ -112,6 +115,7 @@ __all__ = [
     "OperationError",
     "ReconcileAnswer",
     "SelfApproval",
+    "Started",
     "StepWrite",
     "TodaysInputs",
     "beacon_beat",
@@ -154,8 +158,10 @@ __all__ = [
     "run_requeue_lost",
     "run_resume",
     "run_retry",
+    "run_stamp_plan",
     "run_start",
     "run_start_clean",
+    "run_start_once",
     "run_woke",
     "runs_archive_record",
     "settlement_approve",

@@ -12,16 +12,17 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from ledger import canonical, registry, signals
 from ledger.conf import conf
-from ledger.errors import ApprovalRequired, LeaseLost, RunBlocked
+from ledger.errors import ApprovalRequired, Conflict, InvalidInput, LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
 from ledger.models import (
     ACTIVE_STATUSES,
@@ -32,11 +33,15 @@ from ledger.models import (
     Run,
     RunStatus,
 )
+from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
 from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
 
 log = logging.getLogger(__name__)
+
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+MAX_LABELS = 20
 
 Clock = Callable[[], datetime]
 
@@ -56,35 +61,99 @@ def run_start(
     forked_from_step_id: str = "",
     by: Actor | None = None,
     reason: str = "",
+    idempotency_key: str | None = None,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Run:
     """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
     ``requires``; a chosen ``run_id`` must match ``ledger.inputs.RUN_ID_PATTERN``
     (``InvalidInput`` otherwise: nothing is written). The run's title and labels are made from
-    the inputs by the agent's declaration.
+    the inputs by the agent's declaration unless given.
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
-    ``by``: the person who started it (a command's ``cli:<login>``), audited with ``reason``;
-    None for runs the system starts (continuations, and forks, which audit themselves).
+    ``by``: the person who started it (a command's ``cli:<login>``, a token's ``api:<name>``),
+    audited with ``reason``; None for runs the system starts (continuations, and forks, which
+    audit themselves).
 
     A run without a parent is announced after the commit (``signals.run_queued``, cause
-    ``start``); a run made from another is announced by the transition that made it.
+    ``start``); a run made from another is announced by the transition that made it. A run
+    without a parent records no plan version or tool schema yet: the worker that first executes
+    it stamps those from the code it runs (``run_stamp_plan``), so a process on older agent
+    code can start a run that a newer worker executes.
+
+    A run id or idempotency key that is taken raises ``IntegrityError``; ``run_start_once`` is
+    the idempotent form.
     """
+    run = _new_run(
+        agent=agent,
+        inputs=inputs,
+        run_id=run_id,
+        max_resumes=max_resumes,
+        now=clock(),
+        parent=parent,
+        parent_kind=parent_kind,
+        forked_from_step_id=forked_from_step_id,
+        idempotency_key=idempotency_key,
+        title=title,
+        labels=labels,
+    )
+    _save_new(run, by=by, reason=reason)
+    return run
+
+
+def _save_new(run: Run, *, by: Actor | None, reason: str) -> None:
+    with transaction.atomic():
+        run.save(force_insert=True)
+        if by is not None:
+            after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
+            if run.idempotency_key is not None:
+                after["idempotency_key"] = run.idempotency_key
+            record(
+                by=actor_name(by),
+                action=AuditAction.RUN_START,
+                at=run.created_at,
+                run_id=run.run_id,
+                after=after,
+                reason=reason.strip() or "started by hand",
+            )
+        if run.parent_id is None:
+            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
+
+
+def _new_run(
+    *,
+    agent: str,
+    inputs: Any,
+    run_id: str | None,
+    max_resumes: int | None,
+    now: datetime,
+    parent: Run | None,
+    parent_kind: str,
+    forked_from_step_id: str,
+    idempotency_key: str | None,
+    title: str | None,
+    labels: dict[str, str] | None,
+) -> Run:
+    """The unsaved run, every input checked (``InvalidInput``, ``LookupError``)."""
     definition = registry.get_agent(agent)
     if definition is None:
         raise LookupError(f"no agent named {agent!r} is registered")
     data = canonical.normalize(inputs, step_id="<run inputs>")
     definition.check_inputs(data)
-    now = clock()
     budget = max_resumes if max_resumes is not None else definition.max_resumes
+    # A run made from another carries a ledger recorded under a plan: it keeps this code's
+    # stamp. A new run is stamped by the worker that first executes it.
+    stamp = parent is not None
     run = Run(
         agent=agent,
         inputs=data,
-        title=definition.title_for(data),
-        labels=definition.labels_for(data),
+        title=check_title(title) if title is not None else definition.title_for(data),
+        labels=check_labels(labels) if labels is not None else definition.labels_for(data),
+        idempotency_key=check_idempotency_key(idempotency_key),
         status=RunStatus.QUEUED,
-        plan_version=definition.plan_version,
-        tool_schema_hash=definition.tool_schema_hash,
-        code_version=definition.code_version,
+        plan_version=definition.plan_version if stamp else "",
+        tool_schema_hash=definition.tool_schema_hash if stamp else "",
+        code_version=definition.code_version if stamp else "",
         max_resumes=budget if budget is not None else conf.RUNLEDGER_DEFAULT_MAX_RESUMES,
         created_at=now,
         updated_at=now,
@@ -95,20 +164,165 @@ def run_start(
     )
     if run_id is not None:
         run.run_id = check_run_id(run_id)  # InvalidInput: the documented set only
-    with transaction.atomic():
-        run.save(force_insert=True)
-        if by is not None:
-            record(
-                by=actor_name(by),
-                action=AuditAction.RUN_START,
-                at=now,
-                run_id=run.run_id,
-                after={"agent": agent, "inputs": data, "max_resumes": run.max_resumes},
-                reason=reason.strip() or "started by hand",
-            )
-        if parent is None:
-            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
     return run
+
+
+@dataclass(frozen=True)
+class Started:
+    """What ``run_start_once`` did: ``created`` is False when the run existed already."""
+
+    run: Run
+    created: bool
+
+
+def run_start_once(
+    *,
+    agent: str,
+    inputs: Any,
+    run_id: str | None = None,
+    idempotency_key: str | None = None,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
+    max_resumes: int | None = None,
+    by: Actor | None = None,
+    reason: str = "",
+    clock: Clock = timezone.now,
+) -> Started:
+    """Start a run, or answer the run an earlier identical start made.
+
+    A run whose id is ``run_id``, or whose idempotency key is ``idempotency_key``, is the same
+    start when it is of the same agent with the same canonical inputs (and the same key and id
+    where both were given): it is returned, nothing is written. Otherwise ``Conflict`` says what
+    differs and nothing is written. Two identical starts racing make one run (the unique
+    constraints decide; the loser reads the winner's row).
+    """
+    candidate = _new_run(
+        agent=agent,
+        inputs=inputs,
+        run_id=run_id,
+        max_resumes=max_resumes,
+        now=clock(),
+        parent=None,
+        parent_kind="",
+        forked_from_step_id="",
+        idempotency_key=idempotency_key,
+        title=title,
+        labels=labels,
+    )
+    existing = _earlier_start(candidate, chosen_id=run_id)
+    if existing is not None:
+        return Started(run=existing, created=False)
+    try:
+        with transaction.atomic():  # a savepoint: a lost race leaves the caller's transaction
+            _save_new(candidate, by=by, reason=reason)
+    except IntegrityError:
+        existing = _earlier_start(candidate, chosen_id=run_id)
+        if existing is None:
+            raise
+        return Started(run=existing, created=False)
+    return Started(run=candidate, created=True)
+
+
+def _earlier_start(candidate: Run, *, chosen_id: str | None) -> Run | None:
+    """The run an identical earlier start made, None if there is none; ``Conflict`` when the
+    id or the key is taken by a different start."""
+    found: dict[str, Run] = {}
+    if chosen_id is not None:
+        by_id = Run.objects.filter(pk=candidate.run_id).first()
+        if by_id is not None:
+            found["run id"] = by_id
+    if candidate.idempotency_key is not None:
+        by_key = Run.objects.filter(idempotency_key=candidate.idempotency_key).first()
+        if by_key is not None:
+            found["idempotency key"] = by_key
+    if not found:
+        return None
+    runs = {r.run_id: r for r in found.values()}
+    if len(runs) > 1:
+        raise Conflict(
+            f"the run id {candidate.run_id!r} and the idempotency key "
+            f"{candidate.idempotency_key!r} belong to two different runs",
+            current={"run_ids": sorted(runs)},
+        )
+    (what, existing), *_ = found.items()
+    differences = start_differences(existing, candidate, chosen_id=chosen_id)
+    if differences:
+        raise Conflict(
+            f"the {what} was used by run {existing.run_id} with other values: "
+            + "; ".join(differences),
+            current={"run_id": existing.run_id, "differs": differences},
+        )
+    return existing
+
+
+def start_differences(existing: Run, candidate: Run, *, chosen_id: str | None) -> list[str]:
+    """What makes ``candidate`` a different start from ``existing``, in words ([] if none)."""
+    out = []
+    if existing.agent != candidate.agent:
+        out.append(f"agent {existing.agent!r} → {candidate.agent!r}")
+    out.extend(canonical_differences(existing.inputs, candidate.inputs, path="inputs"))
+    if chosen_id is not None and existing.run_id != candidate.run_id:
+        out.append(f"run id {existing.run_id!r} → {candidate.run_id!r}")
+    key = candidate.idempotency_key
+    if key is not None and existing.idempotency_key not in (None, key):
+        out.append(f"idempotency key {existing.idempotency_key!r} → {key!r}")
+    return out
+
+
+def canonical_differences(old: Any, new: Any, *, path: str, limit: int = 10) -> list[str]:
+    """Where two JSON values differ, as ``path: old → new`` lines (key order ignored)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            where = f"{path}.{key}"
+            if key not in new:
+                out.append(f"{where}: {_shown(old[key])} → absent")
+            elif key not in old:
+                out.append(f"{where}: absent → {_shown(new[key])}")
+            else:
+                out.extend(canonical_differences(old[key], new[key], path=where, limit=limit))
+            if len(out) >= limit:
+                return out[:limit]
+        return out
+    if canonical.dumps(old) == canonical.dumps(new):
+        return []
+    return [f"{path}: {_shown(old)} → {_shown(new)}"]
+
+
+def _shown(value: Any) -> str:
+    text = canonical.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidInput(
+            f"an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable characters"
+        )
+    if not key.isprintable():
+        raise InvalidInput("an idempotency key is printable text (no control characters)")
+    return key
+
+
+def check_title(title: str) -> str:
+    if not isinstance(title, str) or not title.isprintable():
+        raise InvalidInput("a run's title is one line of printable text")
+    return " ".join(title.split())[:TITLE_CHARS]
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        raise InvalidInput(f"labels are an object of at most {MAX_LABELS} text values")
+    for key, value in labels.items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            raise InvalidInput("labels are text keys with text values")
+        if not key or len(key) > 100 or len(value) > LABEL_CHARS:
+            raise InvalidInput(f"a label key is 1 to 100 characters, its value {LABEL_CHARS}")
+        if not (key.isprintable() and value.isprintable()) or ":" in key or " " in key:
+            raise InvalidInput(f"label {key[:40]!r}: printable text, no ':' or space in a key")
+    return dict(labels)
 
 
 # --- the lease -----------------------------------------------------------------------------
@@ -234,6 +448,25 @@ def run_hold_paused(
         updated_at=now,
         status_changed_at=now,
     )
+
+
+def run_stamp_plan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
+    """Record the plan version, tool schema and code version of the agent as this worker has it,
+    on a run no worker stamped yet (its first execution): the record its replays are held to.
+    Part of the claim, not a change of state a person saw: the run's version stays."""
+    run = Run.objects.only("agent").get(pk=run_id)
+    definition = registry.get_agent(run.agent)
+    assert definition is not None
+    stamped = Run.objects.filter(
+        pk=run_id, lease_token=token, status=RunStatus.RUNNING, tool_schema_hash=""
+    ).update(
+        plan_version=definition.plan_version,
+        tool_schema_hash=definition.tool_schema_hash,
+        code_version=definition.code_version,
+        updated_at=clock(),
+    )
+    if stamped != 1:
+        raise LeaseLost(run_id)
 
 
 def run_replan(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:

@@ -86,8 +86,10 @@ def code_check(run: Run) -> CodeCheck:
         registered=True,
         plan_version=definition.plan_version,
         tool_schema_hash=definition.tool_schema_hash,
-        plan_differs=definition.plan_version != run.plan_version,
-        schema_differs=definition.tool_schema_hash != run.tool_schema_hash,
+        # A run no worker executed yet has no stamp: it will take the code a worker runs.
+        plan_differs=bool(run.tool_schema_hash) and definition.plan_version != run.plan_version,
+        schema_differs=bool(run.tool_schema_hash)
+        and definition.tool_schema_hash != run.tool_schema_hash,
         code_differs=bool(run.code_version) and definition.code_version != run.code_version,
     )
 

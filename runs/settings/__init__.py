@@ -9,6 +9,7 @@ reference in the docs is generated from those declarations.
 
 from __future__ import annotations
 
+from runs.settings.api import *  # noqa: F403
 from runs.settings.base import *  # noqa: F403
 from runs.settings.celery import *  # noqa: F403
 from runs.settings.dashboard import *  # noqa: F403

@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "ledger",
     *(["ledger.examples"] if RUNLEDGER_EXAMPLES or RUNLEDGER_HARNESS else []),
     "runs.dashboard",
+    "runs.api",
     "runs.operations",
     *(["harness"] if RUNLEDGER_HARNESS else []),
 ]

@@ -17,7 +17,16 @@ env.declare(
     section=sections.PROCESSES,
     kind="int",
     default="30",
-    doc="Seconds gunicorn gives a request before it restarts the worker process.",
+    doc="Seconds a gunicorn worker may stay silent before it is restarted (its threads serve "
+    "requests; the API's long-poll answers within 60 s).",
+)
+env.declare(
+    "RUNLEDGER_WEB_THREADS",
+    section=sections.PROCESSES,
+    kind="int",
+    default="8",
+    doc="Threads per gunicorn worker (`gthread`): each serves one request, a long-poll of "
+    "`GET /api/v1/runs/{id}/wait` included.",
 )
 env.declare(
     "RUNLEDGER_ACCESS_LOG",

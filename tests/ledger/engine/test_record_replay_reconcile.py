@@ -282,8 +282,13 @@ def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(
     agent("pv-test", plan_version="1", divergence=policy, tools=[read])(body)
     try:
         run = transitions.run_start(agent="pv-test", inputs={})
-        # The dead worker's lease ran out at once, on the same clock the next worker reads.
-        transitions.lease_claim(run_id=run.run_id, owner="dead-worker", seconds=-1, clock=clock)
+        # The dead worker's lease ran out at once, on the same clock the next worker reads;
+        # it had begun executing (it stamped the plan of the code it ran).
+        token = transitions.lease_claim(
+            run_id=run.run_id, owner="dead-worker", seconds=-1, clock=clock
+        )
+        assert token is not None
+        transitions.run_stamp_plan(run_id=run.run_id, token=token, clock=clock)
         agent("pv-test", plan_version="2", divergence=policy, tools=[read])(body)
         outcome = execute(run.run_id)
     finally:
@@ -298,7 +303,7 @@ def test_a_plan_version_change_between_crash_and_resume_follows_the_policy(
         assert run.plan_version == "2"
 
 
-def test_a_tool_schema_change_is_detected(execute) -> None:
+def test_a_tool_schema_change_is_detected(execute, clock) -> None:
     @tool(kind="read", name="ts-read")
     def read(n: int) -> int:
         return n
@@ -313,6 +318,10 @@ def test_a_tool_schema_change_is_detected(execute) -> None:
     agent("ts-test", tools=[read])(body)
     try:
         run = transitions.run_start(agent="ts-test", inputs={})
+        # A worker began executing it under the first schema, and died.
+        token = transitions.lease_claim(run_id=run.run_id, owner="dead", seconds=-1, clock=clock)
+        assert token is not None
+        transitions.run_stamp_plan(run_id=run.run_id, token=token, clock=clock)
         agent("ts-test", tools=[read2])(body)
         outcome = execute(run.run_id)
     finally:

@@ -294,4 +294,9 @@ def test_tool_schemas_come_from_signatures_and_are_the_runs_tool_schema_hash() -
         "required": ["customer", "amount_cents"],
     }
     run = transitions.run_start(agent="refund_loop", inputs={"invoice_ids": []})
+    assert run.tool_schema_hash == ""  # the worker that first executes it records its own
+    token = transitions.lease_claim(run_id=run.run_id, owner="worker")
+    assert token is not None
+    transitions.run_stamp_plan(run_id=run.run_id, token=token)
+    run.refresh_from_db()
     assert run.tool_schema_hash == refund_loop.tool_schema_hash

@@ -1,7 +1,10 @@
 """Start a run of a registered agent: `manage.py start_run refund --inputs '{"invoice_id": …}'`.
 
 The inputs are checked before anything is written (JSON, and what the agent ``requires``).
-Audited as ``cli:<login>``. Exit codes: see ``_common`` (``--inline``: 3 unless it succeeds).
+Audited as ``cli:<login>``. Idempotent, through ``ledger.api.start_run``: a repeated
+``--run-id`` (or ``--idempotency-key``) with the same agent and inputs prints the existing run;
+with other values it is refused, saying what differs. Exit codes: see ``_common``
+(``--inline``: 3 unless it succeeds).
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ledger import registry, transitions
-from ledger.errors import NotJSON
+from ledger import api, transitions
+from ledger.errors import Conflict, NotJSON
 from runs.operations.commands import (
     EXIT_REFUSED,
     OperatorCommand,
@@ -31,32 +34,33 @@ class Command(OperatorCommand):
         parser.add_argument("--inputs", default="{}", help="the run's inputs as JSON")
         parser.add_argument("--run-id", help="choose the run id (default: a fresh one)")
         parser.add_argument(
+            "--idempotency-key", help="a repeat with the same key is the same run, not a new one"
+        )
+        parser.add_argument(
             "--max-resumes", type=bounded_int(0, 1_000_000), help="the run's resume budget"
         )
         add_where(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         inputs = parse_json(options["inputs"], what="--inputs")
-        name = options["agent"]
-        if registry.get_agent(name) is None:
-            known = ", ".join(sorted(registry.agents())) or "none"
-            raise CommandError(
-                f"no agent named {name!r} is registered (registered: {known})",
-                returncode=EXIT_REFUSED,
-            )
         try:
             with where(options):  # announced to the workers after the commit, unless --inline
-                run = transitions.run_start(
-                    agent=name,
-                    inputs=inputs,
+                handle = api.start_run(
+                    options["agent"],
+                    inputs,
                     run_id=options["run_id"],
+                    idempotency_key=options["idempotency_key"],
                     max_resumes=options["max_resumes"],
                     by=transitions.cli_actor(),
                     reason="started from the command line",
                 )
-        except (NotJSON, ValueError) as exc:  # InvalidInput is a ValueError
+        except (api.UnknownAgent, Conflict, NotJSON, ValueError) as exc:  # InvalidInput too
             raise CommandError(str(exc), returncode=EXIT_REFUSED) from exc
-        if options["inline"]:
-            execute_inline(run.run_id, self.stdout)
+        if not handle.created:
+            self.stdout.write(
+                f"run {handle.run_id}: already started with these inputs ({handle.status()})"
+            )
+        elif options["inline"]:
+            execute_inline(handle.run_id, self.stdout)
         else:
-            self.stdout.write(f"run {run.run_id}: queued for a worker")
+            self.stdout.write(f"run {handle.run_id}: queued for a worker")

@@ -1,0 +1,214 @@
+"""The application's API, in process: start a run, follow it, read its outcome.
+
+::
+
+    from ledger.api import start_run
+
+    handle = start_run("refund", {"invoice_id": "inv_1"}, idempotency_key="dispute-981")
+    state = handle.wait(timeout=30)   # answers once the run finished or stopped for a person
+    refund = handle.result()          # the agent's return value (waits; raises if it failed)
+
+``start_run`` writes the run and announces it to the workers after the same commit (inside a
+caller's transaction: after that one commits, never if it rolls back). It is idempotent: the same
+``run_id`` or ``idempotency_key`` with the same agent and canonical inputs answers the run the
+first call made (``handle.created`` is False); with other values it raises ``Conflict`` saying
+what differs, and writes nothing. The plan version and tool schema of the run are those of the
+worker that first executes it, not of the calling process.
+
+``manage.py start_run``, the HTTP API (``runs.api``) and the Python client's server side all
+start runs through this function. Completion events (webhook subscriptions) are a separate
+part; ``start_run`` takes no subscription yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ledger import registry, transitions, waiting
+from ledger.errors import Conflict, InvalidInput
+from ledger.models import Run, RunStatus
+from ledger.transitions import Actor
+
+__all__ = [
+    "Conflict",
+    "InvalidInput",
+    "RunCancelled",
+    "RunFailed",
+    "RunHandle",
+    "RunNeedsAttention",
+    "RunState",
+    "UnknownAgent",
+    "get_run",
+    "start_run",
+]
+
+
+class UnknownAgent(LookupError):
+    """No agent of that name is registered in this process."""
+
+
+class RunNotSucceeded(Exception):
+    """``result()`` of a run that did not succeed; ``state`` is the run as read."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        super().__init__(f"run {state.run_id} is {state.status}: {state.error or state.detail}")
+
+
+class RunFailed(RunNotSucceeded):
+    pass
+
+
+class RunCancelled(RunNotSucceeded):
+    pass
+
+
+class RunNeedsAttention(RunNotSucceeded):
+    """The run stopped until a person acts (``state.reason`` says why)."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run as an application sees it (a snapshot; ``RunHandle.state()`` reads a new one)."""
+
+    run_id: str
+    agent: str
+    status: str
+    reason: str
+    detail: str
+    title: str
+    labels: dict[str, str]
+    inputs: Any
+    result: Any
+    error: str
+    idempotency_key: str | None
+    plan_version: str
+    resume_count: int
+    max_resumes: int
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+    @property
+    def settled(self) -> bool:
+        """Finished, or stopped until a person acts: what ``wait`` waits for."""
+        return self.status in waiting.SETTLED
+
+    @classmethod
+    def of(cls, run: Run) -> RunState:
+        return cls(
+            run_id=run.run_id,
+            agent=run.agent,
+            status=run.status,
+            reason=run.reason,
+            detail=run.detail,
+            title=run.title,
+            labels=dict(run.labels or {}),
+            inputs=run.inputs,
+            result=run.result,
+            error=run.error,
+            idempotency_key=run.idempotency_key,
+            plan_version=run.plan_version,
+            resume_count=run.resume_count,
+            max_resumes=run.max_resumes,
+            version=run.version,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+        )
+
+
+class RunHandle:
+    """A run by id. ``created`` says whether the start that made this handle wrote the run."""
+
+    def __init__(self, run_id: str, *, created: bool = False) -> None:
+        self.run_id = run_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    def state(self) -> RunState:
+        """The run now; ``Run.DoesNotExist`` if there is no such run."""
+        return RunState.of(Run.objects.get(pk=self.run_id))
+
+    def status(self) -> str:
+        return self.state().status
+
+    def wait(self, timeout: float = 60.0) -> RunState:
+        """The run once it finished or stopped for a person, or as it is after ``timeout``
+        seconds (check ``state.settled``)."""
+        return waiting.wait_until_settled(
+            self.run_id, timeout=timeout, read=self.state, settled=lambda s: s.settled
+        )
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The agent's return value, waiting up to ``timeout`` seconds (None: until it settles).
+        Raises ``RunFailed``, ``RunCancelled``, ``RunNeedsAttention``, or ``TimeoutError`` when
+        it is still going at the timeout."""
+        while True:
+            state = self.wait(timeout=60.0 if timeout is None else timeout)
+            if state.settled or timeout is not None:
+                break
+        if state.status == RunStatus.SUCCEEDED:
+            return state.result
+        if state.status == RunStatus.FAILED:
+            raise RunFailed(state)
+        if state.status == RunStatus.CANCELLED:
+            raise RunCancelled(state)
+        if state.status == RunStatus.NEEDS_ATTENTION:
+            raise RunNeedsAttention(state)
+        raise TimeoutError(f"run {self.run_id} is still {state.status} after {timeout} s")
+
+
+def start_run(
+    agent: str,
+    inputs: Any,
+    *,
+    run_id: str | None = None,
+    idempotency_key: str | None = None,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
+    max_resumes: int | None = None,
+    by: Actor | None = None,
+    reason: str = "",
+) -> RunHandle:
+    """Start a run of ``agent`` (see the module docstring); the run's handle.
+
+    Refused, writing nothing: ``UnknownAgent``; ``InvalidInput`` (inputs not JSON or missing what
+    the agent ``requires``, a run id outside ``ledger.inputs.RUN_ID_PATTERN``, a bad key, title
+    or labels); ``Conflict`` (the id or key names a run started with other values).
+    ``by`` is who is audited as having started it (``api:<token>``, ``cli:<login>``, a user);
+    None audits nothing, as for runs the system starts.
+    """
+    if registry.get_agent(agent) is None:
+        known = ", ".join(sorted(registry.agents())) or "none"
+        raise UnknownAgent(f"no agent named {agent!r} is registered (registered: {known})")
+    started = transitions.run_start_once(
+        agent=agent,
+        inputs=inputs,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        title=title,
+        labels=labels,
+        max_resumes=max_resumes,
+        by=by,
+        reason=reason,
+    )
+    return RunHandle(started.run.run_id, created=started.created)
+
+
+def get_run(run_id: str) -> RunHandle:
+    """The handle of an existing run; ``Run.DoesNotExist`` if there is none."""
+    if not Run.objects.filter(pk=run_id).exists():
+        raise Run.DoesNotExist(f"no run {run_id!r}")
+    return RunHandle(run_id)

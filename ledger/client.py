@@ -1,0 +1,405 @@
+"""The Python client of runledger's HTTP API (``/api/v1/``): Django-free, on httpx.
+
+Install with the ``client`` extra (``pip install 'runledger[client]'``)::
+
+    from ledger.client import Client
+
+    runledger = Client("https://runs.example.com", token="rl_…")
+    run = runledger.start("refund", {"invoice_id": "inv_1"}, idempotency_key="dispute-981")
+    done = runledger.wait(run.run_id, timeout=300)     # long-polls until it settles
+    refund = runledger.result(run.run_id)             # its result, or RunFailed/RunCancelled/…
+
+Safe calls are retried on a lost connection, a 502/503/504 and a 429 (after ``Retry-After``):
+every GET, and ``start``, which always sends an ``Idempotency-Key`` (one is made when none is
+given) so that a retried start is the same run. ``cancel``, ``resume`` and ``retry`` are not
+retried: a retry of one that did happen would be refused as a conflict.
+
+This module imports neither Django nor the rest of the ledger (``ledger/__init__`` imports
+nothing that needs settings): an application's process needs only httpx.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+
+__all__ = [
+    "Agent",
+    "ApiError",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "RateLimited",
+    "Run",
+    "RunCancelled",
+    "RunFailed",
+    "RunNeedsAttention",
+    "RunSummary",
+    "Step",
+    "Unauthorized",
+]
+
+#: The server answers a long-poll after at most this many seconds.
+MAX_WAIT = 60.0
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+
+
+# --- typed answers ---------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def _parse(cls: type[T], data: dict[str, Any]) -> T:
+    """An answer's fields into the dataclass (unknown fields ignored: a newer server may add)."""
+    kwargs = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.type in ("datetime", "datetime | None") and isinstance(value, str):
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    agent: str
+    status: str
+    reason: str = ""
+    detail: str = ""
+    title: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    inputs: Any = None
+    result: Any = None
+    error: str = ""
+    idempotency_key: str | None = None
+    plan_version: str = ""
+    resume_count: int = 0
+    max_resumes: int = 0
+    version: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    finished: bool = False
+    settled: bool = False
+    links: dict[str, str] = field(default_factory=dict)
+    #: True when this answer's start made the run (201), False when it existed (200).
+    created: bool | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    agent: str
+    status: str
+    reason: str = ""
+    title: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+    status_changed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    id: int
+    step_id: str
+    seq: int
+    kind: str
+    status: str
+    tool: str = ""
+    attempt: int = 1
+    version: int = 1
+    effect_key: str | None = None
+    result: Any = None
+    error: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    requires: list[str]
+    plan_version: str
+    description: str = ""
+    divergence: str = ""
+    tools: list[str] = field(default_factory=list)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """A refusal: ``problem`` is the RFC 9457 document (``type``, ``title``, ``detail``…)."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        self.detail = str(problem.get("detail") or problem.get("title") or "")
+        super().__init__(f"{status} {problem.get('title', '')}: {self.detail}")
+
+
+class InvalidRequest(ApiError):
+    """400/413/422: the request was refused as it is (``problem['errors']`` by field path)."""
+
+
+class Unauthorized(ApiError):
+    """401: no token, a wrong one, or a revoked one."""
+
+
+class Forbidden(ApiError):
+    """403: this token's role may not do this."""
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    """409: the run id or idempotency key was used with other values, or the run moved on."""
+
+
+class RateLimited(ApiError):
+    """429 after the retries: ``retry_after`` seconds, as the server said."""
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.problem.get("retry_after", 1))
+
+
+_ERRORS: dict[int, type[ApiError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidRequest,
+    422: InvalidRequest,
+    429: RateLimited,
+}
+
+
+class RunNotSucceeded(Exception):
+    """``result()`` of a run that did not succeed; ``run`` is the run as read."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(f"run {run.run_id} is {run.status}: {run.error or run.detail}")
+
+
+class RunFailed(RunNotSucceeded):
+    pass
+
+
+class RunCancelled(RunNotSucceeded):
+    pass
+
+
+class RunNeedsAttention(RunNotSucceeded):
+    """Stopped until a person acts on the dashboard (``run.reason`` says why)."""
+
+
+# --- the client --------------------------------------------------------------------------------
+
+
+class Client:
+    """A connection to one runledger. ``retries``: attempts after the first for safe calls;
+    ``backoff``: the first pause in seconds (doubling, capped at 10 s)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.retries, self.backoff = retries, backoff
+        self._http = httpx.Client(
+            base_url=url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=httpx.Timeout(timeout, read=max(timeout, MAX_WAIT + 15)),
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- runs ----------------------------------------------------------------------------------
+
+    def start(
+        self,
+        agent: str,
+        inputs: Any = None,
+        *,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        title: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Run:
+        """Start a run, or get the run the same key (or run id) already started.
+
+        Without ``idempotency_key`` one is made for this call, so its retries are one start;
+        give your own (a dispute's id) to make repeated calls of your code one start too."""
+        body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
+        for name, value in (("run_id", run_id), ("title", title), ("labels", labels)):
+            if value is not None:
+                body[name] = value
+        key = idempotency_key or f"client-{uuid.uuid4()}"
+        answer = self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        data = answer.json()
+        return _parse(Run, {**data, "created": answer.status_code == 201})
+
+    def get(self, run_id: str) -> Run:
+        return _parse(Run, self._send("GET", f"/runs/{_quote(run_id)}").json())
+
+    def wait(self, run_id: str, timeout: float = MAX_WAIT) -> Run:
+        """The run once it finished or stopped for a person (``run.settled``), or as it is
+        after ``timeout`` seconds; long-polls, at most 60 s a request."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            run = _parse(
+                Run,
+                self._send(
+                    "GET",
+                    f"/runs/{_quote(run_id)}/wait",
+                    params={"timeout": round(min(left, MAX_WAIT), 3)},
+                ).json(),
+            )
+            if run.settled or time.monotonic() >= deadline:
+                return run
+
+    def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """The run's result, waiting up to ``timeout`` seconds (None: as long as it takes).
+        Raises ``RunFailed``, ``RunCancelled``, ``RunNeedsAttention``, or ``TimeoutError``."""
+        while True:
+            run = self.wait(run_id, timeout=MAX_WAIT if timeout is None else timeout)
+            if run.settled or timeout is not None:
+                break
+        if run.status == "succeeded":
+            return run.result
+        if run.status == "failed":
+            raise RunFailed(run)
+        if run.status == "cancelled":
+            raise RunCancelled(run)
+        if run.status == "needs_attention":
+            raise RunNeedsAttention(run)
+        raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+
+    def cancel(self, run_id: str, reason: str, *, seen_version: int | None = None) -> Run:
+        return self._act(run_id, "cancel", reason=reason, seen_version=seen_version)
+
+    def resume(
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        seen_version: int | None = None,
+        max_resumes: int | None = None,
+    ) -> Run:
+        return self._act(
+            run_id, "resume", reason=reason, seen_version=seen_version, max_resumes=max_resumes
+        )
+
+    def retry(self, run_id: str, reason: str, *, seen_version: int | None = None) -> Run:
+        return self._act(run_id, "retry", reason=reason, seen_version=seen_version)
+
+    def runs(self, *, limit: int = 50, **filters: Any) -> Iterator[RunSummary]:
+        """Every run matching the dashboard's filters (status, reason, agent, older_than,
+        search, order), fetched a page at a time."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        params["limit"] = limit
+        while True:
+            page = self._send("GET", "/runs", params=params).json()
+            for row in page["runs"]:
+                yield _parse(RunSummary, row)
+            if not page["next_cursor"]:
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def steps(self, run_id: str) -> list[Step]:
+        out: list[Step] = []
+        after = 0
+        while True:
+            page = self._send(
+                "GET", f"/runs/{_quote(run_id)}/steps", params={"after": after, "limit": 500}
+            ).json()
+            out.extend(_parse(Step, s) for s in page["steps"])
+            if not page["next_cursor"]:
+                return out
+            after = int(page["next_cursor"])
+
+    def agents(self) -> list[Agent]:
+        return [_parse(Agent, a) for a in self._send("GET", "/agents").json()]
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _act(self, run_id: str, action: str, **body: Any) -> Run:
+        payload = {k: v for k, v in body.items() if v is not None}
+        answer = self._send("POST", f"/runs/{_quote(run_id)}/{action}", json=payload, safe=False)
+        return _parse(Run, answer.json())
+
+    def _send(self, method: str, path: str, *, safe: bool = True, **kw: Any) -> httpx.Response:
+        """One call; a safe one is retried on a lost connection or a passing refusal."""
+        attempt = 0
+        while True:
+            try:
+                answer = self._http.request(method, path, **kw)
+            except httpx.TransportError:
+                if not safe or attempt >= self.retries:
+                    raise
+                self._pause(attempt, None)
+                attempt += 1
+                continue
+            if answer.status_code < 400:
+                return answer
+            if safe and answer.status_code in RETRIED_STATUSES and attempt < self.retries:
+                self._pause(attempt, answer.headers.get("Retry-After"))
+                attempt += 1
+                continue
+            raise _error(answer)
+
+    def _pause(self, attempt: int, retry_after: str | None) -> None:
+        pause = min(self.backoff * 2**attempt, 10.0)
+        if retry_after is not None and retry_after.isdigit():
+            pause = max(pause, min(float(retry_after), 30.0))
+        time.sleep(pause)
+
+
+def _quote(run_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(run_id, safe="")
+
+
+def _error(answer: httpx.Response) -> ApiError:
+    try:
+        problem = answer.json()
+        if not isinstance(problem, dict):
+            raise ValueError
+    except ValueError:
+        problem = {"title": answer.reason_phrase, "detail": answer.text[:500]}
+    if answer.status_code == 429 and "Retry-After" in answer.headers:
+        problem = {**problem, "retry_after": answer.headers["Retry-After"]}
+    cls = _ERRORS.get(answer.status_code, ApiError)
+    return cls(answer.status_code, problem)

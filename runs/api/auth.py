@@ -1,0 +1,99 @@
+"""Who calls: a bearer token (``runs.api.tokens``), its role, its rate, and the body limit.
+
+``TokenAuth`` runs before django-ninja reads the body, so an oversized body (413) and a missing,
+wrong or revoked token (401) are refused before anything is parsed. ``TokenThrottle`` is
+django-ninja's own per-auth rate limit, with the rate read from the settings at each request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+from ninja.throttling import AuthRateThrottle
+
+from ledger.transitions import Actor
+from runs.api import problems, tokens
+from runs.api.models import ApiToken
+
+
+class TokenAuth(HttpBearer):
+    def __call__(self, request: HttpRequest) -> Any:
+        limit = settings.RUNLEDGER_API_MAX_BODY_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit:
+            raise problems.too_large(limit)
+        header = request.headers.get("Authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if not header:
+            raise problems.unauthorized()
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise problems.unauthorized("the Authorization header must be 'Bearer <token>'")
+        return self.authenticate(request, secret.strip())
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
+        found = tokens.token_for(token)
+        if found is None:
+            raise problems.unauthorized("this token is not valid (unknown or revoked)")
+        return found
+
+
+class TokenThrottle(AuthRateThrottle):
+    """At most ``RUNLEDGER_API_RATE`` requests per token (django-ninja's throttle, keyed by the
+    token's name)."""
+
+    def __init__(self) -> None:
+        super().__init__(settings.RUNLEDGER_API_RATE)
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        rate = settings.RUNLEDGER_API_RATE
+        if rate != self.rate:
+            self.rate = rate
+            self.num_requests, self.duration = self.parse_rate(rate)
+        return super().allow_request(request)
+
+
+def token_of(request: HttpRequest) -> ApiToken:
+    token: ApiToken = request.auth  # type: ignore[attr-defined]
+    return token
+
+
+def require(request: HttpRequest, action: str) -> ApiToken:
+    """The request's token when its role may do ``action``; a 403 problem otherwise."""
+    token = token_of(request)
+    if not token.may(action):
+        raise problems.forbidden(f"a {token.role} token may not {_WORDS.get(action, action)}")
+    return token
+
+
+def actor(token: ApiToken) -> Actor:
+    """Who the ledger audits: the person of a person's token (so the four-eyes rule compares
+    the same names as the dashboard), else ``api:<name>``."""
+    return token.user if token.user is not None else f"api:{token.name}"
+
+
+def require_person_approver(request: HttpRequest) -> ApiToken:
+    """Approving a settlement is a person's decision: an approver token of a person who holds
+    the approver role now."""
+    from runs.dashboard.models import APPROVE_SETTLEMENTS
+
+    token = require(request, "approve")
+    if token.user is None or not token.user.has_perm(APPROVE_SETTLEMENTS):
+        raise problems.forbidden(
+            "an approval needs a person's token (a user with the approver role), not a service's"
+        )
+    return token
+
+
+_WORDS = {
+    "read": "read runs",
+    "start": "start runs",
+    "operate": "resume, retry or cancel runs",
+    "propose": "propose settlements",
+    "approve": "approve settlements",
+}

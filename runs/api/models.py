@@ -1,0 +1,49 @@
+"""Service tokens of the HTTP API: stored as a SHA-256 digest, never in clear; revocable."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+#: What each role may do through the API (the dashboard's roles, the same names).
+ROLE_ACTIONS: dict[str, frozenset[str]] = {
+    "viewer": frozenset({"read"}),
+    "operator": frozenset({"read", "start", "operate", "propose"}),
+    "approver": frozenset({"read", "approve"}),
+}
+ROLES = tuple(ROLE_ACTIONS)
+
+
+class ApiToken(models.Model):
+    """A bearer token. ``name`` is what the audit shows (``api:<name>``); a token of a person
+    (``user`` set) acts as that person, so the four-eyes rule holds across the dashboard and the
+    API, and only such a token may approve."""
+
+    name = models.CharField(max_length=100, unique=True)
+    role = models.CharField(max_length=20, choices=[(r, r) for r in ROLES])
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False, help_text="To recognise a token.")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_tokens",
+        help_text="The person this token acts as; empty for a service.",
+    )
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def may(self, action: str) -> bool:
+        return action in ROLE_ACTIONS.get(self.role, frozenset())

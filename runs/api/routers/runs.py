@@ -1,0 +1,232 @@
+"""Runs: start (idempotent), read, list, wait for, read the steps of, resume, retry, cancel."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Header, Query, Router, Status
+from pydantic import Field
+
+from ledger import api as ledger_api
+from ledger import selectors, transitions
+from ledger.inputs import queryable
+from ledger.models import Run
+from ledger.waiting import SETTLED
+from runs.api import problems
+from runs.api.auth import actor, require
+from runs.api.problems import ProblemOut
+from runs.api.schemas import (
+    ReasonIn,
+    ResumeIn,
+    RunOut,
+    RunPageOut,
+    RunStatusName,
+    RunSummary,
+    StartIn,
+    StepOut,
+    StepPageOut,
+    Strict,
+    refuse_unknown_query,
+)
+
+router = Router(tags=["runs"])
+
+MAX_WAIT_SECONDS = 60
+REFUSALS: dict[int, type] = {
+    400: ProblemOut,
+    401: ProblemOut,
+    403: ProblemOut,
+    404: ProblemOut,
+    409: ProblemOut,
+    413: ProblemOut,
+    422: ProblemOut,
+    429: ProblemOut,
+    503: ProblemOut,
+}
+
+
+def run_or_404(run_id: str) -> Run:
+    if not queryable(run_id) or len(run_id) > 64:
+        raise problems.not_found(f"no run {run_id[:80]!r}")
+    try:
+        return selectors.run_detail(run_id=run_id)
+    except Run.DoesNotExist:
+        raise problems.not_found(f"no run {run_id!r}") from None
+
+
+@router.post(
+    "/runs",
+    response={200: RunOut, 201: RunOut, **REFUSALS},
+    summary="Start a run (idempotent)",
+    description="201 with the new run; 200 with the same run when the run id or the "
+    "`Idempotency-Key` was used with the same agent and inputs; 409 when they were used with "
+    "other values (the problem says what differs).",
+)
+def start(
+    request: HttpRequest,
+    body: StartIn,
+    idempotency_key: str | None = Header(
+        default=None, alias="Idempotency-Key", min_length=1, max_length=200
+    ),
+) -> Status[RunOut]:
+    token = require(request, "start")
+    try:
+        handle = ledger_api.start_run(
+            body.agent,
+            body.inputs,
+            run_id=body.run_id,
+            idempotency_key=idempotency_key,
+            title=body.title,
+            labels=body.labels,
+            by=actor(token),
+            reason=f"started through the API (token {token.name})",
+        )
+    except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
+        raise problems.refusal(exc) from exc
+    return Status(201 if handle.created else 200, RunOut.of(run_or_404(handle.run_id)))
+
+
+class ListQuery(Strict):
+    status: RunStatusName | Literal["lease_expired"] | None = None
+    reason: Literal["reconciliation", "stale", "divergence", "budget", "agent_missing"] | None = (
+        None
+    )
+    agent: str | None = Field(default=None, max_length=200)
+    older_than: int | None = Field(
+        default=None, ge=0, le=10 * 365 * 86400, description="seconds in the current state"
+    )
+    search: str | None = Field(
+        default=None, max_length=200, description="a run id prefix, key:value label, or title"
+    )
+    order: Literal["newest", "oldest"] = "newest"
+    cursor: str | None = Field(default=None, max_length=400)
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+@router.get("/runs", response={200: RunPageOut, **REFUSALS}, summary="List runs")
+def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
+    """The dashboard's filters; newest first (or longest in its state first), a page at a time
+    (keyset: a cursor, never an offset)."""
+    require(request, "read")
+    refuse_unknown_query(request, ListQuery)
+    for text in (q.agent, q.search):
+        if text is not None and not queryable(text):
+            raise problems.Problem(422, "invalid-input", "Invalid input", "no NUL bytes, please")
+    after = None
+    if q.cursor:
+        try:
+            after = selectors.Cursor.decode(q.cursor)
+        except ValueError:
+            raise problems.Problem(
+                422, "invalid-input", "Invalid input", "cursor: not a page cursor of this API"
+            ) from None
+    flt = selectors.RunFilter(
+        status=q.status or "",
+        reason=q.reason or "",
+        agent=q.agent or "",
+        older_than=timedelta(seconds=q.older_than) if q.older_than is not None else None,
+        search=q.search or "",
+        order=q.order,
+    )
+    page = selectors.runs_page(flt=flt, now=timezone.now(), after=after, limit=q.limit)
+    return RunPageOut(
+        runs=[RunSummary.of(r) for r in page.runs],
+        next_cursor=page.next_cursor.encode() if page.next_cursor else None,
+    )
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **REFUSALS}, summary="Read a run")
+def get_run(request: HttpRequest, run_id: str) -> RunOut:
+    require(request, "read")
+    return RunOut.of(run_or_404(run_id))
+
+
+class WaitQuery(Strict):
+    timeout: float = Field(
+        default=30, ge=0, le=MAX_WAIT_SECONDS, description="seconds to wait at most (≤ 60)"
+    )
+
+
+@router.get(
+    "/runs/{run_id}/wait",
+    response={200: RunOut, **REFUSALS},
+    summary="Wait for a run to finish or stop for a person",
+    description="Long-poll: answers as soon as the run succeeded, failed, was cancelled or "
+    "needs attention (`settled` true), or after `timeout` seconds with the run as it is "
+    "(`settled` false: ask again).",
+)
+def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
+    require(request, "read")
+    refuse_unknown_query(request, WaitQuery)
+    run = run_or_404(run_id)
+    if run.status not in SETTLED:
+        ledger_api.RunHandle(run.run_id).wait(timeout=q.timeout)
+        run = run_or_404(run_id)
+    return RunOut.of(run)
+
+
+class StepsQuery(Strict):
+    after: int = Field(default=0, ge=0, le=10**9, description="the seq of the last step seen")
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+@router.get("/runs/{run_id}/steps", response={200: StepPageOut, **REFUSALS}, summary="Steps")
+def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOut:
+    """A run's steps in the order they first executed, ``limit`` at a time."""
+    require(request, "read")
+    refuse_unknown_query(request, StepsQuery)
+    run = run_or_404(run_id)
+    rows = selectors.steps_after(run_id=run.run_id, after_seq=q.after, limit=q.limit + 1)
+    more = len(rows) > q.limit
+    rows = rows[: q.limit]
+    return StepPageOut(
+        steps=[StepOut.of(s) for s in rows],
+        next_cursor=str(rows[-1].seq) if more and rows else None,
+    )
+
+
+def _act(request: HttpRequest, run_id: str, fn: object, **kwargs: object) -> RunOut:
+    token = require(request, "operate")
+    run = run_or_404(run_id)
+    try:
+        fn(run_id=run.run_id, by=actor(token), **kwargs)  # type: ignore[operator]
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    return RunOut.of(run_or_404(run_id))
+
+
+@router.post("/runs/{run_id}/resume", response={200: RunOut, **REFUSALS}, summary="Resume")
+def resume(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
+    """Queue a stopped run (needs attention or failed) for a worker, as the dashboard does."""
+    return _act(
+        request,
+        run_id,
+        transitions.run_resume,
+        reason=body.reason,
+        seen_version=body.seen_version,
+        max_resumes=body.max_resumes,
+    )
+
+
+@router.post("/runs/{run_id}/retry", response={200: RunOut, **REFUSALS}, summary="Retry")
+def retry(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
+    """Retry a failed run: what succeeded replays, the failed step executes again."""
+    return _act(
+        request,
+        run_id,
+        transitions.run_retry,
+        reason=body.reason,
+        seen_version=body.seen_version,
+        max_resumes=body.max_resumes,
+    )
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunOut, **REFUSALS}, summary="Cancel")
+def cancel(request: HttpRequest, run_id: str, body: ReasonIn) -> RunOut:
+    """Cancel a run for good; a worker executing it can commit nothing more."""
+    return _act(
+        request, run_id, transitions.run_cancel, reason=body.reason, seen_version=body.seen_version
+    )
