@@ -129,6 +129,8 @@ class Bridge:
             job = self.jobs.get()
             if job is None:
                 break
+            if not job.done.set_running_or_notify_cancel():
+                continue  # the agent gave the call up (a sibling failed): nothing was run
             if raised is not None:
                 job.done.set_exception(_Stop())
                 continue

@@ -47,8 +47,11 @@ def _returns(messages: list[ModelMessage], tool: str) -> list[Any]:
 
 def refund_desk_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """The scripted model: what it answers depends only on the conversation it is given."""
-    faultpoints.point("pai.model")  # inside a model request
     turn = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+    if os.environ.get("RUNLEDGER_EXAMPLE_ASKED"):  # the tests count the real asks, per turn
+        with open(os.environ["RUNLEDGER_EXAMPLE_ASKED"], "a") as log:
+            log.write(f"{turn}\n")
+    faultpoints.point("pai.model")  # inside a model request
     if turn == 1:
         prompt = messages[0].parts[-1].content  # "Please refund invoices inv_1001, inv_1003."
         ids = [w.strip(".,") for w in str(prompt).split() if w.startswith("inv_")]

@@ -9,20 +9,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from django.db import connection  # noqa: E402
+
 from harness import faults  # noqa: E402
+from harness.cluster import Cluster, wait_for  # noqa: E402
 from ledger import transitions  # noqa: E402
 from ledger.examples import pydantic_agents  # noqa: E402
 from ledger.examples.models import Notification, ProviderCharge  # noqa: E402
 from ledger.models import Run, Step  # noqa: E402
+from ledger.processes.deploy_check import changed_inputs  # noqa: E402
+from ledger.processes.preview import preview_resume  # noqa: E402
+from runs.operations.tasks import start_run  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+assert connection  # the skipif conditions read it
+MODULES = "ledger.examples.agents,ledger.examples.pydantic_agents"
 INVOICES = ["inv_1001", "inv_1003"]
 EXPECTED_STEPS = {
     "agent.turn.1": "model",
@@ -70,3 +79,154 @@ def test_a_pydantic_ai_agent_runs_each_request_and_tool_call_as_a_step(
     assert refund.inputs == {"customer": "cus_ada", "amount_cents": 4200}
     assert sum(asked.values()) == 4
     assert ProviderCharge.objects.count() == 2 and Notification.objects.count() == 1
+
+
+@pytest.fixture
+def asked_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the scripted model appends each turn it is really asked to (any process)."""
+    log = tmp_path / "asked.log"
+    monkeypatch.setenv("RUNLEDGER_EXAMPLE_ASKED", str(log))
+    return log
+
+
+def asks(log: Path) -> dict[int, int]:
+    if not log.exists():
+        return {}
+    return dict(Counter(int(line) for line in log.read_text().split()))
+
+
+def test_a_finished_agent_replays_without_asking_the_model_again(
+    execute: Any, asked_log: Path
+) -> None:
+    run_id = start()
+    first = execute(run_id)
+    Run.objects.filter(pk=run_id).update(status="failed")
+    transitions.run_resume(run_id=run_id, by="test", reason="replay", seen_version=None)
+    again = execute(run_id, worker="worker-2")
+    assert again.status == "succeeded" and again.result == first.result == ANSWER
+    assert again.replayed == len(EXPECTED_STEPS) and again.executed == 0
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert ProviderCharge.objects.count() == 2 and Notification.objects.count() == 1
+
+
+def test_a_changed_system_prompt_between_crash_and_resume_is_a_stale_model_step(
+    execute: Any, crash_at: Any, monkeypatch: pytest.MonkeyPatch, asked_log: Path
+) -> None:
+    monkeypatch.setenv("RUNLEDGER_EXAMPLE_PROMPT", "2")
+    run_id = start()
+    crash_at("charge.after_effect")
+    execute(run_id, crash_expected=True)
+    monkeypatch.setenv("RUNLEDGER_EXAMPLE_PROMPT", "1")  # a deploy between crash and resume
+    outcome = execute(run_id, worker="worker-2")
+    run = Run.objects.get(pk=run_id)
+    assert outcome.status == "needs_attention" and run.reason == "stale", run.detail
+    assert run.blocked_step_id == "agent.turn.1"
+    # The dry replay the run page shows it with gives the diff: the instructions, nothing else.
+    preview = preview_resume(run_id=run_id, seconds=30)
+    stale = next(s for s in preview.steps if s.step_id == "agent.turn.1")
+    assert stale.action == "stale", preview
+    assert changed_inputs(stale.stored_inputs, stale.current_inputs) == [
+        "messages[0].instructions",
+        "parameters.instruction_parts[0].content",
+    ]
+    assert asks(asked_log) == {1: 1, 2: 1}  # nothing asked again under the new prompt
+    assert ProviderCharge.objects.count() == 1
+
+
+def test_the_tool_definitions_are_in_the_model_steps_hash(execute: Any) -> None:
+    run_id = start()
+    assert execute(run_id).status == "succeeded"
+    request = Step.objects.get(run_id=run_id, step_id="agent.turn.1").inputs
+    tools = {t["name"]: t for t in request["parameters"]["function_tools"]}
+    assert set(tools) == {"fetch_invoice", "refund_charge", "notify_team"}
+    assert tools["refund_charge"]["parameters_json_schema"]["required"] == [
+        "customer",
+        "amount_cents",
+    ]
+    assert "idempotency_key" not in str(tools)  # the engine's, never the model's
+    assert "timestamp" not in str(request) and "run_id" not in str(request)
+
+
+# --- a real Celery worker SIGKILLed ----------------------------------------------------------
+
+
+def settled(run_id: str) -> bool:
+    return Run.objects.get(pk=run_id).status not in ("queued", "running")
+
+
+def effects_once() -> None:
+    """Each refund and the team's note happened exactly once (one row per key)."""
+    charges = Counter(ProviderCharge.objects.values_list("idempotency_key", flat=True))
+    assert len(charges) == 2 and set(charges.values()) == {1}, charges
+    assert sorted(ProviderCharge.objects.values_list("amount_cents", flat=True)) == [-4200, -990]
+    assert Notification.objects.count() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        "charge.after_effect",  # (a) a refund sent, its result not committed
+        "pai.model@2",  # (b) inside the second model request
+        "pydantic_ai.before_request@3",  # (c) turn 2's refunds committed, turn 3 not asked
+    ],
+)
+def test_a_celery_worker_killed_mid_agent_resumes_asking_once_and_sending_once(
+    kill_at: str, tmp_path: Path, asked_log: Path
+) -> None:
+    """The whole `celery -A runs worker` dies at the point; a second worker and beat's sweep
+    recover the run: each model request asked once, each effect sent once, the same output."""
+    env = {"RUNLEDGER_AGENT_MODULES": MODULES, "RUNLEDGER_EXAMPLE_ASKED": str(asked_log)}
+    with Cluster(tmp_path / "cluster", lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
+        run_id = start()
+        victim = cluster.worker(
+            "victim", env={"RUNLEDGER_KILL_AT": kill_at, "RUNLEDGER_KILL_SCOPE": "group"}
+        )
+        cluster.send(start_run, run_id)
+        assert wait_for(lambda: victim.poll() is not None, timeout=90), cluster.log("victim")
+        assert Run.objects.get(pk=run_id).status == "running"
+        before = rows(run_id)
+        cluster.worker("rescuer")
+        cluster.beat()
+        assert wait_for(lambda: settled(run_id), timeout=120), cluster.log("rescuer")
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.executions, run.resume_count) == ("succeeded", 2, 1), run.detail
+    assert run.result == ANSWER
+    after = rows(run_id)
+    assert {k: r.kind for k, r in after.items()} == EXPECTED_STEPS
+    for step_id, row in before.items():  # what had finished replayed untouched
+        if row.status == "succeeded":
+            assert (after[step_id].attempt, after[step_id].result) == (row.attempt, row.result)
+    # A model request killed in flight was never answered, so it is asked on the resume: once
+    # answered, no request is asked again.
+    assert asks(asked_log) == {1: 1, 2: 2 if kill_at == "pai.model@2" else 1, 3: 1, 4: 1}
+    effects_once()
+    connection.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_worker_killed_inside_the_effect_without_a_lookup_stops_the_run_for_a_person(
+    tmp_path: Path, asked_log: Path
+) -> None:
+    env = {"RUNLEDGER_AGENT_MODULES": MODULES, "RUNLEDGER_EXAMPLE_ASKED": str(asked_log)}
+    with Cluster(tmp_path / "cluster", lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
+        run_id = start()
+        victim = cluster.worker(
+            "victim",
+            env={"RUNLEDGER_KILL_AT": "notify.after_effect", "RUNLEDGER_KILL_SCOPE": "group"},
+        )
+        cluster.send(start_run, run_id)
+        assert wait_for(lambda: victim.poll() is not None, timeout=90), cluster.log("victim")
+        cluster.worker("rescuer")
+        cluster.beat()
+        assert wait_for(lambda: settled(run_id), timeout=120), cluster.log("rescuer")
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "needs_attention", run.detail
+    assert run.blocked_step_id == "agent.turn.3.tools.0.notify_team", run.detail
+    note = Step.objects.get(run_id=run_id, step_id="agent.turn.3.tools.0.notify_team")
+    assert note.status == "started"  # the intent, no result: nobody can know if it was sent
+    assert Notification.objects.count() == 1  # it was sent once, and not again
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1}
+    connection.close()
