@@ -20,7 +20,13 @@ from django.db import connection  # noqa: E402
 
 from harness import faults  # noqa: E402
 from harness.cluster import Cluster, wait_for  # noqa: E402
-from ledger import transitions  # noqa: E402
+from ledger import registry, transitions  # noqa: E402
+from ledger.adapters.pydantic_ai import run_agent  # noqa: E402
+from ledger.agents import Tool, agent  # noqa: E402
+from ledger.agents import tool as ledger_tool  # noqa: E402
+from ledger.errors import AgentDefinitionError  # noqa: E402
+from ledger.examples.pydantic_agents import TOOLS  # noqa: E402
+from ledger.states import StepKind  # noqa: E402
 from ledger.examples import pydantic_agents  # noqa: E402
 from ledger.examples.models import Notification, ProviderCharge  # noqa: E402
 from ledger.models import Run, Step  # noqa: E402
@@ -230,3 +236,81 @@ def test_a_worker_killed_inside_the_effect_without_a_lookup_stops_the_run_for_a_
     assert Notification.objects.count() == 1  # it was sent once, and not again
     assert asks(asked_log) == {1: 1, 2: 1, 3: 1}
     connection.close()
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+def test_a_pydantic_ai_outside_the_pinned_range_is_refused() -> None:
+    from ledger.adapters.pydantic_ai import check_version
+
+    check_version("2.68.0")
+    for version in ("1.9.0", "3.0.0", "dev"):
+        with pytest.raises(AgentDefinitionError, match=r">=2,<3.*runledger\[pydantic-ai\]"):
+            check_version(version)
+
+
+def refused_run(execute: Any, body: Any) -> Any:
+    """Run an agent whose body calls ``run_agent`` wrongly: it fails, and writes no step."""
+    agent("pai-bad", tools=TOOLS)(body)
+    try:
+        run_id = transitions.run_start(agent="pai-bad", inputs={}).run_id
+        outcome = execute(run_id)
+        assert outcome.status == "failed", outcome
+        assert not Step.objects.filter(run_id=run_id).exists()  # nothing half-written
+        return outcome
+    finally:
+        registry.unregister_agent("pai-bad")
+
+
+def test_a_tool_that_is_not_a_ledger_tool_is_refused_naming_it(execute: Any) -> None:
+    def plain(order_id: str) -> dict[str, Any]:
+        return {}
+
+    run = refused_run(
+        execute, lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[plain])
+    )
+    assert "takes ledger @tool functions" in run.detail and "plain" in run.detail
+
+
+def test_an_effect_without_an_idempotency_key_parameter_is_refused(execute: Any) -> None:
+    keyless = Tool(name="keyless", kind=StepKind.EFFECT, fn=lambda amount: amount)
+    run = refused_run(
+        execute, lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[keyless])
+    )
+    assert "effect tool 'keyless' has no idempotency_key parameter" in run.detail
+
+
+def test_an_agent_with_tools_of_its_own_is_refused_naming_them(execute: Any) -> None:
+    def body(ctx: Any, inputs: Any) -> Any:
+        own = pydantic_agents.refund_desk()
+
+        @own.tool_plain
+        def shadow_refund(amount: int) -> int:
+            return amount
+
+        return run_agent(ctx, own, "hi", tools=TOOLS)
+
+    run = refused_run(execute, body)
+    assert "tools of its own (shadow_refund)" in run.detail
+
+
+def test_a_tool_result_that_is_not_json_fails_at_its_step(execute: Any) -> None:
+    @ledger_tool(kind="read")
+    def fetch_invoice(invoice_id: str) -> Any:
+        return {1, 2}  # a set: not JSON
+
+    @agent("pai-notjson", tools=[fetch_invoice])
+    def body(ctx: Any, inputs: Any) -> Any:
+        return run_agent(ctx, pydantic_agents.refund_desk(), "Refund inv_1001.", tools=[fetch_invoice])
+
+    try:
+        run_id = transitions.run_start(agent="pai-notjson", inputs={}).run_id
+        outcome = execute(run_id)
+    finally:
+        registry.unregister_agent("pai-notjson")
+    assert outcome.status == "failed", outcome
+    assert "fetch_invoice" in outcome.detail and "a set is not JSON" in outcome.detail
+    steps = {s.step_id: s.status for s in Step.objects.filter(run_id=run_id)}
+    assert steps.get("agent.turn.1") == "succeeded"
+    assert steps.get("agent.turn.1.tools.0.fetch_invoice") in (None, "failed"), steps
