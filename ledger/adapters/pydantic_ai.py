@@ -116,7 +116,7 @@ class Bridge:
             self.loop = loop
             try:
                 outcome["value"] = loop.run_until_complete(main)
-            except BaseException as exc:  # noqa: BLE001 - handed to the run's thread
+            except BaseException as exc:
                 outcome["error"] = exc
             finally:
                 self.jobs.put(None)
@@ -136,7 +136,7 @@ class Bridge:
                 continue
             try:
                 job.done.set_result(job.run())
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the loop ends
+            except BaseException as exc:
                 raised = exc
                 job.done.set_exception(_Stop())
         thread.join()
@@ -267,7 +267,9 @@ def ledger_toolset(ctx: RunContext, tools: Sequence[Tool], bridge: Bridge, turns
             if unknown:
                 raise ModelRetry(f"{', '.join(sorted(unknown))} is not a parameter of {name}")
             try:
-                signature.bind(**tool_args, **dict.fromkeys(HIDDEN_PARAMS & set(signature.parameters)))
+                signature.bind(
+                    **tool_args, **dict.fromkeys(HIDDEN_PARAMS & set(signature.parameters))
+                )
             except TypeError as exc:
                 raise ModelRetry(f"{name}: {exc}") from exc
             turn, index = turns.calls.get(run_ctx.tool_call_id, (turns.n, 0))
@@ -302,7 +304,8 @@ def run_agent(
     if own:
         raise AgentDefinitionError(
             f"PydanticAI agent has tools of its own ({', '.join(sorted(own))}) that would run "
-            "outside the ledger: declare them with ledger @tool and pass them as run_agent(tools=...)"
+            "outside the ledger: declare them with ledger @tool and pass them as "
+            "run_agent(tools=...)"
         )
     if agent.model is None and "model" not in run_kwargs:
         raise AgentDefinitionError("the PydanticAI agent has no model: give it one")
@@ -359,7 +362,9 @@ def _said(message: dict[str, Any], step_id: str) -> list[dict[str, Any]]:
         elif kind == "tool-call":
             args = part.get("args")
             text = args if isinstance(args, str) else canonical.dumps(args or {})
-            said.append(_entry("assistant", f"calls {part.get('tool_name')}({text})", time, step_id))
+            said.append(
+                _entry("assistant", f"calls {part.get('tool_name')}({text})", time, step_id)
+            )
     return said
 
 

@@ -53,7 +53,7 @@ def refund_desk_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRes
             log.write(f"{turn}\n")
     faultpoints.point("pai.model")  # inside a model request
     if turn == 1:
-        prompt = messages[0].parts[-1].content  # "Please refund invoices inv_1001, inv_1003."
+        prompt = getattr(messages[0].parts[-1], "content", "")  # "Please refund invoices …"
         ids = [w.strip(".,") for w in str(prompt).split() if w.startswith("inv_")]
         calls = [ToolCallPart("fetch_invoice", {"invoice_id": i}, f"fetch-{i}") for i in ids]
         return ModelResponse(parts=[TextPart("Fetching the invoices."), *calls])
@@ -76,9 +76,7 @@ def refund_desk_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRes
             parts=[ToolCallPart("notify_team", {"channel": "#billing", "text": text}, "notify")]
         )
     charges = _returns(messages, "refund_charge")
-    return ModelResponse(
-        parts=[TextPart(f"Refunded {len(charges)} invoices and told #billing.")]
-    )
+    return ModelResponse(parts=[TextPart(f"Refunded {len(charges)} invoices and told #billing.")])
 
 
 def refund_desk() -> PydanticAgent[None, str]:

@@ -30,7 +30,9 @@ def pydantic_ai_turns(run_id: str) -> list[dict[str, Any]]:
     rows = Step.objects.filter(
         run_id=run_id, kind="model", step_id__regex=r"\.turn\.\d+$", result__has_key="response"
     ).order_by("seq")
-    found = list(rows.values("step_id", "result")[:TRANSCRIPT_ROWS])
+    found: list[dict[str, Any]] = [
+        dict(r) for r in rows.values("step_id", "result")[:TRANSCRIPT_ROWS]
+    ]
     firsts = [r["step_id"] for r in found if r["step_id"].endswith(".turn.1")]
     inputs = first_turn_inputs(run_id=run_id, step_ids=firsts)
     for row in found:

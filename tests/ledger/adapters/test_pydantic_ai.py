@@ -16,23 +16,23 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from django.db import connection  # noqa: E402
+from django.db import connection
 
-from harness import faults  # noqa: E402
-from harness.cluster import Cluster, wait_for  # noqa: E402
-from ledger import registry, transitions  # noqa: E402
-from ledger.adapters.pydantic_ai import run_agent  # noqa: E402
-from ledger.agents import Tool, agent  # noqa: E402
-from ledger.agents import tool as ledger_tool  # noqa: E402
-from ledger.errors import AgentDefinitionError  # noqa: E402
-from ledger.examples.pydantic_agents import TOOLS  # noqa: E402
-from ledger.states import StepKind  # noqa: E402
-from ledger.examples import pydantic_agents  # noqa: E402
-from ledger.examples.models import Notification, ProviderCharge  # noqa: E402
-from ledger.models import Run, Step  # noqa: E402
-from ledger.processes.deploy_check import changed_inputs  # noqa: E402
-from ledger.processes.preview import preview_resume  # noqa: E402
-from runs.operations.tasks import start_run  # noqa: E402
+from harness import faults
+from harness.cluster import Cluster, wait_for
+from ledger import registry, transitions
+from ledger.adapters.pydantic_ai import run_agent
+from ledger.agents import Tool, agent
+from ledger.agents import tool as ledger_tool
+from ledger.errors import AgentDefinitionError
+from ledger.examples import pydantic_agents
+from ledger.examples.models import Notification, ProviderCharge
+from ledger.examples.pydantic_agents import TOOLS
+from ledger.models import Run, Step
+from ledger.processes.deploy_check import changed_inputs
+from ledger.processes.preview import preview_resume
+from ledger.states import StepKind
+from runs.operations.tasks import start_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +63,9 @@ def asked() -> Iterator[Counter[int]]:
 
 
 def start() -> str:
-    return transitions.run_start(agent="refund_pydantic_ai", inputs={"invoice_ids": INVOICES}).run_id
+    return transitions.run_start(
+        agent="refund_pydantic_ai", inputs={"invoice_ids": INVOICES}
+    ).run_id
 
 
 def rows(run_id: str) -> dict[str, Step]:
@@ -268,7 +270,8 @@ def test_a_tool_that_is_not_a_ledger_tool_is_refused_naming_it(execute: Any) -> 
         return {}
 
     run = refused_run(
-        execute, lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[plain])
+        execute,
+        lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[plain]),
     )
     assert "takes ledger @tool functions" in run.detail and "plain" in run.detail
 
@@ -276,7 +279,8 @@ def test_a_tool_that_is_not_a_ledger_tool_is_refused_naming_it(execute: Any) -> 
 def test_an_effect_without_an_idempotency_key_parameter_is_refused(execute: Any) -> None:
     keyless = Tool(name="keyless", kind=StepKind.EFFECT, fn=lambda amount: amount)
     run = refused_run(
-        execute, lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[keyless])
+        execute,
+        lambda ctx, inputs: run_agent(ctx, pydantic_agents.refund_desk(), "hi", tools=[keyless]),
     )
     assert "effect tool 'keyless' has no idempotency_key parameter" in run.detail
 
@@ -302,7 +306,9 @@ def test_a_tool_result_that_is_not_json_fails_at_its_step(execute: Any) -> None:
 
     @agent("pai-notjson", tools=[fetch_invoice])
     def body(ctx: Any, inputs: Any) -> Any:
-        return run_agent(ctx, pydantic_agents.refund_desk(), "Refund inv_1001.", tools=[fetch_invoice])
+        return run_agent(
+            ctx, pydantic_agents.refund_desk(), "Refund inv_1001.", tools=[fetch_invoice]
+        )
 
     try:
         run_id = transitions.run_start(agent="pai-notjson", inputs={}).run_id

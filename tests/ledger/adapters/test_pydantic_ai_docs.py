@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from ledger import registry, transitions  # noqa: E402
-from ledger.models import Step  # noqa: E402
+from ledger import registry, transitions
+from ledger.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,7 +22,7 @@ def test_the_pages_opening_example_runs_and_refunds_once(execute: Any) -> None:
     code = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.S)
     assert code is not None
     namespace: dict[str, Any] = {"__name__": "docs_pydantic_ai"}
-    exec(compile(code.group(1), str(PAGE), "exec"), namespace)  # noqa: S102 - our own page
+    exec(compile(code.group(1), str(PAGE), "exec"), namespace)
     try:
         run = transitions.run_start(agent="refund_desk", inputs={"message": "Refund ord_7"})
         outcome = execute(run.run_id)

@@ -12,9 +12,9 @@ from django.urls import reverse
 
 pytest.importorskip("pydantic_ai")
 
-from ledger import adapters, transitions  # noqa: E402
-from ledger.examples import pydantic_agents  # noqa: E402
-from tests.support.dashboard_runs import restore_roles, user_in  # noqa: E402
+from ledger import adapters, transitions
+from ledger.examples import pydantic_agents
+from tests.support.dashboard_runs import restore_roles, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
