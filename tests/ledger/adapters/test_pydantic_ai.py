@@ -320,3 +320,53 @@ def test_a_tool_result_that_is_not_json_fails_at_its_step(execute: Any) -> None:
     steps = {s.step_id: s.status for s in Step.objects.filter(run_id=run_id)}
     assert steps.get("agent.turn.1") == "succeeded"
     assert steps.get("agent.turn.1.tools.0.fetch_invoice") in (None, "failed"), steps
+
+
+# --- approval gates -----------------------------------------------------------------------------
+
+
+def test_a_tool_that_needs_approval_stops_the_run_at_its_gate_until_a_person_approves(
+    execute: Any, people: Any, clock: Any, asked_log: Path
+) -> None:
+    from ledger.examples import agents as examples
+    from ledger.examples import simulators
+    from ledger.models import Gate
+
+    @ledger_tool(kind="effect", reconcile=simulators.provider_lookup, approval=True)
+    def refund_charge(customer: str, amount_cents: int, *, idempotency_key: str) -> Any:
+        return examples.refund_charge.fn(
+            customer=customer, amount_cents=amount_cents, idempotency_key=idempotency_key
+        )
+
+    gated = [examples.fetch_invoice, refund_charge, examples.notify_team]
+
+    @agent("pai-gated", tools=gated)
+    def body(ctx: Any, inputs: Any) -> Any:
+        prompt = "Please refund invoices inv_1001, inv_1003."
+        return {"text": run_agent(ctx, pydantic_agents.refund_desk(), prompt, tools=gated)}
+
+    try:
+        run_id = transitions.run_start(agent="pai-gated", inputs={}).run_id
+        outcome = execute(run_id)
+        stops = []
+        while outcome.status == "needs_attention" and outcome.reason == "approval":
+            stops.append(outcome.step_id)
+            assert not Step.objects.filter(run_id=run_id, step_id=outcome.step_id).exists()
+            gate = Gate.objects.get(run_id=run_id, status="waiting")
+            transitions.gate_approve(gate=gate, by=people.bob, reason="checked", clock=clock)
+            outcome = execute(run_id)
+    finally:
+        registry.unregister_agent("pai-gated")
+    assert outcome.status == "succeeded", outcome
+    assert outcome.result == ANSWER
+    assert stops == [
+        "agent.turn.2.tools.0.refund_charge",
+        "agent.turn.2.tools.1.refund_charge",
+    ]
+    gates = Gate.objects.filter(run_id=run_id).order_by("pk")
+    assert [(g.status, g.arguments_text) for g in gates] == [
+        ("used", '{"amount_cents":4200,"customer":"cus_ada"}'),
+        ("used", '{"amount_cents":990,"customer":"cus_linus"}'),
+    ]
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}  # the stops asked the model nothing again
+    effects_once()
