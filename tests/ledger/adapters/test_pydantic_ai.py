@@ -370,3 +370,55 @@ def test_a_tool_that_needs_approval_stops_the_run_at_its_gate_until_a_person_app
     ]
     assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}  # the stops asked the model nothing again
     effects_once()
+
+
+# --- structured output and retries --------------------------------------------------------------
+
+
+def test_structured_output_and_its_retry_are_pydantic_ais_own_and_replay_the_same(
+    execute: Any,
+) -> None:
+    from pydantic import BaseModel
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    class Verdict(BaseModel):
+        decision: str
+        amount_cents: int
+
+    answers: list[int] = []
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        answers.append(len(messages))
+        name = info.output_tools[0].name
+        if len(messages) == 1:  # not what the output type asks for: PydanticAI retries
+            return ModelResponse(parts=[ToolCallPart(name, {"decision": "approve"})])
+        return ModelResponse(
+            parts=[ToolCallPart(name, {"decision": "approve", "amount_cents": 42})]
+        )
+
+    judge = PydanticAgent(FunctionModel(model), output_type=Verdict, instructions="Decide.")
+
+    @agent("pai-structured")
+    def body(ctx: Any, inputs: Any) -> Any:
+        return run_agent(ctx, judge, "Refund inv_1001?")
+
+    try:
+        run_id = transitions.run_start(agent="pai-structured", inputs={}).run_id
+        first = execute(run_id)
+        Run.objects.filter(pk=run_id).update(status="failed")
+        transitions.run_resume(run_id=run_id, by="test", reason="replay", seen_version=None)
+        again = execute(run_id, worker="worker-2")
+    finally:
+        registry.unregister_agent("pai-structured")
+    assert first.status == "succeeded", first
+    assert first.result == again.result == {"decision": "approve", "amount_cents": 42}
+    assert dict(Step.objects.filter(run_id=run_id).values_list("step_id", "kind")) == {
+        "agent.turn.1": "model",
+        "agent.turn.2": "model",  # the retry: its own model step
+    }
+    retry = Step.objects.get(run_id=run_id, step_id="agent.turn.2").inputs["messages"][-1]
+    (part,) = retry["parts"]  # PydanticAI 2's retry: the output tool's return, "retried"
+    assert (part["outcome"], part["retry"]["cause"]) == ("retried", "validation_error"), part
+    assert answers == [1, 3]  # asked twice in all: the replay asked nothing
