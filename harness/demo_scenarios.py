@@ -21,6 +21,9 @@ from django.utils import timezone
 from ledger.models import Run
 
 MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
+#: The example agents with the framework agents (``ledger.examples.pydantic_agents`` needs the
+#: ``pydantic-ai`` extra, which the development install has).
+FRAMEWORK_MODULES = "ledger.examples.agents,ledger.examples.pydantic_agents"
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,20 @@ SCENARIOS = (
             "with the same key.",
         },
         kills=("charge.before_effect",),
+    ),
+    Scenario(
+        "pydantic-ai-refund-recovered",
+        "refund_pydantic_ai",
+        {
+            "invoice_ids": ["inv_1001", "inv_1003"],
+            "story": "A PydanticAI agent refunding two invoices: its worker was killed right "
+            "after the payment provider took the first refund, before the result was recorded. "
+            "The resume asked the provider through the lookup (the refund had happened) instead "
+            "of letting the model refund again, and the agent went on: each refund once.",
+        },
+        kills=("charge.after_effect",),
+        crash_env={"RUNLEDGER_AGENT_MODULES": FRAMEWORK_MODULES},
+        resume_env={"RUNLEDGER_AGENT_MODULES": FRAMEWORK_MODULES},
     ),
     Scenario(
         "recovered-after-email",

@@ -74,6 +74,8 @@ def transcripts(*, run_id: str, stale_step_ids: frozenset[str] = frozenset()) ->
     for match, row in turns:
         if match is None or not isinstance(row["result"], dict):
             continue
+        if "response" in row["result"]:  # a framework adapter's turn (ledger.adapters)
+            continue
         loop = match["loop"]
         if loop not in loops:
             loops[loop] = _opening(loop, row["result"], inputs.get(f"{loop}.turn.1"))

@@ -22,3 +22,19 @@ def first_turn_inputs(*, run_id: str, step_ids: list[str]) -> dict[str, Any]:
     """The stored inputs of the first turns (system prompt and first user message), by id."""
     rows = Step.objects.filter(run_id=run_id, step_id__in=step_ids)
     return dict(rows.values_list("step_id", "inputs"))
+
+
+def pydantic_ai_turns(run_id: str) -> list[dict[str, Any]]:
+    """The model steps of the run's PydanticAI agents (``ledger.adapters.pydantic_ai``), in
+    execution order; the inputs only of first turns (later ones repeat the conversation)."""
+    rows = Step.objects.filter(
+        run_id=run_id, kind="model", step_id__regex=r"\.turn\.\d+$", result__has_key="response"
+    ).order_by("seq")
+    found: list[dict[str, Any]] = [
+        dict(r) for r in rows.values("step_id", "result")[:TRANSCRIPT_ROWS]
+    ]
+    firsts = [r["step_id"] for r in found if r["step_id"].endswith(".turn.1")]
+    inputs = first_turn_inputs(run_id=run_id, step_ids=firsts)
+    for row in found:
+        row["inputs"] = inputs.get(row["step_id"])
+    return found

@@ -36,6 +36,7 @@ EXPECTED = {
     "budget-used": ("needs_attention", "budget"),
     "recovered-before-charge": ("succeeded", ""),
     "recovered-after-email": ("succeeded", ""),
+    "pydantic-ai-refund-recovered": ("succeeded", ""),
 }
 ROW = re.compile(
     r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'

@@ -119,6 +119,12 @@ class Command(BaseCommand):
         }
         # The demo is plain HTTP on loopback, for people: no HTTPS redirect, readable logs.
         env = {"RUNLEDGER_PLAIN_HTTP": "1", "RUNLEDGER_LOG_FORMAT": "plain", **os.environ}
+        # The dashboard and the worker know the framework agent of its scenario too.
+        modules = [m for m in env.get("RUNLEDGER_AGENT_MODULES", "").split(",") if m]
+        for module in scenarios.FRAMEWORK_MODULES.split(","):
+            if module not in modules:
+                modules.append(module)
+        env["RUNLEDGER_AGENT_MODULES"] = ",".join(modules)
         children = stack.start(commands, env)
         self._enqueue_queued()
         url = f"http://{host}:{port}/"

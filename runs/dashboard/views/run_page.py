@@ -22,7 +22,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger import selectors
+from ledger import adapters, selectors
 from ledger.conf import conf
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
@@ -148,6 +148,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "told": selectors.notifications_of_run(run_id=run.run_id),
         "audit_shown": RUN_AUDIT_SHOWN,
         "transcripts": transcript.transcripts(run_id=run.run_id, stale_step_ids=_stale(run)),
+        "framework_transcripts": adapters.transcripts(run.run_id),
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),

@@ -1,0 +1,52 @@
+"""Framework adapters: agents written with an agent framework, run durably on the ledger.
+
+Each adapter module (``ledger.adapters.pydantic_ai``, ``ledger.adapters.openai_agents``,
+``ledger.adapters.claude_agent_sdk``) imports its framework only when used, and registers a
+transcript renderer here: ``transcript(run_id) -> list[dict]`` giving what was said in a run
+(each entry ``{"role", "text", "time", "step_id"}``, in order), built from the ledger alone.
+The run page shows the entries of every registered renderer beside the step chain.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+#: One entry of a transcript: ``role`` (system, user, assistant, tool), ``text``, ``time``
+#: (ISO text or ""), ``step_id`` (the ledger step that said or did it).
+Entry = dict[str, Any]
+Renderer = Callable[[str], list[Entry]]
+
+_renderers: dict[str, Renderer] = {}
+
+#: The adapter modules the run page asks for a transcript (imported lazily, each may be absent).
+KNOWN = (
+    "ledger.adapters.pydantic_ai",
+    "ledger.adapters.openai_agents",
+    "ledger.adapters.claude_agent_sdk",
+)
+
+
+def register_transcript(framework: str, renderer: Renderer) -> None:
+    """Register ``renderer`` as the transcript of the runs ``framework`` drove."""
+    _renderers[framework] = renderer
+
+
+def renderers() -> dict[str, Renderer]:
+    for module in KNOWN:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+    return dict(_renderers)
+
+
+def transcripts(run_id: str) -> dict[str, list[Entry]]:
+    """Every registered framework's transcript of ``run_id`` that has entries."""
+    found = {}
+    for framework, renderer in sorted(renderers().items()):
+        entries = renderer(run_id)
+        if entries:
+            found[framework] = entries
+    return found

@@ -1,0 +1,58 @@
+"""The run page's Transcript panel for a framework agent (``ledger.adapters``): what the
+PydanticAI agent was told and said, beside the step chain, each entry linked to its step."""
+
+from __future__ import annotations
+
+from html import unescape
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+pytest.importorskip("pydantic_ai")
+
+from ledger import adapters, transitions
+from ledger.examples import pydantic_agents
+from tests.support.dashboard_runs import restore_roles, user_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_run_page_shows_the_framework_agents_transcript_beside_the_steps(
+    execute: Any,
+) -> None:
+    restore_roles()
+    run = transitions.run_start(
+        agent="refund_pydantic_ai", inputs={"invoice_ids": ["inv_1001", "inv_1003"]}
+    )
+    assert execute(run.run_id).status == "succeeded"
+    entries = adapters.transcripts(run.run_id)["pydantic-ai"]
+    assert [(e["role"], e["step_id"]) for e in entries] == [
+        ("system", "agent.turn.1"),
+        ("user", "agent.turn.1"),
+        ("assistant", "agent.turn.1"),  # "Fetching the invoices."
+        ("assistant", "agent.turn.1"),  # calls fetch_invoice(inv_1001)
+        ("assistant", "agent.turn.1"),
+        ("assistant", "agent.turn.2"),
+        ("assistant", "agent.turn.2"),
+        ("assistant", "agent.turn.3"),
+        ("assistant", "agent.turn.4"),
+    ]
+    assert entries[0]["text"] == pydantic_agents.INSTRUCTIONS["2"]
+    assert entries[1]["text"] == "Please refund invoices inv_1001, inv_1003."
+    assert entries[-1]["text"] == "Refunded 2 invoices and told #billing."
+    client = Client()
+    client.force_login(user_in("viewer"))
+    page = unescape(client.get(reverse("runs:detail", args=[run.run_id])).content.decode())
+    panel = page.split('id="framework-transcript"', 1)[1].split("</section>", 1)[0]
+    assert 'calls fetch_invoice({"invoice_id":"inv_1001"})' in panel
+    assert "?step=agent.turn.2" in panel and "Refunded 2 invoices and told #billing." in panel
+    beside = page.split('<div class="beside">', 1)[1]  # the panel, then the step chain
+    assert beside.index('id="framework-transcript"') < beside.index('id="step-table"')
+
+
+def test_a_run_without_a_framework_agent_has_no_framework_transcript(execute: Any) -> None:
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    execute(run.run_id)
+    assert adapters.transcripts(run.run_id) == {}
