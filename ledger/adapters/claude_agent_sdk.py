@@ -505,7 +505,7 @@ def run_session(
     store = LedgerSessionStore(run_id=ctx.run_id)
     cwd = str(opts.cwd or tempfile.gettempdir())
     project = sdk.project_key_for_directory(cwd)
-    session_id = _session_for(ctx.run_id, store, project)
+    session_id = _session_for(ctx.run_id, store, cwd)
     stored = store.load_sync({"project_key": project, "session_id": session_id}) or []
 
     # Walk the ledger along the calls the transcript already answered (each replays), so the
@@ -603,7 +603,7 @@ def run_session(
     return {"text": outcome["text"], "session_id": session_id, "turns": outcome["turns"]}
 
 
-def _session_for(run_id: str, store: LedgerSessionStore, project: str) -> str:
+def _session_for(run_id: str, store: LedgerSessionStore, cwd: str) -> str:
     """The run's session id; a fork's first execution starts from a fork of its parent's."""
     from ledger.models import ClaudeSessionEntry, Run
 
@@ -626,29 +626,23 @@ def _session_for(run_id: str, store: LedgerSessionStore, project: str) -> str:
             .first()
         )
         if parent:
-            return _fork(
-                run_id, run["parent_id"], parent, run["forked_from_step_id"], store, project
-            )
+            return _fork(run_id, parent, run["forked_from_step_id"], store, cwd)
     return session_id_for(run_id)
 
 
 def _fork(
-    run_id: str,
-    parent_run: str,
-    parent_session: str,
-    step_id: str,
-    store: LedgerSessionStore,
-    project: str,
+    run_id: str, parent_session: str, step_id: str, store: LedgerSessionStore, cwd: str
 ) -> str:
     """Fork the parent's session after the tool result of ``step_id`` (the whole transcript
     when the step is not one of its tool calls) into a session bound to ``run_id``."""
+    project = sdk.project_key_for_directory(cwd)
     entries = store.load_sync({"project_key": project, "session_id": parent_session}) or []
     cut = _entry_after_step(entries, step_id)
     parent_store = LedgerSessionStore(run_id=run_id)
 
     async def fork() -> str:
         result = await sdk.fork_session_via_store(
-            parent_store, parent_session, directory=None, up_to_message_id=cut
+            parent_store, parent_session, directory=cwd, up_to_message_id=cut
         )
         return str(result.session_id)
 
