@@ -36,6 +36,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import queue
 import tempfile
 import threading
@@ -66,6 +67,9 @@ SUPPORTED = ((0, 2, 184), (0, 3, 0))
 SERVER = "runledger"
 #: The prompt a resumed session is continued with (the stored transcript holds the first one).
 RESUME_PROMPT = "Continue from where the conversation stopped; do not repeat finished tool calls."
+#: How long a tool call waits for the SDK to mirror the model's request for it to the store.
+MIRROR_WAIT = 10.0
+log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("7b1f3c0e-9a51-4d4e-8c1a-52f0c1a3d001")
 
 
@@ -156,6 +160,20 @@ class LedgerSessionStore(sdk.SessionStore):
             .values_list("entry", flat=True)
         )
         return rows or None
+
+    def holds_tool_use(self, session_id: str, tool_use_id: str) -> bool:
+        """Whether this run's stored transcript of ``session_id`` holds the tool call."""
+        from ledger.models import ClaudeSessionEntry
+
+        recent = (
+            ClaudeSessionEntry.objects.filter(session_id=session_id, subpath="")
+            .order_by("-id")
+            .values_list("entry", flat=True)[:50]
+        )
+        return any(
+            block.get("type") == "tool_use" and block.get("id") == tool_use_id
+            for _entry, block in _blocks(list(recent))
+        )
 
     def _list_sessions(self, project_key: str) -> list[Any]:
         from django.db.models import Max
@@ -349,8 +367,17 @@ class _Session:
     """The bridge between the SDK's event loop (its own thread) and the agent's thread, which
     alone touches the run context: the loop asks, the agent's thread writes the ledger."""
 
-    def __init__(self, ctx: RunContext, tools: Sequence[Tool], first_call: int) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        tools: Sequence[Tool],
+        first_call: int,
+        store: LedgerSessionStore,
+        session_id: str,
+    ) -> None:
         self.ctx = ctx
+        self.store = store
+        self.session_id = session_id
         self.tools = {t.name: t for t in tools}
         self.requests: queue.Queue[_Call | None] = queue.Queue()
         self.waiting: dict[str, deque[_Call]] = {}
@@ -394,6 +421,8 @@ class _Session:
             args = canonical.normalize(args, step_id=f"claude.{name}")
         except NotJSON as exc:
             return _deny(f"{name}: the arguments are not JSON: {exc}")
+        if tool_use_id:
+            await self.mirrored(tool_use_id)
         with self.lock:
             call = _Call(f"claude.{self.next_call}.{name}", self.tools[name], args)
             self.next_call += 1
@@ -401,6 +430,17 @@ class _Session:
             if tool_use_id:
                 self.by_use[tool_use_id] = call
         return {}
+
+    async def mirrored(self, tool_use_id: str) -> None:
+        """Wait (up to MIRROR_WAIT seconds) until the store holds the model's tool call, so a
+        machine lost during the call resumes a transcript that asked for it: the SDK mirrors
+        the transcript in the background, and a SIGKILL loses what it had not flushed yet."""
+        deadline = asyncio.get_running_loop().time() + MIRROR_WAIT
+        while not await _in_thread(self.store.holds_tool_use, self.session_id, tool_use_id):
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("tool call %s not mirrored after %ss", tool_use_id, MIRROR_WAIT)
+                return
+            await asyncio.sleep(0.02)
 
     async def post_tool_use(self, data: Any, tool_use_id: str | None, _ctx: Any) -> Any:
         if self.stopped is not None and tool_use_id in self.by_use:
@@ -516,7 +556,7 @@ def run_session(
         if name in by_name:
             ctx.call(by_name[name], step=f"claude.{i}.{name}", **args)
 
-    bridge = _Session(ctx, tools, first_call=len(done))
+    bridge = _Session(ctx, tools, len(done), store, session_id)
     server = sdk.create_sdk_mcp_server(
         SERVER,
         tools=[

@@ -287,3 +287,4 @@ def claude_not_json(ctx: Any, inputs: dict[str, Any]) -> Any:
 def claude_owned_option(ctx: Any, inputs: dict[str, Any]) -> Any:
     options = ClaudeAgentOptions(resume="4e042b71-cfb0-5943-a71e-880e62b15a5b")
     return adapter.run_session(ctx, "hi", tools=claude_agents.TOOLS, options=options)
+
