@@ -44,7 +44,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ledger import canonical
 from ledger.errors import AgentDefinitionError, NotJSON
@@ -108,8 +108,9 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-class LedgerSessionStore(sdk.SessionStore):
+class LedgerSessionStore:
     """The SDK's ``SessionStore`` on the ledger's database (table ``ClaudeSessionEntry``).
+    (Duck-typed, as the SDK allows: the optional methods it does not implement are absent.)
 
     ``run_id`` binds what this store appends to that run (its transcript on the run page).
     Implements ``append``, ``load``, ``list_sessions``, ``delete`` and ``list_subkeys``; the
@@ -678,11 +679,13 @@ def _fork(
     project = sdk.project_key_for_directory(cwd)
     entries = store.load_sync({"project_key": project, "session_id": parent_session}) or []
     cut = _entry_after_step(entries, step_id)
-    parent_store = LedgerSessionStore(run_id=run_id)
+    # The fork's entries are bound to the fork's run. Duck-typed: the SDK probes for the
+    # optional methods, which mypy's view of its Protocol does not allow for.
+    fork_store = cast(Any, LedgerSessionStore(run_id=run_id))
 
     async def fork() -> str:
         result = await sdk.fork_session_via_store(
-            parent_store, parent_session, directory=cwd, up_to_message_id=cut
+            fork_store, parent_session, directory=cwd, up_to_message_id=cut
         )
         return str(result.session_id)
 

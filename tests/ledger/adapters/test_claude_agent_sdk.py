@@ -229,6 +229,25 @@ def test_a_worker_killed_after_the_notification_was_sent_stops_the_run_for_a_per
     assert steps(run_id)["claude.3.notify_team"] == ("effect", "started")
 
 
+# --- the docs page's example ----------------------------------------------------------------
+
+
+DOCS = Path(settings.BASE_DIR) / "docs" / "authors" / "claude-agent-sdk.md"
+
+
+def test_the_docs_pages_example_runs(model: ClaudeWire, execute: Any) -> None:
+    text = DOCS.read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(example.splitlines()) <= 25
+    if registry.get_agent("claude_refund_docs") is None:
+        exec(compile(example, str(DOCS), "exec"), {"__name__": "docs_claude_example"})
+    run = transitions.run_start(agent="claude_refund_docs", inputs={"prompt": PROMPT})
+    outcome = execute(run.run_id)
+    assert outcome.status == "succeeded", outcome
+    assert outcome.result["text"] == answer(run.run_id)
+    assert steps(run.run_id) == EXPECTED
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 
@@ -287,4 +306,3 @@ def claude_not_json(ctx: Any, inputs: dict[str, Any]) -> Any:
 def claude_owned_option(ctx: Any, inputs: dict[str, Any]) -> Any:
     options = ClaudeAgentOptions(resume="4e042b71-cfb0-5943-a71e-880e62b15a5b")
     return adapter.run_session(ctx, "hi", tools=claude_agents.TOOLS, options=options)
-
