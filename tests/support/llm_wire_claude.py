@@ -12,27 +12,23 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.llm_wire import WireModel
 
 PREFIX = "mcp__runledger__"
 
 
-class ClaudeWire:
-    """``with ClaudeWire() as model:`` serves on a free port; ``model.env`` is the CLI's env."""
+class ClaudeWire(WireModel):
+    """``with ClaudeWire() as model:`` serves on a free port; ``model.env`` is the CLI's env.
+    The server of ``tests.support.llm_wire.WireModel`` with this module's answers."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []  # every request, in order
+        self.server.RequestHandlerClass = _handler(self)
 
     @property
     def env(self) -> dict[str, str]:
@@ -43,22 +39,18 @@ class ClaudeWire:
         }
 
     def __enter__(self) -> ClaudeWire:
-        self.thread.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def decisions(self) -> Counter[str]:
         """How often each decision (``fetch``, ``refund``, ``notify``, ``answer``) was made."""
         with self.lock:
-            return Counter(decide(body)[0] for body in self.requests)
+            return Counter(decide(body)[0] for body in self.bodies)
 
-    def answer(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    def reply(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         with self.lock:
-            self.requests.append(body)
-            turn = len(self.requests)
+            self.bodies.append(body)
+            turn = len(self.bodies)
         _what, calls = decide(body)
         if not calls:
             return "end_turn", [{"type": "text", "text": what_text(body)}]
@@ -133,11 +125,11 @@ def _handler(model: ClaudeWire) -> type[BaseHTTPRequestHandler]:
                 self.send_response(404)
                 self.end_headers()
                 return
-            stop, content = model.answer(body)
+            stop, content = model.reply(body)
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.end_headers()
-            n = len(model.requests)
+            n = len(model.bodies)
             self._event(
                 "message_start",
                 {
@@ -155,6 +147,7 @@ def _handler(model: ClaudeWire) -> type[BaseHTTPRequestHandler]:
                 },
             )
             for i, block in enumerate(content):
+                start: dict[str, Any]
                 if block["type"] == "text":
                     start = {"type": "text", "text": ""}
                     delta = {"type": "text_delta", "text": block["text"]}

@@ -277,7 +277,7 @@ def test_options_the_adapter_owns_are_refused_and_nothing_is_written(
     error = str(Run.objects.get(pk=run.run_id).error)
     assert "ClaudeAgentOptions.resume is set by runledger's adapter" in error
     assert not Step.objects.filter(run=run.run_id).exists()
-    assert not ClaudeSessionEntry.objects.exists() and model.requests == []
+    assert not ClaudeSessionEntry.objects.exists() and model.bodies == []
 
 
 def test_a_tool_that_returns_something_not_json_fails_its_step_saying_which(
