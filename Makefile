@@ -52,7 +52,8 @@ screenshots: $(STAMP)
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
 ## size and concurrent runs, each lever on the step write, and throughput with real workers
 ## (make bench-workers' measurement), and the HTTP API (starts per second with 1 and 8 clients,
-## finish-to-wait latency); then the SQLite default.
+## finish-to-wait latency), the Claude Agent SDK adapter's overhead per tool step against the
+## plain SDK session; then the SQLite default.
 ## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
 BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
@@ -63,7 +64,9 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
 		$(PY) manage.py bench_workers --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json && \
-		$(PY) manage.py bench_adapters --json bench-results.json'
+		$(PY) manage.py bench_adapters --json bench-results.json && \
+		RUNLEDGER_AGENT_MODULES=ledger.examples.agents,tests.support.claude_agents \
+			$(PY) manage.py shell < harness/bench/claude_agent_sdk.py'
 	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 

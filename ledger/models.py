@@ -651,3 +651,41 @@ class RetentionMark(models.Model):
 
     def __str__(self) -> str:
         return f"retention done up to {self.finished_at:%Y-%m-%d %H:%M:%S} {self.run_id}"
+
+
+class ClaudeSessionEntry(models.Model):
+    """One line of a Claude Agent SDK session transcript, kept beside the run's ledger
+    (``ledger.adapters.claude_agent_sdk.LedgerSessionStore``): the transcript says what was
+    said, the ledger what was done, and both live off the node that ran the session.
+
+    Entries are the SDK's opaque JSON objects in append order (``id``); one with a ``uuid`` is
+    stored once per key (the SDK retries a batch). ``subpath`` is "" for the main transcript,
+    else a subagent's (``subagents/agent-1``). ``run`` binds a session to the run that wrote it
+    (empty for a store used outside a run); deleting the run deletes its transcript.
+    """
+
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="claude_entries"
+    )
+    project_key = models.CharField(max_length=255)
+    session_id = models.CharField(max_length=255)
+    subpath = models.CharField(max_length=255, blank=True, default="")
+    uuid = models.CharField(max_length=64, blank=True, default="")
+    entry = models.JSONField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project_key", "session_id", "subpath", "id"], name="claude_key"),
+            models.Index(fields=["run", "id"], name="claude_run"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project_key", "session_id", "subpath", "uuid"],
+                condition=~models.Q(uuid=""),
+                name="claude_entry_once",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.subpath or 'main'} #{self.pk}"

@@ -56,3 +56,9 @@ def test_a_run_without_a_framework_agent_has_no_framework_transcript(execute: An
     run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
     execute(run.run_id)
     assert adapters.transcripts(run.run_id) == {}
+
+
+def test_the_claude_agent_sdk_transcript_is_registered_for_the_run_page() -> None:
+    from ledger import adapters
+
+    assert "claude-agent-sdk" in adapters.renderers()
