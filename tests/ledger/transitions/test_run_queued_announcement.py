@@ -32,7 +32,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     sent to a queue of their own in ``sent_to``."""
     out: list[tuple[str, str]] = []
 
-    def send(task: Any, run_id: str, queue: str | None = None) -> None:
+    def send(task: Any, run_id: str, *, eta: Any = None, queue: str | None = None) -> None:
         out.append((task.name, run_id))
         if queue is not None:
             sent_to[run_id] = queue
