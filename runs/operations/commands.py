@@ -24,7 +24,7 @@ from ledger import signals, transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text, queryable
 from ledger.models import Run, RunStatus, Settlement
-from ledger.processes import execute, preview
+from ledger.processes import execute
 
 EXIT_REFUSED = 1
 EXIT_NOT_AS_ASKED = 3
@@ -120,17 +120,6 @@ def text_arg(text: str) -> str:
     return text
 
 
-def refuse_if_it_blocks_again(run_id: str) -> None:
-    """Refuse (exit 1, nothing written) a resume the dry replay says would stop again."""
-    with refusals(run_id):
-        why = preview.preview_resume(run_id=run_id).blocks_again()
-    if why:
-        raise CommandError(
-            f"not resumed: {why} (add --anyway to spend a resume regardless)",
-            returncode=EXIT_REFUSED,
-        )
-
-
 def execute_inline(run_id: str, out: OutputWrapper) -> None:
     """Execute the run in this process, as a worker would (lease, heartbeat, fencing); exit 3
     when it does not end succeeded."""
@@ -185,19 +174,21 @@ class RequeueCommand(OperatorCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = options["run_id"]
-        if not options["anyway"]:
-            refuse_if_it_blocks_again(run_id)
-        with where(options):
-            act(
-                run_id,
-                lambda: type(self).transition(
+        with where(options), refusals(run_id):
+            try:
+                type(self).transition(
                     run_id=run_id,
                     by=transitions.cli_actor(),
                     reason=options["reason"] or self.default_reason,
                     seen_version=None,
                     max_resumes=options["max_resumes"],
-                ),
-            )
+                    anyway=options["anyway"],
+                )
+            except transitions.WouldStopAgain as exc:
+                raise CommandError(
+                    f"not resumed: {exc.why} (add --anyway to spend a resume regardless)",
+                    returncode=EXIT_REFUSED,
+                ) from None
         if options["inline"]:
             execute_inline(run_id, self.stdout)
         else:
