@@ -203,6 +203,13 @@ class NewRunCommand(OperatorCommand):
         parser.add_argument("run_id", type=text_arg)
         add_reason(parser, None)
         add_where(parser)
+        parser.add_argument(
+            "--send-again",
+            type=bounded_int(0, 1_000_000),
+            metavar="N",
+            help="confirm that the new run sends N of the old run's effects again under new "
+            "keys (refused, listing them, when the number is not exactly theirs)",
+        )
 
     def start_new(self, options: dict[str, Any], make: Callable[..., Run], **kwargs: Any) -> Run:
         """``make(run_id=…, by=…, reason=…, **kwargs)``; the new run, once it was queued (or
@@ -212,7 +219,11 @@ class NewRunCommand(OperatorCommand):
             new = act(
                 run_id,
                 lambda: make(
-                    run_id=run_id, by=transitions.cli_actor(), reason=options["reason"], **kwargs
+                    run_id=run_id,
+                    by=transitions.cli_actor(),
+                    reason=options["reason"],
+                    confirm_resend=options["send_again"],
+                    **kwargs,
                 ),
             )
         self.stdout.write(self.describe(new, options))
