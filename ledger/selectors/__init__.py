@@ -95,6 +95,7 @@ from ledger.selectors.runs import (
     steps_for_page,
     sweep_health,
 )
+from ledger.selectors.timeline import WaterfallRow, step_waterfall
 
 __all__ = [
     "BULK_ACTIONS",
@@ -121,6 +122,7 @@ __all__ = [
     "StatusCounts",
     "StepRow",
     "SweepHealth",
+    "WaterfallRow",
     "active_pauses",
     "approval_required",
     "attempt_failures",
@@ -166,6 +168,7 @@ __all__ = [
     "settlements_waiting",
     "step_chain",
     "step_of_run",
+    "step_waterfall",
     "steps_after",
     "steps_by_id",
     "steps_for_page",

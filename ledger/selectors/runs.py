@@ -288,7 +288,7 @@ def effects_sent_again(*, run_id: str, kept: frozenset[str] = frozenset()) -> li
         .values_list("step_id", "tool", "effect_key", "status")
     )
     return [
-        SentAgain(step_id=step_id, tool=tool, old_key=key, old_status=status)
+        SentAgain(step_id=step_id, tool=tool, old_key=key or "", old_status=status)
         for step_id, tool, key, status in rows
         if step_id not in kept
     ]
