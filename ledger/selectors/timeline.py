@@ -54,6 +54,8 @@ def step_waterfall(*, run_id: str, limit: int = WATERFALL_STEPS) -> tuple[list[W
     )
     out = []
     for step_id, kind, status, started, finished, errors in rows[:limit]:
+        if started is None:  # filtered out above; for the type checker
+            continue
         row = WaterfallRow(step_id=step_id, kind=kind, status=status)
         number, gave_up, retry_at = 1, False, None
         for failure in attempt_failures(step_id, errors):
