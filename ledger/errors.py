@@ -185,6 +185,15 @@ class NotAllowed(OperationError):
     """The action does not apply to the run or step in its present state."""
 
 
+class WouldStopAgain(NotAllowed):
+    """A resume or retry refused because the dry replay says the run would stop again at once
+    (``why``, one sentence); no resume was spent. Pass ``anyway=True`` to spend one regardless."""
+
+    def __init__(self, run_id: str, why: str) -> None:
+        self.run_id, self.why = run_id, why
+        super().__init__(f"not resumed, no resume spent: {why}")
+
+
 class SelfApproval(NotAllowed):
     """The proposer of a settlement tried to approve it."""
 

@@ -20,6 +20,7 @@ from typing import Any
 from django.utils import timezone
 
 from ledger import canonical, registry, selectors
+from ledger.conf import conf
 from ledger.engine import RunContext
 from ledger.engine.calls import Call
 from ledger.engine.decide import Action, decide
@@ -244,6 +245,14 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         if row.step_id not in walked and row.status != StepStatus.ABANDONED
     ]
     return preview
+
+
+def would_stop_again(run_id: str) -> str:
+    """Why a resume of ``run_id`` now would stop again before anything new runs ("" when it
+    would get further): the one check behind every resume and retry (the transitions call it,
+    the dashboard's, the command line's and the bulk previews show it), time-bounded by
+    ``RUNLEDGER_PREVIEW_SECONDS``. Reads only."""
+    return preview_resume(run_id=run_id, seconds=conf.RUNLEDGER_PREVIEW_SECONDS).blocks_again()
 
 
 def stale_entry(step: Step) -> TodaysInputs:

@@ -94,8 +94,19 @@ def _verdict(action: str, run: Run, max_resumes: int | None) -> tuple[bool, str]
     budget = max_resumes if max_resumes is not None else run.max_resumes
     if run.reason == "budget" and run.resume_count >= budget:
         return False, f"skip: resume budget used up ({run.resume_count} of {budget}); raise it"
+    why = _stops_again(run.run_id)
+    if why:
+        return False, f"skip: it would stop again at once, no resume spent ({why})"
     raised = f", budget {run.max_resumes} → {budget}" if budget != run.max_resumes else ""
     return True, f"queue for resume ({run.resume_count} of {budget} resumes used{raised})"
+
+
+def _stops_again(run_id: str) -> str:
+    """The transitions' own check (``run_resume`` refuses what this reports), so the preview
+    and the action agree."""
+    from ledger.processes.preview import would_stop_again  # the dry replay runs the engine
+
+    return would_stop_again(run_id)
 
 
 def check_action(action: str) -> None:

@@ -256,6 +256,54 @@ def effects_of_run(*, run_id: str, limit: int = 50) -> list[Step]:
     )
 
 
+@dataclass(frozen=True)
+class SentAgain:
+    """An effect a fork or a clean run would send again under a key of its own."""
+
+    step_id: str
+    tool: str
+    old_key: str
+    old_status: str  # succeeded (it was sent) or started (it may have been)
+
+    def as_audit(self) -> dict[str, str]:
+        return {
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "old_key": self.old_key,
+            "old_status": self.old_status,
+        }
+
+
+def effects_sent_again(*, run_id: str, kept: frozenset[str] = frozenset()) -> list[SentAgain]:
+    """The run's effects that were sent or may have been (succeeded, started) and that a new
+    run copying only the rows ``kept`` would send again under new keys (a fork keeps its path
+    up to the fork point; a clean run keeps nothing), in the order they first executed."""
+    rows = (
+        Step.objects.filter(
+            run_id=run_id,
+            kind="effect",
+            status__in=(StepStatus.SUCCEEDED, StepStatus.STARTED),
+        )
+        .order_by("seq")
+        .values_list("step_id", "tool", "effect_key", "status")
+    )
+    return [
+        SentAgain(step_id=step_id, tool=tool, old_key=key or "", old_status=status)
+        for step_id, tool, key, status in rows
+        if step_id not in kept
+    ]
+
+
+def fork_kept(*, run_id: str, step_id: str) -> frozenset[str]:
+    """The step ids a fork after ``step_id`` copies: the recorded path up to and including it
+    (empty when the step is not on the path; the fork is refused then)."""
+    chain = step_chain(run_id=run_id)
+    position = chain.index_of.get(step_id)
+    if position is None or position >= chain.on_chain:
+        return frozenset()
+    return frozenset(s for s, i in chain.index_of.items() if i <= position)
+
+
 def run_children(*, run_id: str, limit: int = 20) -> list[Run]:
     """Forks and continuations of a run, oldest first (at most ``limit`` + 1, to show 'more')."""
     return list(

@@ -33,7 +33,14 @@ Imports ``ledger.models``, ``ledger.selectors`` and ``ledger.registry``; never t
 
 from __future__ import annotations
 
-from ledger.errors import Conflict, InvalidInput, NotAllowed, OperationError, SelfApproval
+from ledger.errors import (
+    Conflict,
+    InvalidInput,
+    NotAllowed,
+    OperationError,
+    SelfApproval,
+    WouldStopAgain,
+)
 from ledger.transitions._common import (
     MAX_REASON_CHARS,
     Actor,
@@ -118,6 +125,7 @@ __all__ = [
     "Started",
     "StepWrite",
     "TodaysInputs",
+    "WouldStopAgain",
     "beacon_beat",
     "beacon_forget",
     "bulk_apply",

@@ -14,8 +14,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.errors import NotAllowed
+from ledger.errors import NotAllowed, WouldStopAgain
 from ledger.models import FINAL_STATUSES, AuditAction, Run, RunArchive, RunStatus, Step, StepStatus
+from ledger.selectors.runs import SentAgain, effects_sent_again
 from ledger.transitions._common import (
     STOPPED_STATUSES,
     Actor,
@@ -51,9 +52,14 @@ def run_resume(
     max_resumes: int | None = None,
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
+    anyway: bool = False,
 ) -> Run:
     """Queue a stopped run (needs attention or failed) for a worker; optionally raise its
-    resume budget (never lower it). ``seen_version=None`` skips the version check."""
+    resume budget (never lower it). ``seen_version=None`` skips the version check.
+
+    Refused with ``WouldStopAgain`` (nothing written, no resume spent) when the dry replay says
+    the run would stop again at once (``ledger.processes.preview.would_stop_again``), unless
+    ``anyway``."""
     return _requeue(
         run_id=run_id,
         by=by,
@@ -64,6 +70,7 @@ def run_resume(
         clock=clock,
         allowed=STOPPED_STATUSES,
         action=AuditAction.RUN_RESUME,
+        anyway=anyway,
     )
 
 
@@ -76,9 +83,11 @@ def run_retry(
     max_resumes: int | None = None,
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
+    anyway: bool = False,
 ) -> Run:
     """Retry a failed run: the resume replays what succeeded and executes the failed step
-    again (attempt + 1, the same effect key when it is an effect)."""
+    again (attempt + 1, the same effect key when it is an effect). Refused like
+    ``run_resume`` when it would stop again at once, unless ``anyway``."""
     return _requeue(
         run_id=run_id,
         by=by,
@@ -89,6 +98,7 @@ def run_retry(
         clock=clock,
         allowed=(RunStatus.FAILED,),
         action=AuditAction.RUN_RETRY,
+        anyway=anyway,
     )
 
 
@@ -103,9 +113,12 @@ def _requeue(
     clock: Clock,
     allowed: tuple[str, ...],
     action: str,
+    anyway: bool,
 ) -> Run:
     name = actor_name(by)
     text = require_reason(reason)
+    if not anyway:
+        refuse_if_it_stops_again(run_id, allowed)
     with transaction.atomic():
         locked = lock_run(run_id)
         check_run_version(locked, seen_version)
@@ -128,6 +141,22 @@ def _requeue(
         )
         announce_queued(locked.run_id, cause=action.replace("run_", ""), on_commit=on_commit)
     return locked
+
+
+def refuse_if_it_stops_again(run_id: str, allowed: tuple[str, ...] = STOPPED_STATUSES) -> None:
+    """``WouldStopAgain`` when a resume of ``run_id`` would stop again at once. The dry replay
+    runs before the transaction (it executes agent code; no lock is held meanwhile): a run
+    that moves in between is caught by the version check. Runs that the transition refuses
+    anyway (not stopped, no such run) are left to its own, cheaper, refusal."""
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status not in allowed:
+        return
+    _refuse_archived(run_id)
+    from ledger.processes.preview import would_stop_again  # the dry replay runs the engine
+
+    why = would_stop_again(run_id)
+    if why:
+        raise WouldStopAgain(run_id, why)
 
 
 def _refuse_archived(run_id: str) -> None:
@@ -181,6 +210,7 @@ def run_fork(
     reason: str,
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
+    confirm_resend: int | None = None,
 ) -> Run:
     """Start a new run of the same agent and inputs whose ledger is a copy of ``run``'s up to
     and including ``step_id`` (parent=run, parent_kind='fork', forked_from_step_id=step_id).
@@ -188,12 +218,18 @@ def run_fork(
     Every copied row must be succeeded; copied effect rows keep their effect keys and replay
     (never sent again), and effects after the fork point get keys of the new run id. The source
     run is not changed. The fork is queued and ``on_commit(fork_run_id)`` runs after the commit.
+
+    When the source has effects after the fork point that were sent (or may have been), the
+    fork would send them again: refused unless ``confirm_resend`` is their number (the person
+    saw the list, ``selectors.effects_sent_again``, and confirmed it); the audit lists them.
     """
     name = actor_name(by)
     text = require_reason(reason)
     source = Run.objects.get(pk=run_id)
     _refuse_archived(run_id)
     path = _path_to(source, step_id)  # one SELECT: a consistent snapshot of the ledger
+    sent = effects_sent_again(run_id=run_id, kept=frozenset(r.step_id for r in path))
+    _check_resend(sent, confirm_resend, "this fork")
     now = clock()
     with transaction.atomic():
         try:
@@ -220,7 +256,12 @@ def run_fork(
                 run_id=event_run,
                 step_id=step_id,
                 before={"parent_run_id": source.run_id},
-                after={"fork_run_id": fork.run_id, "other_run_id": other, "copied": copied},
+                after={
+                    "fork_run_id": fork.run_id,
+                    "other_run_id": other,
+                    "copied": copied,
+                    "sent_again": [e.as_audit() for e in sent],
+                },
                 reason=text,
             )
         announce_queued(
@@ -237,6 +278,7 @@ def run_start_clean(
     seen_version: int | None,
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
+    confirm_resend: int | None = None,
 ) -> Run:
     """Replace a stopped run by a clean run of the same agent and inputs with an empty ledger
     (the way forward from a divergence under ``refuse``): the new run's parent is the old one
@@ -244,7 +286,9 @@ def run_start_clean(
     transaction with an audit row on each run. ``on_commit(new_run_id)`` runs after the commit.
 
     Refused while a worker executes the old run, and while it holds an effect whose outcome
-    nobody knows (``started``): settle that first, or the clean run could do it twice.
+    nobody knows (``started``): settle that first, or the clean run could do it twice. The old
+    run's sent effects are sent again by the clean run under its own keys: refused unless
+    ``confirm_resend`` is their number, as for ``run_fork``; the audit lists them.
     """
     name = actor_name(by)
     text = require_reason(reason)
@@ -262,6 +306,8 @@ def run_start_clean(
                 "settle the started effects first (nobody knows whether they happened, and a "
                 "clean run could do them again): " + ", ".join(unknown)
             )
+        sent = effects_sent_again(run_id=old.run_id)
+        _check_resend(sent, confirm_resend, "this clean run")
         before = run_snapshot(old)
         try:
             new = run_start(
@@ -283,13 +329,32 @@ def run_start_clean(
                 at=now,
                 run_id=event_run,
                 before=before if event_run == old.run_id else {"replaces": old.run_id},
-                after={"clean_run_id": new.run_id, "other_run_id": other, "old": run_snapshot(old)},
+                after={
+                    "clean_run_id": new.run_id,
+                    "other_run_id": other,
+                    "old": run_snapshot(old),
+                    "sent_again": [e.as_audit() for e in sent],
+                },
                 reason=text,
             )
         announce_queued(
             new.run_id, cause="clean", on_commit=deprecated_on_commit(on_commit, "run_start_clean")
         )
     return new
+
+
+def _check_resend(sent: list[SentAgain], confirm_resend: int | None, what: str) -> None:
+    """Refuse a new run that would send effects again unless the person confirmed how many."""
+    if not sent or confirm_resend == len(sent):
+        return
+    listed = "; ".join(
+        f"{e.step_id} ({e.tool}, {e.old_status} under key {e.old_key})" for e in sent[:10]
+    )
+    more = f"; and {len(sent) - 10} more" if len(sent) > 10 else ""
+    raise NotAllowed(
+        f"{what} would send {len(sent)} effect{'s' if len(sent) != 1 else ''} again under new "
+        f"keys: {listed}{more}. Confirm that it sends {len(sent)} again to go ahead"
+    )
 
 
 def _path_to(run: Run, step_id: str) -> list[Step]:

@@ -97,13 +97,48 @@ class RunActionForm(VersionedForm):
     )
 
 
-class CleanRunForm(VersionedForm):
+def resend_phrase(count: int) -> str:
+    """What a person types to confirm that a new run sends ``count`` effects again."""
+    return f"send {count} again"
+
+
+class ResendConfirmation(forms.Form):
+    """The number of effects the page listed as sent again (``resend_count``) and the typed
+    confirmation, required when there is any: ``confirmed()`` is what the transition gets."""
+
+    resend_count = forms.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    confirm = forms.CharField(
+        required=False,
+        max_length=40,
+        strip=True,
+        label="Type the confirmation",
+        help_text="The effects listed above are sent again under new keys.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        count = data.get("resend_count") or 0
+        typed = " ".join(str(data.get("confirm") or "").lower().split())
+        if count and typed != resend_phrase(count):
+            self.add_error(
+                "confirm",
+                f'Type "{resend_phrase(count)}" to confirm that the new run sends the '
+                f"{count} effect{'s' if count != 1 else ''} listed again.",
+            )
+        return data
+
+    def confirmed(self) -> int | None:
+        """The number confirmed, or None when the page listed none."""
+        return self.cleaned_data.get("resend_count") or None
+
+
+class CleanRunForm(VersionedForm, ResendConfirmation):
     """Start a clean run replacing this one; ``seen_version`` is the run's version."""
 
     reason = _reason()
 
 
-class ForkForm(forms.Form):
+class ForkForm(ResendConfirmation):
     step_id = forms.CharField(max_length=255, strip=True, label="Fork after step")
     reason = _reason()
 

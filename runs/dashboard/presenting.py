@@ -199,3 +199,86 @@ def tool_has_lookup(tool_name: str) -> bool:
     """The tool is registered here with a read path (reconcile): a resume can ask it again."""
     tool = registry.get_tool(tool_name) if tool_name else None
     return tool is not None and tool.reconcile is not None
+
+
+# --- the waterfall of steps ---------------------------------------------------------------------
+
+#: Fill of a bar by step kind; failed attempts are drawn in WATERFALL_FAILED. SVG presentation
+#: attributes, not CSS: the page's Content-Security-Policy forbids inline styles.
+WATERFALL_FILL = {"read": "#3d6fb6", "effect": "#b5651d", "model": "#6f4fb0", "time": "#5b7f5b"}
+WATERFALL_FAILED = "#b3261e"
+WATERFALL_LABEL_X = 0
+WATERFALL_BAR_X = 200
+WATERFALL_WIDTH = 960
+WATERFALL_ROW = 20
+
+
+@dataclass
+class WaterfallBar:
+    x: float
+    width: float
+    fill: str
+    running: bool
+    title: str
+
+
+@dataclass
+class WaterfallLine:
+    y: float
+    text_y: float
+    step_id: str
+    kind: str
+    status: str
+    bars: list[WaterfallBar] = field(default_factory=list)
+
+
+def waterfall(run: Run, now: Any) -> dict[str, Any]:
+    """The geometry of the run page's waterfall (``runs/partials/waterfall.html``): one line per
+    step in order of first start, one bar per attempt, x proportional to time since the first
+    start; an attempt with no end runs to ``now``."""
+    rows, more = selectors.step_waterfall(run_id=run.run_id)
+    if not rows:
+        return {"waterfall": None}
+    starts = [a.start for r in rows for a in r.attempts]
+    ends = [a.end or now for r in rows for a in r.attempts]
+    t0, t1 = min(starts), max(max(ends), max(starts))
+    span = max((t1 - t0).total_seconds(), 0.001)
+    scale = (WATERFALL_WIDTH - WATERFALL_BAR_X - 10) / span
+    lines = []
+    for i, row in enumerate(rows):
+        line = WaterfallLine(
+            y=i * WATERFALL_ROW + 4,
+            text_y=i * WATERFALL_ROW + 15,
+            step_id=row.step_id,
+            kind=row.kind,
+            status=row.status,
+        )
+        for attempt in row.attempts:
+            end = attempt.end or now
+            seconds = max((end - attempt.start).total_seconds(), 0.0)
+            offset = (attempt.start - t0).total_seconds()
+            how = "failed" if attempt.failed else ("running" if attempt.end is None else "ok")
+            line.bars.append(
+                WaterfallBar(
+                    x=round(WATERFALL_BAR_X + offset * scale, 1),
+                    width=round(max(seconds * scale, 2.0), 1),
+                    fill=WATERFALL_FAILED
+                    if attempt.failed
+                    else WATERFALL_FILL.get(row.kind, "#666666"),
+                    running=attempt.end is None,
+                    title=(
+                        f"{row.step_id} ({row.kind}) attempt {attempt.number}: starts "
+                        f"+{offset:.3f} s, takes {seconds:.3f} s, {how}"
+                    ),
+                )
+            )
+        lines.append(line)
+    return {
+        "waterfall": lines,
+        "waterfall_more": more,
+        "waterfall_height": len(lines) * WATERFALL_ROW + 8,
+        "waterfall_width": WATERFALL_WIDTH,
+        "waterfall_span": span,
+        "waterfall_fill": WATERFALL_FILL,
+        "waterfall_failed": WATERFALL_FAILED,
+    }

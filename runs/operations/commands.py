@@ -24,7 +24,7 @@ from ledger import signals, transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text, queryable
 from ledger.models import Run, RunStatus, Settlement
-from ledger.processes import execute, preview
+from ledger.processes import execute
 
 EXIT_REFUSED = 1
 EXIT_NOT_AS_ASKED = 3
@@ -120,17 +120,6 @@ def text_arg(text: str) -> str:
     return text
 
 
-def refuse_if_it_blocks_again(run_id: str) -> None:
-    """Refuse (exit 1, nothing written) a resume the dry replay says would stop again."""
-    with refusals(run_id):
-        why = preview.preview_resume(run_id=run_id).blocks_again()
-    if why:
-        raise CommandError(
-            f"not resumed: {why} (add --anyway to spend a resume regardless)",
-            returncode=EXIT_REFUSED,
-        )
-
-
 def execute_inline(run_id: str, out: OutputWrapper) -> None:
     """Execute the run in this process, as a worker would (lease, heartbeat, fencing); exit 3
     when it does not end succeeded."""
@@ -185,19 +174,21 @@ class RequeueCommand(OperatorCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = options["run_id"]
-        if not options["anyway"]:
-            refuse_if_it_blocks_again(run_id)
-        with where(options):
-            act(
-                run_id,
-                lambda: type(self).transition(
+        with where(options), refusals(run_id):
+            try:
+                type(self).transition(
                     run_id=run_id,
                     by=transitions.cli_actor(),
                     reason=options["reason"] or self.default_reason,
                     seen_version=None,
                     max_resumes=options["max_resumes"],
-                ),
-            )
+                    anyway=options["anyway"],
+                )
+            except transitions.WouldStopAgain as exc:
+                raise CommandError(
+                    f"not resumed: {exc.why} (add --anyway to spend a resume regardless)",
+                    returncode=EXIT_REFUSED,
+                ) from None
         if options["inline"]:
             execute_inline(run_id, self.stdout)
         else:
@@ -212,6 +203,13 @@ class NewRunCommand(OperatorCommand):
         parser.add_argument("run_id", type=text_arg)
         add_reason(parser, None)
         add_where(parser)
+        parser.add_argument(
+            "--send-again",
+            type=bounded_int(0, 1_000_000),
+            metavar="N",
+            help="confirm that the new run sends N of the old run's effects again under new "
+            "keys (refused, listing them, when the number is not exactly theirs)",
+        )
 
     def start_new(self, options: dict[str, Any], make: Callable[..., Run], **kwargs: Any) -> Run:
         """``make(run_id=…, by=…, reason=…, **kwargs)``; the new run, once it was queued (or
@@ -221,7 +219,11 @@ class NewRunCommand(OperatorCommand):
             new = act(
                 run_id,
                 lambda: make(
-                    run_id=run_id, by=transitions.cli_actor(), reason=options["reason"], **kwargs
+                    run_id=run_id,
+                    by=transitions.cli_actor(),
+                    reason=options["reason"],
+                    confirm_resend=options["send_again"],
+                    **kwargs,
                 ),
             )
         self.stdout.write(self.describe(new, options))

@@ -1,7 +1,8 @@
 """Operator actions on whole runs: resume, retry, cancel, fork, a clean run. Each form page
 shows what will happen (the dry replay where one applies) and writes nothing; each POST calls
 one function of ``ledger.transitions``. A resume or retry the dry replay says would stop again
-at once is refused unless the operator ticks "resume anyway": no resume is spent silently.
+at once is refused by the transition itself (``WouldStopAgain``) unless the operator ticks
+"resume anyway": no resume is spent silently.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ledger.models import FINAL_STATUSES, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
 from runs.dashboard.models import OPERATE_RUNS
-from runs.dashboard.operator_forms import CleanRunForm, ForkForm, RunActionForm
+from runs.dashboard.operator_forms import CleanRunForm, ForkForm, RunActionForm, resend_phrase
 
 RUN_ACTIONS = ("resume", "retry", "cancel")
 
@@ -57,10 +58,12 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
         return render(request, "runs/run_action.html", context, status=400)
     data = form.cleaned_data
     try:
-        if action in ("resume", "retry") and not data["anyway"]:
-            _refuse_if_it_blocks_again(run)
         done = _apply_run_action(request, run, action, data)
     except transitions.OperationError as exc:
+        if isinstance(exc, transitions.WouldStopAgain):
+            exc = transitions.WouldStopAgain(
+                run.run_id, f'{exc.why}. Tick "{action} anyway" to spend a resume regardless'
+            )
         fresh = run_for(request, run_id, perm=OPERATE_RUNS)
         typed = RunActionForm(
             initial={
@@ -75,14 +78,6 @@ def run_action(request: HtmxHttpRequest, run_id: str, action: str) -> HttpRespon
     return redirect("runs:detail", run_id=run_id)
 
 
-def _refuse_if_it_blocks_again(run: Run) -> None:
-    why = presenting.compute_preview(run).blocks_again()
-    if why:
-        raise transitions.NotAllowed(
-            f'Not resumed, no resume spent: {why}. Tick "resume anyway" to resume regardless.'
-        )
-
-
 def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dict[str, Any]) -> Run:
     common = {"run_id": run.run_id, "by": request.user, "reason": data["reason"]}
     if action == "cancel":
@@ -92,6 +87,7 @@ def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dic
         **common,
         seen_version=data["seen_version"],
         max_resumes=data["max_resumes"],
+        anyway=data["anyway"],
     )
 
 
@@ -113,6 +109,7 @@ def run_fork(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             step_id=form.cleaned_data["step_id"],
             by=request.user,
             reason=form.cleaned_data["reason"],
+            confirm_resend=form.confirmed(),
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/run_fork.html", _fork_context(run, form), exc)
@@ -142,6 +139,7 @@ def run_clean(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             by=request.user,
             reason=form.cleaned_data["reason"],
             seen_version=form.cleaned_data["seen_version"],
+            confirm_resend=form.confirmed(),
         )
     except transitions.OperationError as exc:
         fresh = run_for(request, run_id, perm=OPERATE_RUNS)
@@ -150,22 +148,34 @@ def run_clean(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return redirect("runs:detail", run_id=new.run_id)
 
 
+def _sent_again_context(sent: list[selectors.SentAgain]) -> dict[str, Any]:
+    return {
+        "sent_again": sent,
+        "resend_count": len(sent),
+        "resend_phrase": resend_phrase(len(sent)),
+    }
+
+
 def _clean_context(run: Run, form: CleanRunForm) -> dict[str, Any]:
     return {
         "run": run,
         "form": form,
         "final": run.status in FINAL_STATUSES,
-        "done_effects": selectors.effects_of_run(run_id=run.run_id),
-    }
+    } | _sent_again_context(selectors.effects_sent_again(run_id=run.run_id))
 
 
 def _fork_context(run: Run, form: ForkForm) -> dict[str, Any]:
     chain = selectors.step_chain(run_id=run.run_id)
     step_id = str(form["step_id"].value() or "")
     position = chain.index_of.get(step_id)
-    return {
+    on_path = position is not None and position < chain.on_chain
+    context = {
         "run": run,
         "form": form,
         "position": position + 1 if position is not None else None,
-        "on_path": position is not None and position < chain.on_chain,
+        "on_path": on_path,
     }
+    if on_path:
+        kept = selectors.fork_kept(run_id=run.run_id, step_id=step_id)
+        context |= _sent_again_context(selectors.effects_sent_again(run_id=run.run_id, kept=kept))
+    return context

@@ -152,6 +152,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),
+        **presenting.waterfall(run, timezone.now()),
     }
     return render(request, "runs/run_detail.html", context)
 

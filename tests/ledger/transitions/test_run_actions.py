@@ -139,6 +139,7 @@ def test_a_fork_copies_the_ledger_up_to_a_step_and_never_resends_copied_effects(
         step_id="refund",
         by=people.alice,
         reason="redo the email",
+        confirm_resend=2,  # the email and the team notification are sent again
     )
     assert (fork.parent_id, fork.parent_kind, fork.forked_from_step_id) == (
         run.run_id,
@@ -261,7 +262,13 @@ def test_an_edited_result_makes_its_dependents_stale_and_is_audited(execute, peo
     # The replayed edit changes the model's prompt: the preview and the resume say stale.
     preview = preview_resume(run_id=run.run_id)
     assert preview.stale_ids == {"decide", "refund", "email_customer"}  # built from the customer
-    transitions.run_resume(run_id=run.run_id, by=people.alice, reason="check", seen_version=None)
+    with pytest.raises(transitions.WouldStopAgain, match="step decide is stale"):
+        transitions.run_resume(
+            run_id=run.run_id, by=people.alice, reason="check", seen_version=None
+        )
+    transitions.run_resume(
+        run_id=run.run_id, by=people.alice, reason="check", seen_version=None, anyway=True
+    )
     outcome = execute(run.run_id)
     assert (outcome.status, outcome.reason, outcome.step_id) == (
         "needs_attention",

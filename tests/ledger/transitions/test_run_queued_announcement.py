@@ -91,7 +91,7 @@ def test_a_resume_goes_to_the_resume_task_and_a_fork_to_the_start_task(
     assert sent == [("runledger.resume_run", run.run_id)]
     assert execute(run.run_id).status == "succeeded"
     fork = transitions.run_fork(
-        run_id=run.run_id, step_id="fetch_invoice", by="cli:alice", reason="r"
+        run_id=run.run_id, step_id="fetch_invoice", by="cli:alice", reason="r", confirm_resend=3
     )
     assert announced[-1] == (fork.run_id, "fork")
     assert sent[-1] == ("runledger.start_run", fork.run_id)

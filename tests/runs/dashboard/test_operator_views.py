@@ -670,7 +670,10 @@ def test_forking_from_a_step_starts_a_linked_run(execute, olive, broker) -> None
     run = succeeded_run(execute)
     page = text(olive.get(f"/runs/{run.run_id}/fork/?step=decide"))
     assert "rows will be copied" in page or "row will be copied" in page
-    response = olive.post(f"/runs/{run.run_id}/fork/", {"step_id": "decide", "reason": "try"})
+    response = olive.post(
+        f"/runs/{run.run_id}/fork/",
+        {"step_id": "decide", "reason": "try", "resend_count": "3", "confirm": "send 3 again"},
+    )
     assert response.status_code == 302
     fork = Run.objects.get(parent=run)
     assert response.url == f"/runs/{fork.run_id}/"

@@ -116,7 +116,7 @@ def test_a_stale_turn_is_marked_in_the_transcript(
     assert Run.objects.get(pk=run_id).reason == "budget"
     monkeypatch.setattr(agents, "REFUND_LOOP_SYSTEM", "You settle refunds, politely.")
     transitions.run_resume(
-        run_id=run_id, by="test", reason="deploy", seen_version=None, max_resumes=9
+        run_id=run_id, by="test", reason="deploy", seen_version=None, max_resumes=9, anyway=True
     )
     execute(run_id, worker="worker-2")
     run = Run.objects.get(pk=run_id)

@@ -101,6 +101,12 @@ def test_fork_run_copies_the_ledger_to_a_step_and_finishes_the_fork() -> None:
     code, out = run_cmd(
         "fork_run", source.run_id, "--step", "decide", "--reason", "redo the refund", "--inline"
     )
+    assert code == 1 and "this fork would send 3 effects again under new keys" in out
+    assert "refund (refund_charge, succeeded under key" in out and Run.objects.count() == 1
+    code, out = run_cmd(
+        "fork_run", source.run_id, "--step", "decide", "--reason", "redo the refund",
+        "--send-again", "3", "--inline",
+    )  # fmt: skip
     fork = Run.objects.exclude(pk=source.pk).get()
     assert code == 0 and (fork.status, fork.parent_id, fork.parent_kind) == (
         "succeeded",
