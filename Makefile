@@ -95,11 +95,18 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
-## Dashboard figures: 100,000 runs and 1,000,000 steps in an empty PostgreSQL (DATABASE_URL,
-## or a throwaway server), then the list's and a 10,000-step run's server time and queries.
+## Dashboard figures: SCALE=100k (100,000 runs, 1,000,000 steps; the default) or SCALE=1m
+## (1,000,000 runs, 10,000,000 steps) seeded with COPY into an empty PostgreSQL (DATABASE_URL,
+## or a throwaway server), then each page's server time and queries, into bench-results.json.
+SCALE ?= 100k
+SCALE_RUNS_100k := 100000
+SCALE_RUNS_1m := 1000000
+SCALE_RUNS := $(SCALE_RUNS_$(SCALE))
 bench-dashboard: $(STAMP)
+	@test -n "$(SCALE_RUNS)" || { echo "SCALE must be 100k or 1m, not '$(SCALE)'" >&2; exit 2; }
 	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
-		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
+		$(PY) manage.py seed_bulk --runs $(SCALE_RUNS) --steps $(SCALE_RUNS)0 && \
+		$(PY) manage.py bench_dashboard --json bench-results.json --label dashboard_$(SCALE)'
 
 ## The dashboard under load: 20,000 runs in a throwaway PostgreSQL, then 20 signed-in clients
 ## through a real gunicorn for a minute (one request a second each), after one client alone for

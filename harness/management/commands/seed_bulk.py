@@ -24,6 +24,7 @@ from harness.unannounced import start_unannounced
 from ledger import canonical
 from ledger.models import Run
 from ledger.processes import execute
+from ledger.transitions.counts import fold_status_counts
 
 RUN_COLUMNS = (
     "run_id", "agent", "inputs", "status", "reason", "blocked_step_id", "detail", "result",
@@ -100,6 +101,7 @@ class Command(BaseCommand):
         t2 = time.monotonic()
         events = self._audit(rng, now, options["audit"])
         self.stdout.write(f"{events} audit events written in {time.monotonic() - t2:.1f} s")
+        fold_status_counts()  # the COPY's deltas into the status totals, as the sweep would
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")
