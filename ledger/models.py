@@ -673,6 +673,9 @@ class RunStatusCount(models.Model):
             models.UniqueConstraint(fields=["status", "reason"], name="run_status_count_key")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.status}/{self.reason or '-'}: {self.n}"
+
 
 class RunStatusDelta(models.Model):
     """One change to the runs per (status, reason): appended by ``ledger_run``'s triggers
@@ -682,3 +685,6 @@ class RunStatusDelta(models.Model):
     status = models.CharField(max_length=20)
     reason = models.CharField(max_length=20, blank=True, default="")
     n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.status}/{self.reason or '-'}: {self.n:+d}"

@@ -33,7 +33,7 @@ class _HttpsClient(Client):
     """Django's test client making every request over HTTPS, as a deployment serves the
     dashboard: plain HTTP is redirected by default (``SECURE_SSL_REDIRECT``)."""
 
-    def get(self, path: str, *args: Any, **kwargs: Any) -> Any:
+    def get(self, path: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs.setdefault("secure", True)
         return super().get(path, *args, **kwargs)
 
@@ -67,6 +67,7 @@ class Command(BaseCommand):
         self._figures: dict[str, dict[str, Any]] = {}
         deep = self._deep_cursor(client, pages=20)
         htmx = {"HX-Request": "true", "HX-Target": "run-table"}
+        counts = {"HX-Request": "true", "HX-Target": "status-counts"}
         table = client.get("/", headers=htmx).content.decode()
         digest = table.split('data-digest="', 1)[1].split('"', 1)[0]
         compare = f"/runs/{big}/steps/?page=100&compare=1"
@@ -82,7 +83,7 @@ class Command(BaseCommand):
             ("list, title words search (20 of 100k)", "/?q=for+cus_0042", {}),
             ("list, label search customer:cus_0042", "/?q=customer:cus_0042", {}),
             ("list, 21st page (keyset)", f"/?{deep}", {}),
-            ("status counts (htmx poll)", "/", {"HX-Request": "true", "HX-Target": "status-counts"}),
+            ("status counts (htmx poll)", "/", counts),
             ("list table refresh (htmx), changed", "/", htmx),
             ("list table refresh (htmx), unchanged: 204", f"/?digest={digest}", htmx),
             ("run page, short run", f"/runs/{other}/", {}),
