@@ -115,7 +115,9 @@ class Command(BaseCommand):
         while records + records // 10 + 1 < steps:
             records += 1
         run = start_unannounced(agent="survey", inputs={"records": records})
-        outcome = execute.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
+        # With the heartbeat a worker runs: on a busy machine the 10,000 steps take longer than
+        # a lease, and without renewals the execution stops half way.
+        outcome = execute.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=True)
         if outcome is None or outcome.status != "succeeded":
             raise CommandError(f"the long run did not succeed: {outcome}")
         return run.run_id
