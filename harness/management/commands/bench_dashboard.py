@@ -23,9 +23,11 @@ from django.db import connection
 from django.db.models import Count
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from harness.bench.results import merge_json
 from ledger.models import Run, Step
+from ledger.selectors import run_status_counts
 from runs.dashboard.roles import user_set_role
 
 
@@ -106,6 +108,7 @@ class Command(BaseCommand):
         )
         for name, url, headers in cases:
             self._measure(client, name, url, headers, options["repeat"])
+        self._counts(options["repeat"])
         load = os.getloadavg()[0]
         for name, fig in self._figures.items():
             self.stdout.write(
@@ -119,6 +122,35 @@ class Command(BaseCommand):
             self._figures["load average"] = {"value": load, "unit": "load"}
             merge_json(Path(options["json"]), label, self._figures)
             self.stdout.write(f"# written to {options['json']} under {label!r}")
+
+    def _counts(self, repeat: int) -> None:
+        """The status counts alone, as kept (triggers' totals plus unfolded deltas) and as the
+        GROUP BY over ``ledger_run`` they replace, with the lease-expiry range count."""
+        now = timezone.now()
+        cases: list[tuple[str, Any]] = [
+            ("status counts selector (kept totals)", lambda: run_status_counts(now=now)),
+            ("status counts as GROUP BY ledger_run (before)", lambda: list(
+                Run.objects.order_by().values_list("status", "reason").annotate(n=Count("*"))
+            )),
+        ]  # fmt: skip
+        for name, call in cases:
+            times = []
+            call()
+            for _ in range(repeat):
+                start = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - start) * 1000)
+            with CaptureQueriesContext(connection) as captured:
+                call()
+            median = statistics.median(times)
+            self.stdout.write(
+                f"{name:<44} {median:>10.1f} {max(times):>8.1f} {'':>7} {len(captured):>8}"
+            )
+            self._figures[name] = {
+                "value": round(median, 2),
+                "unit": "ms",
+                "queries": len(captured),
+            }
 
     def _longest_run(self) -> str:
         row = Step.objects.values("run_id").annotate(n=Count("*")).order_by("-n").first()
