@@ -51,7 +51,8 @@ screenshots: $(STAMP)
 ## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
 ## size and concurrent runs, each lever on the step write, and throughput with real workers
-## (make bench-workers' measurement), and the HTTP API (starts per second with 1 and 8 clients,
+## (make bench-workers' measurement) and with 1, 2, 4, 8 worker processes beside pgbench's
+## INSERT+COMMIT with as many clients, and the HTTP API (starts per second with 1 and 8 clients,
 ## finish-to-wait latency); then the SQLite default.
 ## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
 BENCH_ARGS ?=
@@ -61,7 +62,7 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
-		$(PY) manage.py bench_workers --json bench-results.json && \
+		$(PY) manage.py bench_workers --ladder 1,2,4,8 --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json'
 	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
