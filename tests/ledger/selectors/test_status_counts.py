@@ -163,3 +163,13 @@ def test_counts_are_exact_after_truncate_and_fold_is_idempotent(
         cur.execute("TRUNCATE ledger_run CASCADE")
     _assert_exact()
     assert selectors.run_status_counts(now=timezone.now()).total == 0
+
+
+def test_the_sweep_folds_the_deltas(clock: Any) -> None:
+    for _ in range(2):
+        start_unannounced(agent="survey", inputs={"records": 1})
+    assert RunStatusDelta.objects.exists()  # the starts' inserts, not folded yet
+    runs_sweep(clock=clock)
+    assert not RunStatusDelta.objects.exists()
+    assert RunStatusCount.objects.get(status="queued", reason="").n == 2
+    _assert_exact()
