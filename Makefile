@@ -51,9 +51,10 @@ screenshots: $(STAMP)
 ## The engine's write path against the floor and against peers (DBOS, LangGraph, in their own
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
 ## size and concurrent runs, each lever on the step write, and throughput with real workers
-## (make bench-workers' measurement), and the HTTP API (starts per second with 1 and 8 clients,
-## finish-to-wait latency), the Claude Agent SDK adapter's overhead per tool step against the
-## plain SDK session; then the SQLite default.
+## (make bench-workers' measurement) and with 1, 2, 4, 8 worker processes beside pgbench's
+## INSERT+COMMIT with as many clients, the HTTP API (starts per second with 1 and 8 clients,
+## finish-to-wait latency), the adapters' overhead per step against the plain framework runs;
+## then the SQLite default.
 ## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
 BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
@@ -62,7 +63,7 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
-		$(PY) manage.py bench_workers --json bench-results.json && \
+		$(PY) manage.py bench_workers --ladder 1,2,4,8 --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json && \
 		$(PY) manage.py bench_adapters --json bench-results.json && \
 		RUNLEDGER_AGENT_MODULES=ledger.examples.agents,tests.support.claude_agents \
@@ -99,11 +100,18 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
-## Dashboard figures: 100,000 runs and 1,000,000 steps in an empty PostgreSQL (DATABASE_URL,
-## or a throwaway server), then the list's and a 10,000-step run's server time and queries.
+## Dashboard figures: SCALE=100k (100,000 runs, 1,000,000 steps; the default) or SCALE=1m
+## (1,000,000 runs, 10,000,000 steps) seeded with COPY into an empty PostgreSQL (DATABASE_URL,
+## or a throwaway server), then each page's server time and queries, into bench-results.json.
+SCALE ?= 100k
+SCALE_RUNS_100k := 100000
+SCALE_RUNS_1m := 1000000
+SCALE_RUNS := $(SCALE_RUNS_$(SCALE))
 bench-dashboard: $(STAMP)
+	@test -n "$(SCALE_RUNS)" || { echo "SCALE must be 100k or 1m, not '$(SCALE)'" >&2; exit 2; }
 	$(EQUIPMENT) $(PY) harness/with_postgres.py sh -c '$(PY) manage.py migrate -v0 && \
-		$(PY) manage.py seed_bulk --runs 100000 --steps 1000000 && $(PY) manage.py bench_dashboard'
+		$(PY) manage.py seed_bulk --runs $(SCALE_RUNS) --steps $(SCALE_RUNS)0 && \
+		$(PY) manage.py bench_dashboard --json bench-results.json --label dashboard_$(SCALE)'
 
 ## The dashboard under load: 20,000 runs in a throwaway PostgreSQL, then 20 signed-in clients
 ## through a real gunicorn for a minute (one request a second each), after one client alone for

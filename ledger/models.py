@@ -689,3 +689,40 @@ class ClaudeSessionEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}/{self.subpath or 'main'} #{self.pk}"
+
+
+class RunStatusCount(models.Model):
+    """Runs per (status, reason), folded from :class:`RunStatusDelta` rows.
+
+    Kept by the database, not by Python: triggers on ``ledger_run`` (migration
+    ``0016_status_counts``) write a delta for every inserted or deleted run and every update
+    that changes a run's status or reason, in the same transaction, whatever wrote it (a
+    transition, a bulk action, COPY, retention). ``selectors.run_status_counts`` sums these
+    rows and the unfolded deltas, so the counts are exact and cost the same at any table size;
+    ``transitions.counts.fold_status_counts`` (on the sweep's schedule) folds deltas in here.
+    """
+
+    status = models.CharField(max_length=20)
+    reason = models.CharField(max_length=20, blank=True, default="")
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["status", "reason"], name="run_status_count_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.status}/{self.reason or '-'}: {self.n}"
+
+
+class RunStatusDelta(models.Model):
+    """One change to the runs per (status, reason): appended by ``ledger_run``'s triggers
+    (inserts never wait on each other, so concurrent transitions do not queue on a counter
+    row), folded into :class:`RunStatusCount`."""
+
+    status = models.CharField(max_length=20)
+    reason = models.CharField(max_length=20, blank=True, default="")
+    n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.status}/{self.reason or '-'}: {self.n:+d}"

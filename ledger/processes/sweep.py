@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ledger import observe, selectors, transitions
 from ledger.conf import conf
+from ledger.transitions.counts import fold_status_counts
 
 Clock = Callable[[], datetime]
 
@@ -36,6 +37,8 @@ def runs_sweep(
     for run_id, seen_at in selectors.runs_lost_in_queue(older_than=wait, now=clock(), limit=limit):
         if transitions.run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
             ids.append(run_id)
+    # The runs-per-status deltas since the last pass, folded into the totals the dashboard reads.
+    fold_status_counts()
     transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
     observe.emit("sweep", requeued=len(ids))
     return ids

@@ -1,9 +1,12 @@
 """What the runs list, the run page and the sweep read. Each returns rows or querysets ready to
 render.
 
-The list pages by keyset (the last row's sort key), never by OFFSET, and counts runs with one
-GROUP BY over indexed columns plus one range count on the lease-expiry index: the cost of a page
-does not grow with the number of rows that precede it.
+The list pages by keyset (the last row's sort key), never by OFFSET: the cost of a page does not
+grow with the number of rows that precede it. On PostgreSQL the counts per status read the
+totals that ``ledger_run``'s triggers keep (``RunStatusCount`` plus the unfolded
+``RunStatusDelta`` rows, migration ``0016_status_counts``): exact, and the same cost at any
+table size; elsewhere one GROUP BY. Expired leases are one range count on the lease-expiry
+index (running runs only).
 """
 
 from __future__ import annotations
@@ -61,17 +64,36 @@ def run_status_counts(*, now: datetime) -> StatusCounts:
         by_status={s: 0 for s in RunStatus.values},
         by_reason={r: 0 for r in Reason.values if r},
     )
-    rows = Run.objects.order_by().values_list("status", "reason").annotate(n=Count("*"))
-    for status, reason, n in rows:
+    for status, reason, n in _counts_by_status_reason():
         counts.by_status[status] = counts.by_status.get(status, 0) + n
         if status == RunStatus.NEEDS_ATTENTION:
             key = reason or "unknown"
             counts.by_reason[key] = counts.by_reason.get(key, 0) + n
+    counts.by_status = {s: n for s, n in counts.by_status.items() if n or s in RunStatus.values}
     counts.lease_expired = Run.objects.filter(
         status=RunStatus.RUNNING, lease_expires_at__lt=now
     ).count()
     counts.sweep = sweep_health(now=now)
     return counts
+
+
+_COUNTS_SQL = """
+SELECT status, reason, sum(n) FROM (
+    SELECT status, reason, n FROM ledger_runstatuscount
+    UNION ALL
+    SELECT status, reason, n FROM ledger_runstatusdelta
+) AS kept GROUP BY status, reason
+"""
+
+
+def _counts_by_status_reason() -> list[tuple[str, str, int]]:
+    """(status, reason, runs) for every pair with runs, in one statement (one snapshot)."""
+    if connection.vendor != "postgresql":
+        rows = Run.objects.order_by().values_list("status", "reason").annotate(n=Count("*"))
+        return [(status, reason, n) for status, reason, n in rows]
+    with connection.cursor() as cur:
+        cur.execute(_COUNTS_SQL)
+        return [(status, reason, int(n)) for status, reason, n in cur.fetchall() if n]
 
 
 @dataclass(frozen=True)

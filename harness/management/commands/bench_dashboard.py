@@ -3,24 +3,41 @@
 Requests go through Django's test client in this process (URL routing, middleware, sessions,
 permission checks, queries, template rendering: everything but the network), signed in as an
 operator. Each page is requested ``--repeat`` times; the median and the query count are printed.
-Run it after ``seed_bulk``.
+Run it after ``seed_bulk``. Requests are made as HTTPS (``secure=True``): the project's default
+settings redirect plain HTTP (``SECURE_SSL_REDIRECT``), and a redirect is not a page. A page that
+answers anything but 200/204 stops the benchmark. ``--json`` writes each median as a figure
+(``dashboard <page>: <ms> ms``) with its query count, the table sizes and the load average.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.db.models import Count
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from harness.bench.results import merge_json
 from ledger.models import Run, Step
+from ledger.selectors import run_status_counts
 from runs.dashboard.roles import user_set_role
+
+
+class _HttpsClient(Client):
+    """Django's test client making every request over HTTPS, as a deployment serves the
+    dashboard: plain HTTP is redirected by default (``SECURE_SSL_REDIRECT``)."""
+
+    def get(self, path: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs.setdefault("secure", True)
+        return super().get(path, *args, **kwargs)
 
 
 class Command(BaseCommand):
@@ -31,9 +48,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--run", default="", help="the long run (default: the one with most steps)"
         )
+        parser.add_argument("--json", default="", help="write the figures to this file")
+        parser.add_argument(
+            "--label", default="", help="the figures' vendor key (default: dashboard_<runs>)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        client = Client()
+        client = _HttpsClient()
         user, _ = User.objects.get_or_create(username="bench-operator")
         user_set_role(user=user, role="operator")
         client.force_login(user)
@@ -41,9 +62,14 @@ class Command(BaseCommand):
         small = Step.objects.filter(run_id=big).count()
         other = Run.objects.exclude(pk=big).order_by("-created_at").values_list("pk", flat=True)[0]
         runs, steps = Run.objects.count(), Step.objects.count()
-        self.stdout.write(f"{runs} runs, {steps} steps; long run {big} has {small} steps\n")
+        self.stdout.write(
+            f"{runs} runs, {steps} steps; long run {big} has {small} steps; "
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} (shared machine: noisy)\n"
+        )
+        self._figures: dict[str, dict[str, Any]] = {}
         deep = self._deep_cursor(client, pages=20)
         htmx = {"HX-Request": "true", "HX-Target": "run-table"}
+        counts = {"HX-Request": "true", "HX-Target": "status-counts"}
         table = client.get("/", headers=htmx).content.decode()
         digest = table.split('data-digest="', 1)[1].split('"', 1)[0]
         compare = f"/runs/{big}/steps/?page=100&compare=1"
@@ -59,6 +85,7 @@ class Command(BaseCommand):
             ("list, title words search (20 of 100k)", "/?q=for+cus_0042", {}),
             ("list, label search customer:cus_0042", "/?q=customer:cus_0042", {}),
             ("list, 21st page (keyset)", f"/?{deep}", {}),
+            ("status counts (htmx poll)", "/", counts),
             ("list table refresh (htmx), changed", "/", htmx),
             ("list table refresh (htmx), unchanged: 204", f"/?digest={digest}", htmx),
             ("run page, short run", f"/runs/{other}/", {}),
@@ -68,6 +95,7 @@ class Command(BaseCommand):
             ("resume preview (dry replay), long run", preview, {"HX-Request": "true"}),
             ("ledger.json download, long run", f"/runs/{big}/ledger.json?download=1", {}),
             ("settlement queue, page 1", "/settlements/", {}),
+            ("approval queue, page 1", "/approvals/", {}),
             ("settle page (evidence, forms)", self._settle_url(), {}),
             ("audit, newest", "/audit/", {}),
             ("audit, one actor + action", "/audit/?actor=amy&action=run_resume", {}),
@@ -80,6 +108,49 @@ class Command(BaseCommand):
         )
         for name, url, headers in cases:
             self._measure(client, name, url, headers, options["repeat"])
+        self._counts(options["repeat"])
+        load = os.getloadavg()[0]
+        for name, fig in self._figures.items():
+            self.stdout.write(
+                f"dashboard {name}: {fig['value']:.1f} ms  # {fig['queries']} queries"
+            )
+        self.stdout.write(f"# load average at the end: {load:.2f}")
+        if options["json"]:
+            label = options["label"] or f"dashboard_{runs}"
+            self._figures["runs"] = {"value": runs, "unit": "runs"}
+            self._figures["steps"] = {"value": steps, "unit": "steps"}
+            self._figures["load average"] = {"value": load, "unit": "load"}
+            merge_json(Path(options["json"]), label, self._figures)
+            self.stdout.write(f"# written to {options['json']} under {label!r}")
+
+    def _counts(self, repeat: int) -> None:
+        """The status counts alone, as kept (triggers' totals plus unfolded deltas) and as the
+        GROUP BY over ``ledger_run`` they replace, with the lease-expiry range count."""
+        now = timezone.now()
+        cases: list[tuple[str, Any]] = [
+            ("status counts selector (kept totals)", lambda: run_status_counts(now=now)),
+            ("status counts as GROUP BY ledger_run (before)", lambda: list(
+                Run.objects.order_by().values_list("status", "reason").annotate(n=Count("*"))
+            )),
+        ]  # fmt: skip
+        for name, call in cases:
+            times = []
+            call()
+            for _ in range(repeat):
+                start = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - start) * 1000)
+            with CaptureQueriesContext(connection) as captured:
+                call()
+            median = statistics.median(times)
+            self.stdout.write(
+                f"{name:<44} {median:>10.1f} {max(times):>8.1f} {'':>7} {len(captured):>8}"
+            )
+            self._figures[name] = {
+                "value": round(median, 2),
+                "unit": "ms",
+                "queries": len(captured),
+            }
 
     def _longest_run(self) -> str:
         row = Step.objects.values("run_id").annotate(n=Count("*")).order_by("-n").first()
@@ -104,8 +175,13 @@ class Command(BaseCommand):
         """Follow 'Next page' links ``pages`` times; return the last query string."""
         query = ""
         for _ in range(pages):
-            html = client.get(f"/?{query}").content.decode()
+            response = client.get(f"/?{query}")
+            if response.status_code != 200:
+                raise CommandError(f"the runs list answered HTTP {response.status_code}")
+            html = response.content.decode()
             marker = 'rel="next"'
+            if marker not in html:
+                break  # fewer pages than asked: the last one
             before = html[: html.index(marker)]
             href = before[before.rindex('href="') + 6 :]
             query = href[href.index("?") + 1 : href.index('"')].replace("&amp;", "&")
@@ -129,8 +205,13 @@ class Command(BaseCommand):
             queries, size = len(captured), len(body)
             sql.append(sum(float(q["time"]) for q in captured.captured_queries) * 1000)
             if response.status_code not in (200, 204):
-                self.stderr.write(f"{name}: HTTP {response.status_code}")
+                raise CommandError(f"{name} ({url}): HTTP {response.status_code}, not a page")
+        median = statistics.median(times)
         self.stdout.write(
-            f"{name:<44} {statistics.median(times):>10.1f} {max(times):>8.1f} "
+            f"{name:<44} {median:>10.1f} {max(times):>8.1f} "
             f"{statistics.median(sql):>7.1f} {queries:>8} {size:>10}"
         )
+        self._figures[name] = {
+            "value": round(median, 2), "unit": "ms", "queries": queries, "bytes": size,
+            "sql_ms": round(statistics.median(sql), 2),
+        }  # fmt: skip

@@ -6,12 +6,21 @@ the last run's finish, commits/s (PostgreSQL's own count of committed transactio
 database over the same span), p50/p99 of one step's latency (the time between two consecutive
 steps' commits in a run, as the ledger recorded them), and how many runs did not succeed
 (the goal: none). Needs PostgreSQL (DATABASE_URL) and RUNLEDGER_HARNESS=1.
+
+``--ladder 1,2,4,8`` then measures, for each count, that many worker processes of one pool
+child each (filesystem broker) and, right after on the same server, ``pgbench`` running the
+floor's INSERT+COMMIT with the same number of clients for ``--pgbench-seconds``: the ratio of
+the workers' commits/s to pgbench's transactions/s is the figure (issue 22's goal: >= 0.7).
 """
 
 from __future__ import annotations
 
+import glob
+import os
+import re
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -41,23 +50,49 @@ class Command(BaseCommand):
         parser.add_argument("--brokers", default="filesystem,redis")
         parser.add_argument("--timeout", type=float, default=900)
         parser.add_argument("--json", default="", help="add the figures to this file")
+        parser.add_argument(
+            "--ladder", default="", help="worker process counts beside pgbench, e.g. 1,2,4,8"
+        )
+        parser.add_argument("--pgbench-seconds", type=int, default=15)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if connection.vendor != "postgresql":
             self.stdout.write("# bench_workers needs PostgreSQL")
             return
         figures: dict[str, Any] = {}
-        for broker in options["brokers"].split(","):
+        for broker in [b for b in options["brokers"].split(",") if b]:
             if broker == "redis" and shutil.which("redis-server") is None:
                 self.stdout.write("# redis: not measured (no redis-server on PATH)")
                 continue
             figures.update(self._broker(broker, options))
+        for count in [int(n) for n in options["ladder"].split(",") if n.strip()]:
+            figures.update(self._rung(count, options))
         if options["json"]:
             from harness.bench.results import merge_json
 
             merge_json(Path(options["json"]), "postgresql_workers", figures)
 
-    def _broker(self, broker: str, options: dict[str, Any]) -> dict[str, Any]:
+    def _rung(self, count: int, options: dict[str, Any]) -> dict[str, Any]:
+        """``count`` worker processes (one pool child each) then pgbench with ``count``
+        clients on the same server; the ratio of commits/s."""
+        self.stdout.write(f"# {count} worker processes; load {os.getloadavg()[0]:.2f}")
+        ours = self._broker(
+            "filesystem", {**options, "workers": count, "concurrency": 1}, label=f"p{count}"
+        )
+        tps = _pgbench(count, options["pgbench_seconds"])
+        mine = ours[f"p{count}_commits_per_s"]["value"]
+        out = {
+            f"p{count}_pgbench_commits_per_s": {"value": tps, "unit": "commits/s"},
+            f"p{count}_commits_ratio_to_pgbench": {"value": mine / tps if tps else None,
+                                                    "unit": "ratio"},
+            f"p{count}_load_average": {"value": os.getloadavg()[0], "unit": "load"},
+        }  # fmt: skip
+        for name, fig in out.items():
+            shown = "not measured" if fig["value"] is None else f"{fig['value']:.3f}"
+            self.stdout.write(f"{name}: {shown} {fig['unit']}")
+        return {**ours, **out}
+
+    def _broker(self, broker: str, options: dict[str, Any], label: str = "") -> dict[str, Any]:
         root = Path(tempfile.mkdtemp(prefix=f"bench-workers-{broker}-"))
         try:
             env = {"RUNLEDGER_AGENT_MODULES": AGENTS}
@@ -67,7 +102,7 @@ class Command(BaseCommand):
             ):
                 for i in range(options["workers"]):
                     cluster.worker(f"bench-{broker}-{i}", concurrency=options["concurrency"])
-                return self._measure(cluster, broker, options)
+                return self._measure(cluster, label or broker, options)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -99,6 +134,36 @@ class Command(BaseCommand):
         for name, (value, unit) in out.items():
             self.stdout.write(f"{name}: {value:.3f} {unit}")
         return {name: {"value": v, "unit": u} for name, (v, u) in out.items()}
+
+
+def _pgbench(clients: int, seconds: int) -> float | None:
+    """pgbench's transactions/s for the floor's INSERT+COMMIT (autocommit, one row) with
+    ``clients`` clients on the ledger's server; None when pgbench is not installed."""
+    found = shutil.which("pgbench") or next(
+        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pgbench"), reverse=True)), None
+    )
+    if found is None:
+        return None
+    db = connection.settings_dict
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer, note text)")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write("INSERT INTO bench_floor VALUES (1, 'x');\n")
+    env = {**os.environ, "PGHOST": str(db["HOST"] or ""), "PGPORT": str(db["PORT"] or ""),
+           "PGUSER": str(db["USER"] or ""), "PGPASSWORD": str(db["PASSWORD"] or ""),
+           "PGDATABASE": str(db["NAME"])}  # fmt: skip
+    try:
+        done = subprocess.run(
+            [found, "-n", "-c", str(clients), "-j", str(clients), "-T", str(seconds),
+             "-f", script.name],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    finally:
+        os.unlink(script.name)
+        with connection.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS bench_floor")
+    match = re.search(r"tps = ([0-9.]+)", done.stdout)
+    return float(match.group(1)) if match else None
 
 
 def _commits() -> int:

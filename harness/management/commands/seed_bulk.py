@@ -24,6 +24,7 @@ from harness.unannounced import start_unannounced
 from ledger import canonical
 from ledger.models import Run
 from ledger.processes import execute
+from ledger.transitions.counts import fold_status_counts
 
 RUN_COLUMNS = (
     "run_id", "agent", "inputs", "status", "reason", "blocked_step_id", "detail", "result",
@@ -100,6 +101,7 @@ class Command(BaseCommand):
         t2 = time.monotonic()
         events = self._audit(rng, now, options["audit"])
         self.stdout.write(f"{events} audit events written in {time.monotonic() - t2:.1f} s")
+        fold_status_counts()  # the COPY's deltas into the status totals, as the sweep would
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")
@@ -113,7 +115,9 @@ class Command(BaseCommand):
         while records + records // 10 + 1 < steps:
             records += 1
         run = start_unannounced(agent="survey", inputs={"records": records})
-        outcome = execute.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=False)
+        # With the heartbeat a worker runs: on a busy machine the 10,000 steps take longer than
+        # a lease, and without renewals the execution stops half way.
+        outcome = execute.run_execute(run_id=run.run_id, worker="seed-bulk", heartbeat=True)
         if outcome is None or outcome.status != "succeeded":
             raise CommandError(f"the long run did not succeed: {outcome}")
         return run.run_id

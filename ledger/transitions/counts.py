@@ -1,0 +1,29 @@
+"""Folding the runs-per-status deltas (appended by ``ledger_run``'s triggers) into the totals.
+
+Exact under concurrency: one statement deletes the deltas it folds and adds them to the
+totals, so a reader (one statement over totals plus deltas, one snapshot) sees every change
+exactly once, before or after the fold. Folding keeps the reader's work small: it is the sum of
+a few dozen total rows and the deltas since the last fold. PostgreSQL only (see migration
+``0016_status_counts``); elsewhere a no-op.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+FOLD = """
+WITH moved AS (DELETE FROM ledger_runstatusdelta RETURNING status, reason, n),
+     sums AS (SELECT status, reason, sum(n) AS n FROM moved GROUP BY status, reason)
+INSERT INTO ledger_runstatuscount (status, reason, n)
+    SELECT status, reason, n FROM sums
+ON CONFLICT (status, reason) DO UPDATE SET n = ledger_runstatuscount.n + EXCLUDED.n
+"""
+
+
+def fold_status_counts() -> int:
+    """Fold the pending deltas into the totals; the number of (status, reason) rows touched."""
+    if connection.vendor != "postgresql":
+        return 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(FOLD)
+        return max(cur.rowcount, 0)

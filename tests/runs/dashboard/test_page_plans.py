@@ -1,0 +1,103 @@
+"""Every query of the dashboard's pages that reads ``ledger_run`` or ``ledger_step`` has a plan
+without a sequential scan of either table: the pages keep their budgets at a million runs.
+
+Each page is requested through the test client on a seeded ledger (``seed_bulk``: one real
+10,000-step-shaped run kept small here, synthetic runs around it); its captured queries are
+EXPLAINed with ``enable_seqscan`` off, which leaves a sequential scan in a plan only where no
+index can serve the query.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from harness.management.commands.seed_bulk import Command as SeedBulk
+from ledger.models import Run, Step
+from tests.support.dashboard_runs import restore_roles, user_in
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans"),
+]
+
+SEQ_SCAN = re.compile(r"Seq Scan on (ledger_run|ledger_step)\b")
+LEDGER_TABLES = re.compile(r'\b"?(ledger_run|ledger_step)"?\b')
+
+
+@pytest.fixture
+def seeded() -> dict[str, str]:
+    restore_roles()
+    # The benchmark's own seeding (harness equipment, not an installed app in tests).
+    call_command(SeedBulk(), runs=400, steps=1600, big_steps=120, audit=200, verbosity=0)
+    big = Step.objects.values_list("run_id", flat=True).order_by("-seq")[0]
+    other = Run.objects.exclude(pk=big).order_by("-created_at").values_list("pk", flat=True)[0]
+    return {"big": big, "other": other}
+
+
+def _pages(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
+    big, other = ids["big"], ids["other"]
+    return [
+        ("list, newest first", "/", {}),
+        ("list, needs attention, oldest", "/?status=needs_attention&order=oldest", {}),
+        ("list, lease expired", "/?status=lease_expired", {}),
+        ("list, title words search", "/?q=for+cus_0042", {}),
+        ("list, label search", "/?q=customer:cus_0042", {}),
+        ("list, run id prefix", "/?q=run_ab", {}),
+        ("status counts", "/", {"HX-Request": "true", "HX-Target": "status-counts"}),
+        ("run page, short run", f"/runs/{other}/", {}),
+        ("run page, long run", f"/runs/{big}/", {}),
+        ("steps + hash compare (dry replay)", f"/runs/{big}/steps/?page=1&compare=1", {}),
+        ("resume preview (dry replay)", f"/runs/{big}/preview/", {"HX-Request": "true"}),
+        ("ledger.json", f"/runs/{big}/ledger.json?download=1", {}),
+        ("settlement queue", "/settlements/", {}),
+        ("approval queue", "/approvals/", {}),
+    ]
+
+
+PAGE_NAMES = [name for name, _, _ in _pages({"big": "x", "other": "y"})]
+
+
+def _plans(sqls: list[str]) -> list[tuple[str, str]]:
+    plans = []
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        for sql in sqls:
+            cur.execute(f"EXPLAIN {sql}")
+            plans.append((sql, "\n".join(row[0] for row in cur.fetchall())))
+    return plans
+
+
+@pytest.mark.parametrize("case", PAGE_NAMES)
+def test_page_queries_use_indexes(case: str, seeded: dict[str, str]) -> None:
+    name, url, headers = next(p for p in _pages(seeded) if p[0] == case)
+    client = Client()
+    client.force_login(user_in("operator"))
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE ledger_run")
+        cur.execute("ANALYZE ledger_step")
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, headers=headers)
+        body = (
+            b"".join(response.streaming_content)  # type: ignore[attr-defined]
+            if response.streaming
+            else response.content
+        )
+    assert response.status_code == 200, (name, response.status_code)
+    if url.endswith("download=1"):
+        assert json.loads(body)  # the whole streamed document parses
+    sqls = [
+        q["sql"]
+        for q in captured.captured_queries
+        if LEDGER_TABLES.search(q["sql"])
+        and q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))
+    ]
+    assert sqls, f"{name}: no query of ledger_run/ledger_step captured"
+    scans = [(sql, plan) for sql, plan in _plans(sqls) if SEQ_SCAN.search(plan)]
+    assert not scans, "\n\n".join(f"{sql}\n{plan}" for sql, plan in scans)
