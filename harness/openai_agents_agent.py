@@ -4,9 +4,9 @@ the adapter's tests, kill tests and bench (``ledger.adapters.openai_agents``).
 The fake model answers from the conversation it is given: turn 1 fetches two invoices in
 parallel (a plain SDK tool: a read), turn 2 refunds both in parallel (``refund_charge``, an
 effect with a lookup), turn 3 tells the team (``notify_team``, an effect without one), turn 4
-answers. Each request it receives is appended to ``RUNLEDGER_OA_ASKS`` (a file) when set, so a
-test counts how often each turn was asked across processes; ``oa.model`` is a fault point
-inside the request.
+answers. Each request it receives (``sent <turn>``) and each it answers (``<turn>``) is appended
+to ``RUNLEDGER_OA_ASKS`` (a file) when set, so a test counts how often each turn was asked
+across processes; ``oa.model`` is a fault point inside the request, between the two.
 """
 
 from __future__ import annotations
@@ -90,11 +90,9 @@ class ScriptedModel(Model):
         items = [] if isinstance(input, str) else list(input)
         results = sum(1 for i in items if _get(i, "type") == "function_call_output")
         turn = {0: 1, 2: 2, 4: 3, 5: 4}[results]
-        asks = os.environ.get("RUNLEDGER_OA_ASKS")
-        if asks:
-            with open(asks, "a") as f:
-                f.write(f"{turn}\n")
+        _note(f"sent {turn}")
         faultpoints.point("oa.model")  # inside a model request
+        _note(str(turn))  # answered
         output: list[Any]
         if turn == 1:
             output = [
@@ -110,11 +108,20 @@ class ScriptedModel(Model):
             output = [_call("c5", "notify_team", channel="#billing", text="refunded 2 invoices")]
         else:
             output = [_message(FINAL)]
-        usage = Usage(requests=1, input_tokens=10 * turn, output_tokens=5, total_tokens=10 * turn + 5)
+        usage = Usage(
+            requests=1, input_tokens=10 * turn, output_tokens=5, total_tokens=10 * turn + 5
+        )
         return ModelResponse(output=output, usage=usage, response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
+
+
+def _note(line: str) -> None:
+    asks = os.environ.get("RUNLEDGER_OA_ASKS")
+    if asks:
+        with open(asks, "a") as f:
+            f.write(f"{line}\n")
 
 
 def _get(item: Any, key: str) -> Any:

@@ -240,9 +240,7 @@ class _Bridge:
             loop = asyncio.new_event_loop()
             self.loop = loop
             try:
-                outcome["result"] = loop.run_until_complete(
-                    _SCOPE_RUN(start, (self.step, [0]))
-                )
+                outcome["result"] = loop.run_until_complete(_SCOPE_RUN(start, (self.step, [0])))
             except BaseException as exc:  # handed to the worker's thread
                 outcome["error"] = exc
             finally:
@@ -253,12 +251,16 @@ class _Bridge:
         thread.start()
         while (item := self._work.get()) is not None:
             work, future = item
+            if not future.set_running_or_notify_cancel():
+                continue  # the SDK gave up on it (a sibling failed): nothing is written
             if self._fatal is not None:
                 future.set_exception(_Aborted("the run stopped at an earlier step"))
                 continue
             try:
                 future.set_result(work())
-            except BaseException as exc:  # a ledger outcome: it stops the run, whatever the SDK does
+            except (
+                BaseException
+            ) as exc:  # a ledger outcome: it stops the run, whatever the SDK does
                 self._fatal = exc
                 future.set_exception(exc)
         thread.join()
@@ -449,7 +451,9 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
                 if owner is not None:
                     pending.append(owner)
         pending.extend(h for h in current.handoffs if isinstance(h, Agent))
-        pending.extend(h.agent for h in current.handoffs if isinstance(getattr(h, "agent", None), Agent))  # type: ignore[union-attr]
+        pending.extend(
+            h.agent for h in current.handoffs if isinstance(getattr(h, "agent", None), Agent)
+        )  # type: ignore[union-attr]
     return found
 
 
@@ -486,7 +490,9 @@ def _durable_agent(agent: Agent[Any], bridge: _Bridge, made: dict[int, Agent[Any
     clone = agent.clone()
     made[id(agent)] = clone
     clone.tools = [_durable_tool(t, bridge) for t in agent.tools]
-    clone.input_guardrails = [_durable_guard(g, bridge, "input", agent) for g in agent.input_guardrails]
+    clone.input_guardrails = [
+        _durable_guard(g, bridge, "input", agent) for g in agent.input_guardrails
+    ]
     clone.output_guardrails = [
         _durable_guard(g, bridge, "output", agent) for g in agent.output_guardrails
     ]

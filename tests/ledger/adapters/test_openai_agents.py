@@ -4,33 +4,26 @@ model's asks and the simulators' tables after the act."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 pytest.importorskip("agents")
 
 from harness import openai_agents_agent as example  # noqa: E402 - registers oa_refunds
-from harness.cluster import database_url, wait_for  # noqa: E402
+from harness.cluster import Cluster, wait_for  # noqa: E402
 from ledger import transitions  # noqa: E402
 from ledger.adapters import openai_agents  # noqa: E402
 from ledger.examples.models import Notification, ProviderCharge  # noqa: E402
 from ledger.models import Run, Step  # noqa: E402
-from ledger.processes import execute as processes_execute  # noqa: E402
-from runs.cli import EQUIPMENT_ENV  # noqa: E402
+from runs.operations.tasks import start_run  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 assert connection  # the skipif conditions below read it
 
-MANAGE = Path(__file__).resolve().parents[3] / "manage.py"
 EXPECTED_STEPS = {
     "openai.guardrail.input.refunds.on_topic": "read",
     "openai.turn.1": "model",
@@ -65,8 +58,17 @@ def effects_once() -> None:
     assert Notification.objects.count() == 1
 
 
-def asked(path: Path) -> dict[int, int]:
-    return dict(Counter(int(x) for x in path.read_text().split())) if path.exists() else {}
+def asked(path: Path, what: str = "") -> dict[int, int]:
+    """How often the fake model answered each turn (``what="sent "``: received it)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    prefix = what or ""
+    return dict(
+        Counter(
+            int(x.removeprefix(prefix))
+            for x in lines
+            if x.startswith(prefix) and x.removeprefix(prefix).isdigit()
+        )
+    )
 
 
 @pytest.fixture
@@ -139,3 +141,128 @@ def test_the_transcript_says_what_was_said_beside_the_steps(asks: Path, execute:
     assert said[0]["text"] == "Please refund invoices inv_1001 and inv_1003."
     assert said[-1]["text"] == example.FINAL and said[-1]["time"]
     assert said[3]["text"] == 'refund_charge({"customer": "cus_ada", "amount_cents": 4200})'
+
+
+def test_changed_instructions_between_crash_and_resume_are_a_stale_model_step(
+    asks: Path, execute: Any, crash_at: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = start()
+    crash_at("charge.before_effect")
+    execute(run_id, crash_expected=True)
+    monkeypatch.setenv("RUNLEDGER_EXAMPLE_PROMPT", "1")  # a deploy changed the system prompt
+    outcome = execute(run_id, worker="worker-2")
+    assert (outcome.status, outcome.reason, outcome.step_id) == (
+        "needs_attention",
+        "stale",
+        "openai.turn.1",
+    )
+    assert "differs" in outcome.detail, outcome.detail
+    assert asked(asks) == {1: 1, 2: 1}  # nothing asked again
+    assert ProviderCharge.objects.count() == 0
+    assert rows(run_id)["openai.turn.2.tools.0.refund_charge"].status == "started"
+
+
+def test_a_tool_that_returns_something_not_json_fails_its_step_saying_which_tool(
+    execute: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(example.INVOICES, "inv_1001", {"customer": "cus_ada", "when": object()})
+    run_id = start()
+    outcome = execute(run_id)
+    assert outcome.status in ("failed", "needs_attention"), outcome
+    assert "fetch_invoice" in outcome.detail and "not JSON" in outcome.detail, outcome.detail
+    assert ProviderCharge.objects.count() == 0
+    assert "openai.turn.2" not in rows(run_id)
+
+
+def test_bad_declarations_are_refused_before_anything_is_written() -> None:
+    from agents import Agent as SDKAgent
+    from agents import function_tool as sdk_function_tool
+
+    from ledger.errors import AgentDefinitionError
+    from ledger.examples.agents import fetch_invoice as ledger_read
+
+    with pytest.raises(AgentDefinitionError, match="only effects have"):
+        openai_agents.function_tool(ledger_read, needs_approval=True)
+    with pytest.raises(AgentDefinitionError, match="takes a runledger @tool"):
+        openai_agents.function_tool(lambda: None)  # type: ignore[arg-type]
+
+    @sdk_function_tool(needs_approval=True)
+    def wire_money(amount: int) -> str:
+        return "sent"
+
+    gated = SDKAgent(name="a", model="scripted", tools=[wire_money])
+    with pytest.raises(AgentDefinitionError, match="'wire_money' has needs_approval"):
+        openai_agents.run(None, gated, "hi")  # type: ignore[arg-type]
+    held = SDKAgent(name="b", model=example.ScriptedModel())
+    with pytest.raises(AgentDefinitionError, match="holds a Model object"):
+        openai_agents.run(None, held, "hi")  # type: ignore[arg-type]
+    with pytest.raises(ImportError, match=">=0.24,<0.25"):
+        openai_agents._check_version("0.3.1")
+    assert Step.objects.count() == 0 and Run.objects.count() == 0
+
+
+def settled(run_id: str) -> bool:
+    return Run.objects.get(pk=run_id).status not in ("queued", "running")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        "charge.after_effect",  # (a) a refund sent, its result not committed: the lookup settles it
+        "oa.model@2",  # (b) inside turn 2's model request
+        "openai_agents.before_model@3",  # (c) turn 2's tools committed, turn 3 not asked
+        "notify.before_effect",  # (a) the effect without a lookup: nobody can know
+    ],
+)
+def test_a_celery_worker_killed_mid_run_resumes_asking_each_turn_once_and_sending_each_effect_once(
+    kill_at: str, tmp_path: Path
+) -> None:
+    """The whole `celery -A runs worker` (parent and pool child) is SIGKILLed at the point; a
+    second worker and beat's sweep recover the run."""
+    asks = tmp_path / "asks"
+    env = {
+        "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents,harness.openai_agents_agent",
+        "RUNLEDGER_OA_ASKS": str(asks),
+    }
+    with Cluster(tmp_path, lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
+        run_id = start()
+        victim = cluster.worker(
+            "victim", env={"RUNLEDGER_KILL_AT": kill_at, "RUNLEDGER_KILL_SCOPE": "group"}
+        )
+        cluster.send(start_run, run_id)
+        assert wait_for(lambda: victim.poll() is not None, timeout=90), cluster.log("victim")
+        assert victim.returncode == -9, cluster.log("victim")
+        assert Run.objects.get(pk=run_id).status == "running"
+        before = rows(run_id)
+        sent = set(ProviderCharge.objects.values_list("idempotency_key", flat=True))
+        cluster.worker("rescuer")
+        cluster.beat()
+        assert wait_for(lambda: settled(run_id), timeout=120), cluster.log("rescuer")
+    run = Run.objects.get(pk=run_id)
+    after = rows(run_id)
+    for step_id, row in before.items():  # what had finished replayed untouched
+        if row.status == "succeeded":
+            assert (after[step_id].attempt, after[step_id].result) == (row.attempt, row.result)
+        assert after[step_id].effect_key == row.effect_key, step_id
+    if kill_at == "notify.before_effect":
+        assert (run.status, run.blocked_step_id) == (
+            "needs_attention",
+            "openai.turn.3.tools.0.notify_team",
+        ), run.detail
+        assert Notification.objects.count() == 0  # not sent blindly a second time
+        assert asked(asks) == {1: 1, 2: 1, 3: 1}
+        return
+    assert (run.status, run.executions, run.resume_count) == ("succeeded", 2, 1), run.detail
+    assert run.result == {"text": example.FINAL}  # what an uninterrupted run answers
+    assert asked(asks) == {1: 1, 2: 1, 3: 1, 4: 1}
+    if kill_at == "oa.model@2":  # the request killed mid-flight had no answer: asked again
+        assert asked(asks, "sent ") == {1: 1, 2: 2, 3: 1, 4: 1}
+    else:
+        assert asked(asks, "sent ") == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert chain(after) == list(EXPECTED_STEPS)
+    settled_by_lookup = [r for r in after.values() if r.effect_key in sent]
+    assert len(settled_by_lookup) == len(sent) and all(r.attempt == 1 for r in settled_by_lookup)
+    effects_once()
+    connection.close()
