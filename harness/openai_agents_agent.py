@@ -24,6 +24,7 @@ from agents import (
     Usage,
     function_tool,
     input_guardrail,
+    set_tracing_disabled,
 )
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 from openai.types.responses.response_output_text import ResponseOutputText
@@ -37,6 +38,8 @@ SYSTEM = {
     "1": "You settle refunds: fetch the invoices, refund each, tell the team, then summarise.",
     "2": "You settle refunds carefully: fetch, refund, tell the team, then summarise.",
 }
+set_tracing_disabled(True)  # offline: no trace export to OpenAI
+
 FINAL = "Refunded inv_1001 and inv_1003 and told the team."
 
 

@@ -450,11 +450,17 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
                 owner = _agent_of_tool(tool)
                 if owner is not None:
                     pending.append(owner)
-        pending.extend(h for h in current.handoffs if isinstance(h, Agent))
-        pending.extend(
-            h.agent for h in current.handoffs if isinstance(getattr(h, "agent", None), Agent)
-        )  # type: ignore[union-attr]
+        for h in current.handoffs:
+            target = h if isinstance(h, Agent) else _handoff_target(h)
+            if target is not None:
+                pending.append(target)
     return found
+
+
+def _handoff_target(handoff: Any) -> Agent[Any] | None:
+    ref = getattr(handoff, "_agent_ref", None)
+    target = ref() if ref is not None else None
+    return target if isinstance(target, Agent) else None
 
 
 def _agent_of_tool(tool: FunctionTool) -> Agent[Any] | None:
@@ -497,9 +503,22 @@ def _durable_agent(agent: Agent[Any], bridge: _Bridge, made: dict[int, Agent[Any
         _durable_guard(g, bridge, "output", agent) for g in agent.output_guardrails
     ]
     clone.handoffs = [
-        _durable_agent(h, bridge, made) if isinstance(h, Agent) else h for h in agent.handoffs
+        _durable_agent(h, bridge, made)
+        if isinstance(h, Agent)
+        else _durable_handoff(h, bridge, made)
+        for h in agent.handoffs
     ]
     return clone
+
+
+def _durable_handoff(handoff: Any, bridge: _Bridge, made: dict[int, Agent[Any]]) -> Any:
+    """A ``handoff(...)`` object whose target agent is made durable when it is handed to."""
+    original = handoff.on_invoke_handoff
+
+    async def invoke(run_ctx: Any, arguments: str) -> Agent[Any]:
+        return _durable_agent(await original(run_ctx, arguments), bridge, made)
+
+    return dataclasses.replace(handoff, on_invoke_handoff=invoke)
 
 
 def _read_tool(function: FunctionTool) -> SDKTool:
@@ -539,7 +558,8 @@ def _durable_tool(tool: Any, bridge: _Bridge) -> Any:
         else:
 
             def run_sdk(**_inputs: Any) -> Any:
-                return _checked(tool.name, bridge.on_loop(tool.on_invoke_tool(tool_ctx, arguments)))
+                answer = tool.on_invoke_tool(tool_ctx, arguments)
+                return _checked(tool.name, bridge.on_loop(_awaited(answer)))
 
             read = dataclasses.replace(base, fn=run_sdk)
 
@@ -590,6 +610,10 @@ def _durable_guard(guard: Any, bridge: _Bridge, where: str, agent: Agent[Any]) -
 
     kind = InputGuardrail if where == "input" else OutputGuardrail
     return kind(guardrail_function=check, name=name)  # type: ignore[arg-type]
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
 
 
 # --- values ---------------------------------------------------------------------------------

@@ -13,13 +13,13 @@ from django.db import connection
 
 pytest.importorskip("agents")
 
-from harness import openai_agents_agent as example  # noqa: E402 - registers oa_refunds
-from harness.cluster import Cluster, wait_for  # noqa: E402
-from ledger import transitions  # noqa: E402
-from ledger.adapters import openai_agents  # noqa: E402
-from ledger.examples.models import Notification, ProviderCharge  # noqa: E402
-from ledger.models import Run, Step  # noqa: E402
-from runs.operations.tasks import start_run  # noqa: E402
+from harness import openai_agents_agent as example
+from harness.cluster import Cluster, wait_for
+from ledger import transitions
+from ledger.adapters import openai_agents
+from ledger.examples.models import Notification, ProviderCharge
+from ledger.models import Run, Step
+from runs.operations.tasks import start_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 assert connection  # the skipif conditions below read it
@@ -196,7 +196,7 @@ def test_bad_declarations_are_refused_before_anything_is_written() -> None:
     held = SDKAgent(name="b", model=example.ScriptedModel())
     with pytest.raises(AgentDefinitionError, match="holds a Model object"):
         openai_agents.run(None, held, "hi")  # type: ignore[arg-type]
-    with pytest.raises(ImportError, match=">=0.24,<0.25"):
+    with pytest.raises(ImportError, match=r">=0\.24,<0\.25"):
         openai_agents._check_version("0.3.1")
     assert Step.objects.count() == 0 and Run.objects.count() == 0
 
@@ -266,3 +266,77 @@ def test_a_celery_worker_killed_mid_run_resumes_asking_each_turn_once_and_sendin
     assert len(settled_by_lookup) == len(sent) and all(r.attempt == 1 for r in settled_by_lookup)
     effects_once()
     connection.close()
+
+
+class _Scripted(example.Model):
+    """A fake SDK model per agent: ``answers[n]`` for its n-th request in a run."""
+
+    def __init__(self, name: str, answers: list[Any], asked: list[str]) -> None:
+        self.name, self.answers, self.asked = name, answers, asked
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(self.name)
+        n = sum(1 for a in self.asked if a == self.name) - 1
+        usage = example.Usage(requests=1, input_tokens=1, output_tokens=1, total_tokens=2)
+        return example.ModelResponse(output=[self.answers[n]], usage=usage, response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_handoffs_and_agents_as_tools_keep_stable_step_ids(execute: Any) -> None:
+    from agents import Agent as SDKAgent
+    from agents import handoff
+
+    from ledger.agents import agent
+
+    asked: list[str] = []
+    models = {
+        "triage": [
+            example._call("t1", "research", input="inv_1001"),
+            example._call("t2", "transfer_to_closer"),
+        ],
+        "researcher": [example._message("inv_1001 was double billed")],
+        "closer": [example._message("closed")],
+    }
+
+    class Provider(example.ModelProvider):
+        def get_model(self, name: str | None) -> Any:
+            return _Scripted(str(name), models[str(name)], asked)
+
+    researcher = SDKAgent(name="researcher", model="researcher")
+    closer = SDKAgent(name="closer", model="closer")
+    triage = SDKAgent(
+        name="triage",
+        model="triage",
+        tools=[researcher.as_tool(tool_name="research", tool_description="look it up")],
+        handoffs=[handoff(closer)],
+    )
+
+    @agent("oa_triage_test", tools=[])
+    def triage_run(ctx: Any, inputs: Any) -> Any:
+        asked.clear()  # counts per execution
+        return openai_agents.run(ctx, triage, "help", model_provider=Provider()).final_output
+
+    run_id = transitions.run_start(agent="oa_triage_test", inputs={}).run_id
+    outcome = execute(run_id)
+    assert (outcome.status, outcome.result) == ("succeeded", "closed"), outcome
+    expected = [
+        "openai.turn.1",
+        "openai.turn.1.tools.0.research.turn.1",
+        "openai.turn.2",
+        "openai.turn.3",
+    ]
+    ledger = rows(run_id)
+    assert list(ledger) == expected
+    assert ledger["openai.turn.3"].inputs["system"] is None and asked == [
+        "triage",
+        "researcher",
+        "triage",
+        "closer",
+    ]
+    Run.objects.filter(pk=run_id).update(status="failed")
+    transitions.run_resume(run_id=run_id, by="test", reason="replay", seen_version=None)
+    again = execute(run_id, worker="worker-2")
+    assert (again.status, again.result) == ("succeeded", "closed")
+    assert list(rows(run_id)) == expected and asked == []  # replayed: nobody asked again
