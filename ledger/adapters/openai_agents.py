@@ -567,7 +567,9 @@ def _durable_tool(tool: Any, bridge: _Bridge) -> Any:
                 return ctx.call(read, step=step_id, **parsed)
 
         result = await bridge.in_turn(model_step, index, call)
-        return result
+        # What the model is given back: a text as it is, anything else as canonical JSON (the
+        # SDK would hand back its Python repr), so a replay gives the next turn the same bytes.
+        return result if isinstance(result, str) else canonical.dumps(result)
 
     return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=False)
 

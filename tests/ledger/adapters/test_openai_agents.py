@@ -340,3 +340,35 @@ def test_handoffs_and_agents_as_tools_keep_stable_step_ids(execute: Any) -> None
     again = execute(run_id, worker="worker-2")
     assert (again.status, again.result) == ("succeeded", "closed")
     assert list(rows(run_id)) == expected and asked == []  # replayed: nobody asked again
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "authors" / "openai-agents.md"
+
+
+def test_the_docs_example_runs_against_a_model_server_on_loopback(
+    execute: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's opening example, as written, on the real SDK's Chat Completions model."""
+    from ledger import registry
+    from tests.support.llm_wire import WireModel
+
+    text = DOCS.read_text()
+    example_code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(example_code.splitlines()) <= 40
+    with WireModel() as served:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{served.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        namespace: dict[str, Any] = {"__name__": "docs_openai_agents"}
+        exec(compile(example_code, str(DOCS), "exec"), namespace)
+        try:
+            run_id = transitions.run_start(
+                agent="billing_agent", inputs={"ask": "Please refund invoices inv_1001, inv_1003."}
+            ).run_id
+            outcome = execute(run_id)
+        finally:
+            registry.unregister_agent("billing_agent")
+        assert outcome.status == "succeeded", outcome
+        assert outcome.result == {"text": "Refunded and emailed every customer."}
+        assert served.turns_asked() == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert [r.kind for r in rows(run_id).values()].count("effect") == 4
+    assert ProviderCharge.objects.count() == 2
