@@ -62,7 +62,8 @@ bench: $(STAMP) $(PEERS)
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
 		$(PY) manage.py bench_workers --json bench-results.json && \
-		$(PY) manage.py bench_api --json bench-results.json'
+		$(PY) manage.py bench_api --json bench-results.json && \
+		$(PY) manage.py shell < harness/bench/openai_agents.py'
 	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 
