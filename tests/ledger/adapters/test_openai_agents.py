@@ -160,6 +160,15 @@ def test_changed_instructions_between_crash_and_resume_are_a_stale_model_step(
     assert asked(asks) == {1: 1, 2: 1}  # nothing asked again
     assert ProviderCharge.objects.count() == 0
     assert rows(run_id)["openai.turn.2.tools.0.refund_charge"].status == "started"
+    # The diff a person sees (the stale page's dry replay of the SDK run): only the prompt.
+    from ledger.processes.preview import stale_entry
+
+    stale = rows(run_id)["openai.turn.1"]
+    today = stale_entry(stale)
+    changed = {k for k in stale.inputs if stale.inputs[k] != today.current_inputs.get(k)}
+    assert changed == {"system"}
+    assert today.current_inputs["system"] == example.SYSTEM["1"]
+    assert asked(asks) == {1: 1, 2: 1}  # the dry replay asked nobody
 
 
 def test_a_tool_that_returns_something_not_json_fails_its_step_saying_which_tool(
