@@ -20,6 +20,7 @@ from ledger.adapters import openai_agents
 from ledger.examples.models import Notification, ProviderCharge
 from ledger.models import Run, Step
 from runs.operations.tasks import start_run
+from tests.support.chains import chain, rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 assert connection  # the skipif conditions below read it
@@ -36,19 +37,6 @@ EXPECTED_STEPS = {
     "openai.turn.3.tools.0.notify_team": "effect",
     "openai.turn.4": "model",
 }
-
-
-def rows(run_id: str) -> dict[str, Step]:
-    return {s.step_id: s for s in Step.objects.filter(run_id=run_id).order_by("seq")}
-
-
-def chain(ledger: dict[str, Step]) -> list[str]:
-    linked = {r.next_step_id for r in ledger.values()}
-    (first,) = [s for s in ledger if s not in linked]
-    path = [first]
-    while (following := ledger[path[-1]].next_step_id) is not None and len(path) <= len(ledger):
-        path.append(following)
-    return path
 
 
 def effects_once() -> None:
