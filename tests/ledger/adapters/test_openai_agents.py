@@ -369,3 +369,42 @@ def test_the_docs_example_runs_against_a_model_server_on_loopback(
         assert served.turns_asked() == {1: 1, 2: 1, 3: 1, 4: 1}
     assert [r.kind for r in rows(run_id).values()].count("effect") == 4
     assert ProviderCharge.objects.count() == 2
+
+
+def test_needs_approval_on_an_effect_is_the_approval_gate(
+    asks: Path, execute: Any, people: Any, clock: Any
+) -> None:
+    """``function_tool(effect, needs_approval=True)``: the run waits at runledger's gate for
+    the exact arguments; approved, the effect is sent once and the run finishes."""
+    from ledger.agents import agent
+    from ledger.models import Gate
+
+    gated = example.refund_agent()
+    gated.tools = [
+        *gated.tools[:2],
+        openai_agents.function_tool(example.notify_team, needs_approval=True),
+    ]
+
+    @agent("oa_gated_test", tools=openai_agents.ledger_tools(gated))
+    def gated_run(ctx: Any, inputs: Any) -> Any:
+        result = openai_agents.run(
+            ctx,
+            gated,
+            "Please refund invoices inv_1001 and inv_1003.",
+            model_provider=example.ScriptedProvider(),
+        )
+        return {"text": result.final_output}
+
+    run_id = transitions.run_start(agent="oa_gated_test", inputs={}).run_id
+    outcome = execute(run_id)
+    assert (outcome.status, outcome.reason) == ("needs_attention", "approval"), outcome
+    assert outcome.step_id == "openai.turn.3.tools.0.notify_team"
+    gate = Gate.objects.get(run_id=run_id)
+    assert gate.arguments_text == '{"channel":"#billing","text":"refunded 2 invoices"}'
+    assert Notification.objects.count() == 0
+    assert "openai.turn.3.tools.0.notify_team" not in rows(run_id)  # no intent row
+    transitions.gate_approve(gate=gate, by=people.bob, reason="ok", clock=clock)
+    done = execute(run_id, worker="worker-2")
+    assert (done.status, done.result) == ("succeeded", {"text": example.FINAL}), done
+    assert asked(asks) == {1: 1, 2: 1, 3: 1, 4: 1}
+    effects_once()
