@@ -67,7 +67,8 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_api --json bench-results.json && \
 		$(PY) manage.py bench_adapters --json bench-results.json && \
 		RUNLEDGER_AGENT_MODULES=ledger.examples.agents,tests.support.claude_agents \
-			$(PY) manage.py shell < harness/bench/claude_agent_sdk.py'
+			$(PY) manage.py shell < harness/bench/claude_agent_sdk.py && \
+		$(PY) manage.py shell < harness/bench/openai_agents.py'
 	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
 

@@ -23,10 +23,11 @@ from django.utils import timezone
 from harness.cluster import Cluster, database_url, wait_for
 from ledger import registry, transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
-from ledger.models import Run, Step
+from ledger.models import Run
 from ledger.processes import execute
 from runs.cli import EQUIPMENT_ENV  # the harness's commands, and the examples
 from runs.operations.tasks import start_run
+from tests.support.chains import chain, rows
 from tests.support.llm_wire import WireModel
 
 pytest.importorskip("anthropic")
@@ -62,20 +63,6 @@ def start(api: str, **inputs: Any) -> str:
         agent="refund_loop", inputs={"invoice_ids": INVOICES, "api": api, **inputs}
     )
     return run.run_id
-
-
-def rows(run_id: str) -> dict[str, Step]:
-    return {s.step_id: s for s in Step.objects.filter(run_id=run_id).order_by("seq")}
-
-
-def chain(ledger: dict[str, Step]) -> list[str]:
-    """The recorded path: from the row nothing links to, along ``next_step_id``."""
-    linked = {r.next_step_id for r in ledger.values()}
-    (first,) = [s for s in ledger if s not in linked]
-    path = [first]
-    while (following := ledger[path[-1]].next_step_id) is not None and len(path) <= len(ledger):
-        path.append(following)
-    return path
 
 
 def settled(run_id: str) -> bool:

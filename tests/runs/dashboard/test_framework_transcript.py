@@ -58,7 +58,7 @@ def test_a_run_without_a_framework_agent_has_no_framework_transcript(execute: An
     assert adapters.transcripts(run.run_id) == {}
 
 
-def test_the_claude_agent_sdk_transcript_is_registered_for_the_run_page() -> None:
+def test_every_adapters_transcript_is_registered_for_the_run_page() -> None:
     from ledger import adapters
 
-    assert "claude-agent-sdk" in adapters.renderers()
+    assert {"claude-agent-sdk", "openai-agents", "pydantic-ai"} <= set(adapters.renderers())
