@@ -25,10 +25,10 @@ class PageQuery(Strict):
     page: int = Field(default=1, ge=1, le=10_000)
 
 
-def _gate(pk: int) -> Gate:
-    gate = selectors.gate_get(pk)
+def _gate(gate_id: int) -> Gate:
+    gate = selectors.gate_get(gate_id)
     if gate is None:
-        raise problems.not_found(f"no gate #{pk}")
+        raise problems.not_found(f"no gate #{gate_id}")
     return gate
 
 
@@ -45,42 +45,42 @@ def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[GateOut]:
     return [GateOut.of(g) for g in selectors.gate_queue(limit=PAGE, offset=(q.page - 1) * PAGE)]
 
 
-@router.get("/approvals/{pk}", response={200: GateOut, **REFUSALS}, summary="Read a gate")
-def read(request: HttpRequest, pk: int) -> GateOut:
+@router.get("/approvals/{gate_id}", response={200: GateOut, **REFUSALS}, summary="Read a gate")
+def read(request: HttpRequest, gate_id: int) -> GateOut:
     require(request, "read")
-    return GateOut.of(_gate(pk))
+    return GateOut.of(_gate(gate_id))
 
 
 @router.post(
-    "/approvals/{pk}/approve",
+    "/approvals/{gate_id}/approve",
     response={200: GateOut, **REFUSALS},
     summary="Approve a gate",
     description="A person's decision: needs the token of a user with the approver role. With "
     "two approvers required the first approval leaves the gate waiting for a different person; "
     "the last one queues the run, whose worker sends the effect once, with these arguments.",
 )
-def approve(request: HttpRequest, pk: int, body: DecideIn) -> GateOut:
+def approve(request: HttpRequest, gate_id: int, body: DecideIn) -> GateOut:
     token = require_person_approver(request)
-    gate = _gate(pk)
+    gate = _gate(gate_id)
     try:
         transitions.gate_approve(gate=gate, by=actor(token), reason=body.reason)
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return GateOut.of(_gate(pk))
+    return GateOut.of(_gate(gate_id))
 
 
 @router.post(
-    "/approvals/{pk}/reject",
+    "/approvals/{gate_id}/reject",
     response={200: GateOut, **REFUSALS},
     summary="Reject a gate",
     description="A person's decision, with a reason: the effect is never sent; the agent gets "
     "`ApprovalRejected` (the run is queued) or the run fails, as the tool declares.",
 )
-def reject(request: HttpRequest, pk: int, body: RejectIn) -> GateOut:
+def reject(request: HttpRequest, gate_id: int, body: RejectIn) -> GateOut:
     token = require_person_approver(request)
-    gate = _gate(pk)
+    gate = _gate(gate_id)
     try:
         transitions.gate_reject(gate=gate, by=actor(token), reason=body.reason)
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return GateOut.of(_gate(pk))
+    return GateOut.of(_gate(gate_id))

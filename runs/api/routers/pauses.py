@@ -23,10 +23,10 @@ class ListQuery(Strict):
     active: bool = True
 
 
-def _out(pk: int) -> PauseOut:
-    pause = selectors.pauses_list(active=False).filter(pk=pk).first()
+def _out(pause_id: int) -> PauseOut:
+    pause = selectors.pauses_list(active=False).filter(pk=pause_id).first()
     if pause is None:
-        raise problems.not_found(f"no pause #{pk}")
+        raise problems.not_found(f"no pause #{pause_id}")
     return PauseOut.of(pause, held=pause.held)
 
 
@@ -40,10 +40,10 @@ def pauses(request: HttpRequest, q: Query[ListQuery]) -> list[PauseOut]:
     return [PauseOut.of(p, held=p.held) for p in rows]
 
 
-@router.get("/pauses/{pk}", response={200: PauseOut, **REFUSALS}, summary="Read a pause")
-def read(request: HttpRequest, pk: int) -> PauseOut:
+@router.get("/pauses/{pause_id}", response={200: PauseOut, **REFUSALS}, summary="Read a pause")
+def read(request: HttpRequest, pause_id: int) -> PauseOut:
     require(request, "read")
-    return _out(pk)
+    return _out(pause_id)
 
 
 @router.post(
@@ -65,20 +65,20 @@ def create(request: HttpRequest, body: PauseIn) -> Status[PauseOut]:
 
 
 @router.post(
-    "/pauses/{pk}/lift",
+    "/pauses/{pause_id}/lift",
     response={200: PauseOut, **REFUSALS},
     summary="Lift a pause and queue the runs it holds",
     description="`expected` is the `held` count you read: when more or fewer runs are held "
     "now the lift is refused (409) and nothing is queued.",
 )
-def lift(request: HttpRequest, pk: int, body: LiftIn) -> PauseOut:
+def lift(request: HttpRequest, pause_id: int, body: LiftIn) -> PauseOut:
     token = require(request, "operate")
-    if not Pause.objects.filter(pk=pk).exists():
-        raise problems.not_found(f"no pause #{pk}")
+    if not Pause.objects.filter(pk=pause_id).exists():
+        raise problems.not_found(f"no pause #{pause_id}")
     try:
         transitions.pause_lift(
-            pause_id=pk, by=actor(token), reason=body.reason, expected=body.expected
+            pause_id=pause_id, by=actor(token), reason=body.reason, expected=body.expected
         )
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return _out(pk)
+    return _out(pause_id)

@@ -73,17 +73,17 @@ def subscriptions(request: HttpRequest, q: Query[ListQuery]) -> list[WebhookOut]
 
 
 @router.delete(
-    "/webhooks/{pk}",
+    "/webhooks/{subscription_id}",
     response={200: WebhookOut, **REFUSALS},
     summary="Remove a subscription",
     description="It gets no new events; deliveries still waiting for it are given up.",
 )
-def unsubscribe(request: HttpRequest, pk: int) -> WebhookOut:
+def unsubscribe(request: HttpRequest, subscription_id: int) -> WebhookOut:
     token = require(request, "subscribe")
-    if not WebhookSubscription.objects.filter(pk=pk).exists():
-        raise problems.not_found(f"no webhook subscription #{pk}")
+    if not WebhookSubscription.objects.filter(pk=subscription_id).exists():
+        raise problems.not_found(f"no webhook subscription #{subscription_id}")
     try:
-        removed = events.unsubscribe(pk, by=actor(token))
+        removed = events.unsubscribe(subscription_id, by=actor(token))
     except OperationError as exc:
         raise problems.refusal(exc) from exc
     return WebhookOut.of(removed)
