@@ -171,3 +171,15 @@ def test_a_stale_step_is_accepted_through_the_api(
     event = AuditEvent.objects.get(action="stale_accept")
     assert (event.actor, event.step_id) == ("api:ops", "decide")
     assert execute(run.run_id).status == "succeeded"
+
+
+def test_the_schemas_name_every_status_reason_and_event_of_the_ledger() -> None:
+    from typing import get_args
+
+    from ledger.states import Reason, RunStatus
+    from ledger.webhooks import EVENT_TYPES
+    from runs.api.schemas import EventName, ReasonName, RunStatusName
+
+    assert set(get_args(RunStatusName)) == set(RunStatus.values)
+    assert set(get_args(ReasonName)) == set(Reason.values) - {""}
+    assert get_args(EventName) == EVENT_TYPES
