@@ -6,6 +6,8 @@ service's, as a settlement's approval does; the audit names that person."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest
 from ninja import Query, Router
 from pydantic import Field
@@ -60,13 +62,7 @@ def read(request: HttpRequest, gate_id: int) -> GateOut:
     "the last one queues the run, whose worker sends the effect once, with these arguments.",
 )
 def approve(request: HttpRequest, gate_id: int, body: DecideIn) -> GateOut:
-    token = require_person_approver(request)
-    gate = _gate(gate_id)
-    try:
-        transitions.gate_approve(gate=gate, by=actor(token), reason=body.reason)
-    except transitions.OperationError as exc:
-        raise problems.refusal(exc) from exc
-    return GateOut.of(_gate(gate_id))
+    return _decide(request, gate_id, transitions.gate_approve, body.reason)
 
 
 @router.post(
@@ -77,10 +73,16 @@ def approve(request: HttpRequest, gate_id: int, body: DecideIn) -> GateOut:
     "`ApprovalRejected` (the run is queued) or the run fails, as the tool declares.",
 )
 def reject(request: HttpRequest, gate_id: int, body: RejectIn) -> GateOut:
+    return _decide(request, gate_id, transitions.gate_reject, body.reason)
+
+
+def _decide(request: HttpRequest, gate_id: int, decide: Any, reason: str) -> GateOut:
+    """A person's decision on a gate (``gate_approve`` or ``gate_reject``): the token is
+    checked before the gate is read; a refusal of the transition wrote nothing."""
     token = require_person_approver(request)
     gate = _gate(gate_id)
     try:
-        transitions.gate_reject(gate=gate, by=actor(token), reason=body.reason)
+        decide(gate=gate, by=actor(token), reason=reason)
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
     return GateOut.of(_gate(gate_id))

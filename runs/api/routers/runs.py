@@ -67,6 +67,13 @@ def run_or_404(run_id: str) -> Run:
         raise problems.not_found(f"no run {run_id!r}") from None
 
 
+def step_or_404(run: Run, pk: int) -> Step:
+    try:
+        return selectors.step_of_run(run_id=run.run_id, pk=pk)
+    except Step.DoesNotExist:
+        raise problems.not_found(f"run {run.run_id!r} has no step #{pk}") from None
+
+
 @router.post(
     "/runs",
     response={200: StartedOut, 201: StartedOut, **REFUSALS},
@@ -232,10 +239,7 @@ def accept_stale(
 ) -> StaleAcceptedOut:
     token = require(request, "operate")
     run = run_or_404(run_id)
-    try:
-        row = selectors.step_of_run(run_id=run.run_id, pk=step)
-    except Step.DoesNotExist:
-        raise problems.not_found(f"run {run_id!r} has no step #{step}") from None
+    row = step_or_404(run, step)
     try:
         done = stale.accept_stale(
             run_id=run.run_id,
