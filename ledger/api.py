@@ -16,8 +16,10 @@ what differs, and writes nothing. The plan version and tool schema of the run ar
 worker that first executes it, not of the calling process.
 
 ``manage.py start_run``, the HTTP API (``runs.api``) and the Python client's server side all
-start runs through this function. Completion events (webhook subscriptions) are a separate
-part; ``start_run`` takes no subscription yet.
+start runs through this function. ``webhooks=[{"url": …, "events": ["run.succeeded"]}]``
+subscribes the run's completion events in the start's own transaction (``ledger.events`` has
+the per-agent subscriptions); the handle's ``subscriptions`` hold each with its signing secret,
+shown this once. A repeated start subscribes nothing again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from ledger import registry, transitions, waiting
 from ledger.errors import Conflict, InvalidInput
-from ledger.models import Run, RunStatus
+from ledger.models import Run, RunStatus, WebhookSubscription
 from ledger.transitions import Actor
 
 __all__ = [
@@ -130,9 +132,17 @@ class RunState:
 class RunHandle:
     """A run by id. ``created`` says whether the start that made this handle wrote the run."""
 
-    def __init__(self, run_id: str, *, created: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        created: bool = False,
+        subscriptions: list[tuple[WebhookSubscription, str]] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.created = created
+        #: The per-run subscriptions the start made, each with its secret (``whsec_…``).
+        self.subscriptions = subscriptions or []
 
     def __repr__(self) -> str:
         return f"RunHandle({self.run_id!r})"
@@ -181,6 +191,7 @@ def start_run(
     max_resumes: int | None = None,
     by: Actor | None = None,
     reason: str = "",
+    webhooks: list[dict[str, Any]] | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -188,7 +199,9 @@ def start_run(
     the agent ``requires``, a run id outside ``ledger.inputs.RUN_ID_PATTERN``, a bad key, title
     or labels); ``Conflict`` (the id or key names a run started with other values).
     ``by`` is who is audited as having started it (``api:<token>``, ``cli:<login>``, a user);
-    None audits nothing, as for runs the system starts.
+    None audits nothing, as for runs the system starts. ``webhooks``: per-run subscriptions
+    to the run's completion events, ``[{"url": …, "events": [...]}]`` (events default to all
+    four), written with the run (a bad one is ``InvalidInput`` and nothing is written).
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -203,8 +216,11 @@ def start_run(
         max_resumes=max_resumes,
         by=by,
         reason=reason,
+        webhooks=webhooks,
     )
-    return RunHandle(started.run.run_id, created=started.created)
+    return RunHandle(
+        started.run.run_id, created=started.created, subscriptions=started.subscriptions
+    )
 
 
 def get_run(run_id: str) -> RunHandle:

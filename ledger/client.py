@@ -9,6 +9,16 @@ Install with the ``client`` extra (``pip install 'runledger[client]'``)::
     done = runledger.wait(run.run_id, timeout=300)     # long-polls until it settles
     refund = runledger.result(run.run_id)             # its result, or RunFailed/RunCancelled/…
 
+Approval gates (``approvals``, ``approve``, ``reject``: a person's approver token), pauses
+(``pauses``, ``pause``, ``lift``), a run's ``executions`` and each step's failed attempts
+(``steps``), ``accept_stale``, and webhook subscriptions (``subscribe``, ``webhooks``,
+``unsubscribe``, or ``start(..., webhooks=[...])``) are here too; ``verify_webhook`` checks a
+delivery's Standard Webhooks signature in the application's endpoint::
+
+    from ledger.client import verify_webhook
+
+    event = verify_webhook(request.body, request.headers, secret)  # or WebhookVerificationError
+
 Safe calls are retried on a lost connection, a 502/503/504 and a 429 (after ``Retry-After``):
 every GET, and ``start``, which always sends an ``Idempotency-Key`` (one is made when none is
 given) so that a retried start is the same run. ``cancel``, ``resume`` and ``retry`` are not
@@ -29,14 +39,20 @@ from typing import Any, TypeVar
 
 import httpx
 
+from ledger.webhooks import WebhookVerificationError, verify_webhook
+
 __all__ = [
     "Agent",
     "ApiError",
+    "AttemptFailure",
     "Client",
     "Conflict",
+    "Execution",
     "Forbidden",
+    "Gate",
     "InvalidRequest",
     "NotFound",
+    "Pause",
     "RateLimited",
     "Run",
     "RunCancelled",
@@ -45,6 +61,9 @@ __all__ = [
     "RunSummary",
     "Step",
     "Unauthorized",
+    "Webhook",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]
 
 #: The server answers a long-poll after at most this many seconds.
@@ -96,6 +115,8 @@ class Run:
     links: dict[str, str] = field(default_factory=dict)
     #: True when this answer's start made the run (201), False when it existed (200).
     created: bool | None = None
+    #: The per-run subscriptions a start made, each with its ``secret`` (shown once).
+    webhooks: list[Webhook] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,22 @@ class RunSummary:
     labels: dict[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
     status_changed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    """One failed attempt of a step: the exception, its capped traceback, what came next."""
+
+    step_id: str
+    attempt: int | None = None
+    at: datetime | None = None
+    type: str = ""
+    message: str = ""
+    traceback: str = ""
+    retry_at: datetime | None = None
+    retry_after: float | None = None
+    final: bool = False
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +162,89 @@ class Step:
     error: str = ""
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    failures: list[AttemptFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution of a run, claim to end: which worker, when, how it ended."""
+
+    number: int
+    worker: str
+    ending: str
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    seconds: float | None = None
+    ending_label: str = ""
+    host: str = ""
+    pid: int | None = None
+    task_id: str = ""
+    reason: str = ""
+    step_id: str = ""
+    replayed: int = 0
+    executed: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An approval gate: the exact canonical arguments (``arguments_text``) and their digest."""
+
+    id: int
+    run_id: str
+    step_id: str
+    tool: str
+    status: str
+    arguments: Any = None
+    arguments_text: str = ""
+    digest: str = ""
+    approvers_required: int = 1
+    approved_by: list[str] = field(default_factory=list)
+    on_reject: str = "raise"
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    decided_by: str = ""
+    decided_at: datetime | None = None
+    decision_reason: str = ""
+    used_at: datetime | None = None
+    void_reason: str = ""
+    run_status: str = ""
+    links: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A pause of a tool, an agent or a run; ``held``: the runs it holds now."""
+
+    id: int
+    scope: str
+    target: str
+    reason: str = ""
+    created_by: str = ""
+    created_at: datetime | None = None
+    active: bool = True
+    held: int = 0
+    lifted_by: str = ""
+    lifted_at: datetime | None = None
+    lift_reason: str = ""
+    requeued: int = 0
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A subscription to completion events; ``secret`` only in the answer that made it."""
+
+    id: int
+    url: str
+    agent: str = ""
+    run_id: str = ""
+    events: list[str] = field(default_factory=list)
+    description: str = ""
+    created_by: str = ""
+    created_at: datetime | None = None
+    removed_by: str = ""
+    removed_at: datetime | None = None
+    secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -255,19 +375,29 @@ class Client:
         idempotency_key: str | None = None,
         title: str | None = None,
         labels: dict[str, str] | None = None,
+        webhooks: list[dict[str, Any]] | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
         Without ``idempotency_key`` one is made for this call, so its retries are one start;
-        give your own (a dispute's id) to make repeated calls of your code one start too."""
+        give your own (a dispute's id) to make repeated calls of your code one start too.
+        ``webhooks=[{"url": …, "events": ["run.succeeded"]}]`` subscribes this run's
+        completion events with its start; ``run.webhooks`` holds each with its secret (only
+        in the answer that made the run: a repeat subscribes nothing again)."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
-        for name, value in (("run_id", run_id), ("title", title), ("labels", labels)):
+        for name, value in (
+            ("run_id", run_id),
+            ("title", title),
+            ("labels", labels),
+            ("webhooks", webhooks),
+        ):
             if value is not None:
                 body[name] = value
         key = idempotency_key or f"client-{uuid.uuid4()}"
         answer = self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
         data = answer.json()
-        return _parse(Run, {**data, "created": answer.status_code == 201})
+        hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
+        return _parse(Run, {**data, "created": answer.status_code == 201, "webhooks": hooks})
 
     def get(self, run_id: str) -> Run:
         return _parse(Run, self._send("GET", f"/runs/{_quote(run_id)}").json())
@@ -344,7 +474,7 @@ class Client:
             page = self._send(
                 "GET", f"/runs/{_quote(run_id)}/steps", params={"after": after, "limit": 500}
             ).json()
-            out.extend(_parse(Step, s) for s in page["steps"])
+            out.extend(_step(s) for s in page["steps"])
             if not page["next_cursor"]:
                 return out
             after = int(page["next_cursor"])
@@ -352,7 +482,108 @@ class Client:
     def agents(self) -> list[Agent]:
         return [_parse(Agent, a) for a in self._send("GET", "/agents").json()]
 
+    def executions(self, run_id: str) -> list[Execution]:
+        """The run's executions in order (worker, start, end, how each ended)."""
+        rows = self._send("GET", f"/runs/{_quote(run_id)}/executions").json()
+        return [_parse(Execution, e) for e in rows]
+
+    def accept_stale(
+        self,
+        run_id: str,
+        step: int,
+        reason: str,
+        *,
+        seen_version: int | None = None,
+        resume: bool = True,
+    ) -> Run:
+        """Keep a stale step's stored result (``step``: the step's ``id``) for today's inputs;
+        the run is queued when it is stopped on that step. Not retried."""
+        payload: dict[str, Any] = {"reason": reason, "resume": resume}
+        if seen_version is not None:
+            payload["seen_version"] = seen_version
+        path = f"/runs/{_quote(run_id)}/steps/{int(step)}/accept-stale"
+        return _parse(Run, self._send("POST", path, json=payload, safe=False).json()["run"])
+
+    # --- approval gates ------------------------------------------------------------------------
+
+    def approvals(self) -> Iterator[Gate]:
+        """Every gate waiting for a decision, oldest first (fetched 100 at a time)."""
+        page = 1
+        while True:
+            rows = self._send("GET", "/approvals", params={"page": page}).json()
+            yield from (_parse(Gate, g) for g in rows)
+            if len(rows) < 100:
+                return
+            page += 1
+
+    def approval(self, gate_id: int) -> Gate:
+        return _parse(Gate, self._send("GET", f"/approvals/{int(gate_id)}").json())
+
+    def approve(self, gate_id: int, reason: str = "") -> Gate:
+        """Approve a gate: needs a person's approver token. Not retried (a repeat is a 409)."""
+        return self._decide(gate_id, "approve", reason)
+
+    def reject(self, gate_id: int, reason: str) -> Gate:
+        return self._decide(gate_id, "reject", reason)
+
+    # --- pauses --------------------------------------------------------------------------------
+
+    def pauses(self, *, active: bool = True) -> list[Pause]:
+        rows = self._send("GET", "/pauses", params={"active": str(active).lower()}).json()
+        return [_parse(Pause, p) for p in rows]
+
+    def pause(self, scope: str, target: str, reason: str) -> Pause:
+        """Pause a ``tool`` (in every agent), an ``agent`` or a ``run`` by name or id."""
+        body = {"scope": scope, "target": target, "reason": reason}
+        return _parse(Pause, self._send("POST", "/pauses", json=body, safe=False).json())
+
+    def get_pause(self, pause_id: int) -> Pause:
+        return _parse(Pause, self._send("GET", f"/pauses/{int(pause_id)}").json())
+
+    def lift(self, pause_id: int, reason: str, *, expected: int) -> Pause:
+        """Lift a pause, queueing the runs it holds: ``expected`` is the ``held`` count you
+        read (a ``Conflict`` when it moved since)."""
+        body = {"reason": reason, "expected": expected}
+        path = f"/pauses/{int(pause_id)}/lift"
+        return _parse(Pause, self._send("POST", path, json=body, safe=False).json())
+
+    # --- webhook subscriptions -----------------------------------------------------------------
+
+    def subscribe(
+        self,
+        url: str,
+        *,
+        agent: str | None = None,
+        run_id: str | None = None,
+        events: list[str] | None = None,
+        description: str = "",
+    ) -> Webhook:
+        """Subscribe ``url`` to the completion events of every run of ``agent`` (or of one
+        run); the answer's ``secret`` is shown this once: keep it to verify deliveries."""
+        body: dict[str, Any] = {"url": url, "description": description}
+        for name, value in (("agent", agent), ("run_id", run_id), ("events", events)):
+            if value is not None:
+                body[name] = value
+        return _parse(Webhook, self._send("POST", "/webhooks", json=body, safe=False).json())
+
+    def webhooks(
+        self, *, agent: str | None = None, run_id: str | None = None, removed: bool = False
+    ) -> list[Webhook]:
+        params: dict[str, Any] = {"removed": str(removed).lower()}
+        for name, value in (("agent", agent), ("run_id", run_id)):
+            if value is not None:
+                params[name] = value
+        return [_parse(Webhook, w) for w in self._send("GET", "/webhooks", params=params).json()]
+
+    def unsubscribe(self, subscription_id: int) -> Webhook:
+        path = f"/webhooks/{int(subscription_id)}"
+        return _parse(Webhook, self._send("DELETE", path, safe=False).json())
+
     # --- plumbing ------------------------------------------------------------------------------
+
+    def _decide(self, gate_id: int, decision: str, reason: str) -> Gate:
+        path = f"/approvals/{int(gate_id)}/{decision}"
+        return _parse(Gate, self._send("POST", path, json={"reason": reason}, safe=False).json())
 
     def _act(self, run_id: str, action: str, **body: Any) -> Run:
         payload = {k: v for k, v in body.items() if v is not None}
@@ -384,6 +615,11 @@ class Client:
         if retry_after is not None and retry_after.isdigit():
             pause = max(pause, min(float(retry_after), 30.0))
         time.sleep(pause)
+
+
+def _step(data: dict[str, Any]) -> Step:
+    failures = [_parse(AttemptFailure, f) for f in data.get("failures") or []]
+    return _parse(Step, {**data, "failures": failures})
 
 
 def _quote(run_id: str) -> str:

@@ -25,6 +25,8 @@ from ledger.transitions._common import Actor, Clock, actor_name, record
 from ledger.webhooks import EVENT_TYPES, new_secret
 
 MAX_URL_CHARS = 2000
+#: The subscriptions one start may carry (``run_start_once(webhooks=...)``).
+MAX_RUN_WEBHOOKS = 10
 MAX_DESCRIPTION_CHARS = 200
 _URL = URLValidator(schemes=["http", "https"])
 
@@ -88,6 +90,58 @@ def check_subscription(
         "run_id": "",
         **_check_scope(agent=agent, run_id=run_id),
     }
+
+
+def check_run_webhooks(webhooks: Any) -> list[dict[str, Any]]:
+    """The per-run subscriptions a start asks for (``[{"url": …, "events": […]}]``), checked
+    and in canonical form (``url``, ``events``, ``description``); ``InvalidInput`` saying which
+    one is wrong. Writes nothing: a start checks them before it writes the run."""
+    if webhooks is None:
+        return []
+    if not isinstance(webhooks, list | tuple):
+        raise InvalidInput("webhooks: a list of {url, events} subscriptions")
+    if len(webhooks) > MAX_RUN_WEBHOOKS:
+        raise InvalidInput(f"webhooks: at most {MAX_RUN_WEBHOOKS} subscriptions per run")
+    out = []
+    for i, spec in enumerate(webhooks):
+        if not isinstance(spec, dict):
+            raise InvalidInput(f"webhooks[{i}]: a subscription is an object with url and events")
+        unknown = sorted(set(spec) - {"url", "events", "description"})
+        if unknown:
+            raise InvalidInput(f"webhooks[{i}]: unknown field(s) {', '.join(unknown)}")
+        try:
+            text = (spec.get("description") or "").strip()
+            if len(text) > MAX_DESCRIPTION_CHARS:
+                raise InvalidInput(f"a description is at most {MAX_DESCRIPTION_CHARS} characters")
+            out.append(
+                {
+                    "url": _check_url(spec.get("url")),
+                    "events": _check_events(spec.get("events")),
+                    "description": text,
+                }
+            )
+        except InvalidInput as exc:
+            raise InvalidInput(f"webhooks[{i}]: {exc}") from None
+    return out
+
+
+def subscribe_run_at_start(
+    run: Run, specs: list[dict[str, Any]], *, by: Actor | None, clock: Clock = timezone.now
+) -> list[tuple[WebhookSubscription, str]]:
+    """Subscribe the checked ``specs`` (``check_run_webhooks``) to the run just written: call
+    in the start's transaction, so the run and its subscriptions commit together or not at
+    all. Each subscription with its secret, shown once."""
+    return [
+        subscribe(
+            spec["url"],
+            run_id=run.run_id,
+            events=spec["events"],
+            description=spec["description"],
+            by=by,
+            clock=clock,
+        )
+        for spec in specs
+    ]
 
 
 def unsubscribe(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from ledger.models import (
     ExecutionEnding,
     Run,
     RunStatus,
+    WebhookSubscription,
 )
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
@@ -101,9 +102,18 @@ def run_start(
     return run
 
 
-def _save_new(run: Run, *, by: Actor | None, reason: str) -> None:
+def _save_new(
+    run: Run,
+    *,
+    by: Actor | None,
+    reason: str,
+    webhooks: list[dict[str, Any]] | None = None,
+) -> list[tuple[WebhookSubscription, str]]:
+    """Write the new run, its audit row and its per-run subscriptions (checked already, by
+    ``events.check_run_webhooks``) in one transaction; the subscriptions with their secrets."""
     with transaction.atomic():
         run.save(force_insert=True)
+        subscribed = events.subscribe_run_at_start(run, webhooks or [], by=by) if webhooks else []
         if by is not None:
             after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
             if run.idempotency_key is not None:
@@ -118,6 +128,7 @@ def _save_new(run: Run, *, by: Actor | None, reason: str) -> None:
             )
         if run.parent_id is None:
             signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
+    return subscribed
 
 
 def _new_run(
@@ -173,6 +184,9 @@ class Started:
 
     run: Run
     created: bool
+    #: The per-run subscriptions this start made, each with its secret (shown once); empty on
+    #: a repeat (an identical start subscribes nothing again).
+    subscriptions: list[tuple[WebhookSubscription, str]] = field(default_factory=list)
 
 
 def run_start_once(
@@ -186,6 +200,7 @@ def run_start_once(
     max_resumes: int | None = None,
     by: Actor | None = None,
     reason: str = "",
+    webhooks: list[dict[str, Any]] | None = None,
     clock: Clock = timezone.now,
 ) -> Started:
     """Start a run, or answer the run an earlier identical start made.
@@ -195,7 +210,12 @@ def run_start_once(
     where both were given): it is returned, nothing is written. Otherwise ``Conflict`` says what
     differs and nothing is written. Two identical starts racing make one run (the unique
     constraints decide; the loser reads the winner's row).
+
+    ``webhooks``: per-run subscriptions (``[{"url": …, "events": […]}]``, checked before
+    anything is written) made in the run's own transaction; a repeat subscribes nothing again
+    (its ``webhooks`` are not compared: the run's subscriptions are those of the first start).
     """
+    specs = events.check_run_webhooks(webhooks)
     candidate = _new_run(
         agent=agent,
         inputs=inputs,
@@ -214,13 +234,13 @@ def run_start_once(
         return Started(run=existing, created=False)
     try:
         with transaction.atomic():  # a savepoint: a lost race leaves the caller's transaction
-            _save_new(candidate, by=by, reason=reason)
+            subscribed = _save_new(candidate, by=by, reason=reason, webhooks=specs)
     except IntegrityError:
         existing = _earlier_start(candidate, chosen_id=run_id)
         if existing is None:
             raise
         return Started(run=existing, created=False)
-    return Started(run=candidate, created=True)
+    return Started(run=candidate, created=True, subscriptions=subscribed)
 
 
 def _earlier_start(candidate: Run, *, chosen_id: str | None) -> Run | None:

@@ -78,8 +78,8 @@ def actor(token: ApiToken) -> Actor:
 
 
 def require_person_approver(request: HttpRequest) -> ApiToken:
-    """Approving a settlement is a person's decision: an approver token of a person who holds
-    the approver role now."""
+    """Approving a settlement, or deciding an approval gate, is a person's decision: an
+    approver token of a person who holds the approver role now."""
     from runs.dashboard.models import APPROVE_SETTLEMENTS
 
     token = require(request, "approve")
@@ -93,7 +93,8 @@ def require_person_approver(request: HttpRequest) -> ApiToken:
 _WORDS = {
     "read": "read runs",
     "start": "start runs",
-    "operate": "resume, retry or cancel runs",
+    "operate": "resume, retry, cancel, pause or accept stale steps",
+    "subscribe": "subscribe or remove webhooks",
     "propose": "propose settlements",
-    "approve": "approve settlements",
+    "approve": "approve or reject (settlements, approval gates)",
 }

@@ -8,7 +8,7 @@ from django.db import models
 #: What each role may do through the API (the dashboard's roles, the same names).
 ROLE_ACTIONS: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),
-    "operator": frozenset({"read", "start", "operate", "propose"}),
+    "operator": frozenset({"read", "start", "operate", "propose", "subscribe"}),
     "approver": frozenset({"read", "approve"}),
 }
 ROLES = tuple(ROLE_ACTIONS)

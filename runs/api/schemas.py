@@ -3,6 +3,7 @@ fields; answers say what a run, a step, an agent or a settlement is, with links.
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, Literal
@@ -14,9 +15,16 @@ from pydantic import ConfigDict, Field
 
 from ledger.api import RunState
 from ledger.inputs import RUN_ID_PATTERN
-from ledger.models import Run, Settlement, Step
+from ledger.models import Gate, Pause, Run, Settlement, Step, WebhookSubscription
+from ledger.selectors import AttemptFailure, ExecutionRow, attempt_failures
 
-RunStatusName = Literal["queued", "running", "needs_attention", "succeeded", "failed", "cancelled"]
+RunStatusName = Literal[
+    "queued", "running", "needs_attention", "paused", "succeeded", "failed", "cancelled"
+]
+#: Why a run needs attention ('' when it does not); a test keeps both lists equal to the
+#: ledger's own (``ledger.states``).
+ReasonName = Literal["reconciliation", "stale", "divergence", "budget", "agent_missing", "approval"]
+EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.needs_attention"]
 
 
 class Strict(Schema):
@@ -43,6 +51,23 @@ def refuse_unknown_query(request: HttpRequest, model: type[Schema]) -> None:
         )
 
 
+class RunWebhookIn(Strict):
+    url: str = Field(min_length=1, max_length=2000, description="an http(s) URL to POST to")
+    events: list[EventName] | None = Field(
+        default=None, min_length=1, description="the events wanted (default: all four)"
+    )
+    description: str = Field(default="", max_length=200)
+
+
+class WebhookIn(RunWebhookIn):
+    agent: str | None = Field(
+        default=None, min_length=1, max_length=200, description="every run of this agent"
+    )
+    run_id: str | None = Field(
+        default=None, pattern=f"^{RUN_ID_PATTERN}$", description="or this one run"
+    )
+
+
 class StartIn(Strict):
     agent: str = Field(min_length=1, max_length=200, description="a registered agent's name")
     inputs: Any = Field(default_factory=dict, description="the run's inputs (JSON)")
@@ -51,6 +76,13 @@ class StartIn(Strict):
     )
     title: str | None = Field(default=None, max_length=200)
     labels: dict[str, str] | None = Field(default=None, description="text keys, text values")
+    webhooks: list[RunWebhookIn] | None = Field(
+        default=None,
+        max_length=10,
+        description="subscribe URLs to this run's completion events, in the start's own "
+        "transaction (each secret is in the 201 answer, once); a repeated start subscribes "
+        "nothing again",
+    )
 
 
 class ReasonIn(Strict):
@@ -73,6 +105,29 @@ class ProposeIn(Strict):
     result: Any = Field(default=None, description="the downstream result (for happened)")
 
 
+class PauseIn(Strict):
+    scope: Literal["tool", "agent", "run"]
+    target: str = Field(min_length=1, max_length=200, description="the tool, agent or run id")
+    reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
+
+
+class LiftIn(Strict):
+    reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
+    expected: int = Field(
+        ge=0,
+        le=10**9,
+        description="the count of held runs you were shown (`held`); refused (409) if it moved",
+    )
+
+
+class AcceptStaleIn(Strict):
+    reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
+    seen_version: int | None = Field(
+        default=None, ge=0, description="the step's version you looked at; 409 if it moved"
+    )
+    resume: bool = Field(default=True, description="queue the run when it is stopped on this step")
+
+
 class DecideIn(Strict):
     reason: str = Field(default="", max_length=4000)
 
@@ -85,6 +140,7 @@ class RunLinks(Schema):
     self: str
     wait: str
     steps: str
+    executions: str
     dashboard: str
 
 
@@ -124,6 +180,7 @@ class RunOut(Schema):
                 self=base,
                 wait=f"{base}/wait",
                 steps=f"{base}/steps",
+                executions=f"{base}/executions",
                 dashboard=reverse("runs:detail", args=[run.run_id]),
             ),
         )
@@ -158,6 +215,25 @@ class RunPageOut(Schema):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
+class AttemptFailureOut(Schema):
+    """One failed attempt of a step (``ledger.selectors.AttemptFailure``)."""
+
+    step_id: str
+    attempt: int | None
+    at: datetime | None
+    type: str = Field(description="the exception's type")
+    message: str
+    traceback: str = Field(description="size-capped; the agent's and tools' frames")
+    retry_at: datetime | None = Field(description="when the next attempt is due; None if final")
+    retry_after: float | None = Field(description="seconds the tool asked to wait, if it did")
+    final: bool = Field(description="the step gave up after this attempt")
+    why: str
+
+    @staticmethod
+    def of(failure: AttemptFailure) -> AttemptFailureOut:
+        return AttemptFailureOut(**failure.as_dict())
+
+
 class StepOut(Schema):
     id: int = Field(description="the row's id (settlements name it)")
     step_id: str
@@ -172,6 +248,7 @@ class StepOut(Schema):
     error: str
     started_at: datetime | None
     finished_at: datetime | None
+    failures: list[AttemptFailureOut] = Field(description="its failed attempts, oldest first")
 
     @staticmethod
     def of(step: Step) -> StepOut:
@@ -189,6 +266,7 @@ class StepOut(Schema):
             error=step.error,
             started_at=step.started_at,
             finished_at=step.finished_at,
+            failures=[AttemptFailureOut.of(f) for f in attempt_failures(step.step_id, step.errors)],
         )
 
 
@@ -251,3 +329,166 @@ class WaitingEffectOut(Schema):
     effect_key: str
     since: datetime
     proposal: SettlementOut | None
+
+
+class ExecutionOut(Schema):
+    """One execution of a run, claim to end (``ledger.selectors.run_executions``)."""
+
+    number: int
+    worker: str
+    host: str
+    pid: int | None
+    task_id: str
+    started_at: datetime
+    ended_at: datetime | None
+    seconds: float | None
+    ending: str = Field(description="running, finished, needs_attention, paused, failed, …")
+    ending_label: str
+    reason: str
+    step_id: str = Field(description="the step it stopped at, if it stopped")
+    replayed: int = Field(description="steps replayed from the ledger")
+    executed: int = Field(description="steps executed")
+    error: str
+
+    @staticmethod
+    def of(row: ExecutionRow) -> ExecutionOut:
+        return ExecutionOut(
+            **{f.name: getattr(row, f.name) for f in fields(row)},
+            seconds=row.seconds,
+            ending_label=row.ending_label,
+        )
+
+
+class GateOut(Schema):
+    """An approval gate: the exact canonical arguments the tool receives once approved, and
+    their digest (what the approval binds)."""
+
+    id: int
+    run_id: str
+    step_id: str
+    tool: str
+    status: Literal["waiting", "approved", "used", "rejected", "void"]
+    arguments: Any = Field(description="the arguments, parsed from `arguments_text`")
+    arguments_text: str = Field(description="the exact canonical JSON the tool receives")
+    digest: str = Field(description="the SHA-256 input hash the approval binds")
+    approvers_required: int
+    approved_by: list[str]
+    on_reject: Literal["raise", "fail"]
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str
+    decided_at: datetime | None
+    decision_reason: str
+    used_at: datetime | None
+    void_reason: str
+    run_status: RunStatusName
+    links: dict[str, str]
+
+    @staticmethod
+    def of(gate: Gate) -> GateOut:
+        return GateOut(
+            id=gate.pk,
+            run_id=gate.run_id,
+            step_id=gate.step_id,
+            tool=gate.tool,
+            status=gate.status,  # type: ignore[arg-type]
+            arguments=json.loads(gate.arguments_text),
+            arguments_text=gate.arguments_text,
+            digest=gate.digest,
+            approvers_required=gate.approvers_required,
+            approved_by=list(gate.approved_by),
+            on_reject=gate.on_reject,  # type: ignore[arg-type]
+            created_at=gate.created_at,
+            expires_at=gate.expires_at,
+            decided_by=gate.decided_by_name,
+            decided_at=gate.decided_at,
+            decision_reason=gate.decision_reason,
+            used_at=gate.used_at,
+            void_reason=gate.void_reason,
+            run_status=gate.run.status,  # type: ignore[arg-type]
+            links={
+                "self": f"/api/v1/approvals/{gate.pk}",
+                "run": f"/api/v1/runs/{gate.run_id}",
+                "dashboard": reverse("runs:approval", args=[gate.pk]),
+            },
+        )
+
+
+class PauseOut(Schema):
+    id: int
+    scope: Literal["tool", "agent", "run"]
+    target: str
+    reason: str
+    created_by: str
+    created_at: datetime
+    active: bool
+    held: int = Field(description="the runs it holds now (a lift queues them): pass as expected")
+    lifted_by: str
+    lifted_at: datetime | None
+    lift_reason: str
+    requeued: int = Field(description="the runs its lift queued")
+
+    @staticmethod
+    def of(pause: Pause, *, held: int) -> PauseOut:
+        return PauseOut(
+            id=pause.pk,
+            scope=pause.scope,  # type: ignore[arg-type]
+            target=pause.target,
+            reason=pause.reason,
+            created_by=pause.created_by,
+            created_at=pause.created_at,
+            active=pause.lifted_at is None,
+            held=held,
+            lifted_by=pause.lifted_by,
+            lifted_at=pause.lifted_at,
+            lift_reason=pause.lift_reason,
+            requeued=pause.requeued,
+        )
+
+
+class WebhookOut(Schema):
+    """A subscription to completion events (its secret is shown only when it is made)."""
+
+    id: int
+    url: str
+    agent: str
+    run_id: str
+    events: list[str]
+    description: str
+    created_by: str
+    created_at: datetime
+    removed_by: str
+    removed_at: datetime | None
+
+    @staticmethod
+    def of(s: WebhookSubscription) -> WebhookOut:
+        return WebhookOut(
+            id=s.pk,
+            url=s.url,
+            agent=s.agent,
+            run_id=s.run_id,
+            events=list(s.events),
+            description=s.description,
+            created_by=s.created_by,
+            created_at=s.created_at,
+            removed_by=s.removed_by,
+            removed_at=s.removed_at,
+        )
+
+
+class WebhookCreatedOut(WebhookOut):
+    secret: str = Field(
+        description="the signing secret (whsec_…): shown this once; verify deliveries with it"
+    )
+
+
+class StartedOut(RunOut):
+    webhooks: list[WebhookCreatedOut] = Field(
+        description="the per-run subscriptions this start made, with their secrets (empty on "
+        "a repeat: an identical start subscribes nothing again)"
+    )
+
+
+class StaleAcceptedOut(Schema):
+    run: RunOut
+    step: StepOut

@@ -13,7 +13,7 @@ from ninja.parser import Parser
 
 from runs.api import problems
 from runs.api.auth import TokenAuth, TokenThrottle
-from runs.api.routers import agents, runs, settlements
+from runs.api.routers import agents, approvals, pauses, runs, settlements, webhooks
 
 
 class StrictJSON(Parser):
@@ -57,3 +57,6 @@ problems.install(api)
 api.add_router("", runs.router)
 api.add_router("", agents.router)
 api.add_router("", settlements.router)
+api.add_router("", approvals.router)
+api.add_router("", pauses.router)
+api.add_router("", webhooks.router)

@@ -1,4 +1,6 @@
-"""Runs: start (idempotent), read, list, wait for, read the steps of, resume, retry, cancel."""
+"""Runs: start (idempotent, optionally subscribing webhooks), read, list, wait for, read the
+steps (with their failed attempts) and executions of, resume, retry, cancel, accept a stale
+step."""
 
 from __future__ import annotations
 
@@ -13,22 +15,30 @@ from pydantic import Field
 from ledger import api as ledger_api
 from ledger import selectors, transitions
 from ledger.inputs import queryable
-from ledger.models import Run
+from ledger.models import Run, Step
+from ledger.processes import stale
 from ledger.waiting import SETTLED
 from runs.api import problems
 from runs.api.auth import actor, require
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
+    AcceptStaleIn,
+    ExecutionOut,
     ReasonIn,
+    ReasonName,
     ResumeIn,
     RunOut,
     RunPageOut,
     RunStatusName,
     RunSummary,
+    StaleAcceptedOut,
+    StartedOut,
     StartIn,
     StepOut,
     StepPageOut,
     Strict,
+    WebhookCreatedOut,
+    WebhookOut,
     refuse_unknown_query,
 )
 
@@ -57,13 +67,22 @@ def run_or_404(run_id: str) -> Run:
         raise problems.not_found(f"no run {run_id!r}") from None
 
 
+def step_or_404(run: Run, pk: int) -> Step:
+    try:
+        return selectors.step_of_run(run_id=run.run_id, pk=pk)
+    except Step.DoesNotExist:
+        raise problems.not_found(f"run {run.run_id!r} has no step #{pk}") from None
+
+
 @router.post(
     "/runs",
-    response={200: RunOut, 201: RunOut, **REFUSALS},
+    response={200: StartedOut, 201: StartedOut, **REFUSALS},
     summary="Start a run (idempotent)",
     description="201 with the new run; 200 with the same run when the run id or the "
     "`Idempotency-Key` was used with the same agent and inputs; 409 when they were used with "
-    "other values (the problem says what differs).",
+    "other values (the problem says what differs). `webhooks` subscribes URLs to this run's "
+    "completion events in the start's own transaction; their secrets are in the 201 answer, "
+    "once, and a repeat (200) subscribes nothing again.",
 )
 def start(
     request: HttpRequest,
@@ -71,7 +90,7 @@ def start(
     idempotency_key: str | None = Header(
         default=None, alias="Idempotency-Key", min_length=1, max_length=200
     ),
-) -> Status[RunOut]:
+) -> Status[StartedOut]:
     token = require(request, "start")
     try:
         handle = ledger_api.start_run(
@@ -83,17 +102,21 @@ def start(
             labels=body.labels,
             by=actor(token),
             reason=f"started through the API (token {token.name})",
+            webhooks=[w.model_dump() for w in body.webhooks] if body.webhooks else None,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc
-    return Status(201 if handle.created else 200, RunOut.of(run_or_404(handle.run_id)))
+    made = [
+        WebhookCreatedOut(**WebhookOut.of(sub).model_dump(), secret=secret)
+        for sub, secret in handle.subscriptions
+    ]
+    run = RunOut.of(run_or_404(handle.run_id))
+    return Status(201 if handle.created else 200, StartedOut(**run.model_dump(), webhooks=made))
 
 
 class ListQuery(Strict):
     status: RunStatusName | Literal["lease_expired"] | None = None
-    reason: Literal["reconciliation", "stale", "divergence", "budget", "agent_missing"] | None = (
-        None
-    )
+    reason: ReasonName | None = Field(default=None, description="why it needs attention")
     agent: str | None = Field(default=None, max_length=200)
     older_than: int | None = Field(
         default=None, ge=0, le=10 * 365 * 86400, description="seconds in the current state"
@@ -175,7 +198,8 @@ class StepsQuery(Strict):
 
 @router.get("/runs/{run_id}/steps", response={200: StepPageOut, **REFUSALS}, summary="Steps")
 def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOut:
-    """A run's steps in the order they first executed, ``limit`` at a time."""
+    """A run's steps in the order they first executed, ``limit`` at a time, each with its
+    failed attempts (exception type, message, capped traceback, the retry that followed)."""
     require(request, "read")
     refuse_unknown_query(request, StepsQuery)
     run = run_or_404(run_id)
@@ -186,6 +210,48 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
         steps=[StepOut.of(s) for s in rows],
         next_cursor=str(rows[-1].seq) if more and rows else None,
     )
+
+
+@router.get(
+    "/runs/{run_id}/executions",
+    response={200: list[ExecutionOut], **REFUSALS},
+    summary="Executions",
+)
+def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
+    """Each execution of the run, claim to end, in order: the worker, when, how it ended
+    (finished, stopped for a person, paused, failed, released, handed back, lease lost,
+    crashed), the steps replayed and executed, and the error."""
+    require(request, "read")
+    run = run_or_404(run_id)
+    return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
+
+
+@router.post(
+    "/runs/{run_id}/steps/{step}/accept-stale",
+    response={200: StaleAcceptedOut, **REFUSALS},
+    summary="Accept a stale step's stored result",
+    description="Keep the step's stored result for today's inputs (found by a dry replay) and "
+    "queue the run when it is stopped on that step. Refused (409) when the step is not stale "
+    "today or moved since `seen_version`.",
+)
+def accept_stale(
+    request: HttpRequest, run_id: str, step: int, body: AcceptStaleIn
+) -> StaleAcceptedOut:
+    token = require(request, "operate")
+    run = run_or_404(run_id)
+    row = step_or_404(run, step)
+    try:
+        done = stale.accept_stale(
+            run_id=run.run_id,
+            step_id=row.step_id,
+            by=actor(token),
+            reason=body.reason,
+            seen_version=body.seen_version,
+            resume=body.resume,
+        )
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    return StaleAcceptedOut(run=RunOut.of(run_or_404(run_id)), step=StepOut.of(done))
 
 
 def _act(request: HttpRequest, run_id: str, fn: object, **kwargs: object) -> RunOut:

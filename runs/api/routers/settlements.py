@@ -8,10 +8,10 @@ from ninja import Query, Router, Status
 from pydantic import Field
 
 from ledger import selectors, transitions
-from ledger.models import Settlement, Step
+from ledger.models import Settlement
 from runs.api import problems
 from runs.api.auth import actor, require, require_person_approver
-from runs.api.routers.runs import REFUSALS, run_or_404
+from runs.api.routers.runs import REFUSALS, run_or_404, step_or_404
 from runs.api.schemas import (
     DecideIn,
     ProposeIn,
@@ -79,10 +79,7 @@ def read(request: HttpRequest, pk: int) -> SettlementOut:
 def propose(request: HttpRequest, run_id: str, step: int, body: ProposeIn) -> Status[SettlementOut]:
     token = require(request, "propose")
     run = run_or_404(run_id)
-    try:
-        row = selectors.step_of_run(run_id=run.run_id, pk=step)
-    except Step.DoesNotExist:
-        raise problems.not_found(f"run {run_id!r} has no step #{step}") from None
+    row = step_or_404(run, step)
     try:
         made = transitions.settlement_propose(
             step=row,

@@ -17,7 +17,7 @@ from ledger.processes.execute import run_execute
 from runs.api import tokens
 from runs.api.models import ApiToken
 from runs.api.urls import api
-from tests.support.api_rows import ledger_rows
+from tests.support.api_rows import EMPTY, ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -174,10 +174,11 @@ def test_bad_starts_are_problems_that_write_nothing(
     caller: Any, raw: bytes, status: int, kind: str, says: str
 ) -> None:
     shop = caller("operator")
+    before = ledger_rows()
     doc = problem(shop.post("/api/v1/runs", raw=raw), status)
     assert doc["type"].endswith("/" + kind), doc
     assert says in doc["detail"] or says in json.dumps(doc.get("errors")), doc
-    assert ledger_rows() == (0, 0, 0, 0, 0)
+    assert ledger_rows() == before
 
 
 @override_settings(RUNLEDGER_API_MAX_BODY_BYTES=1000)
@@ -185,7 +186,7 @@ def test_a_body_over_the_limit_is_413(caller: Any) -> None:
     shop = caller("operator")
     big = {"agent": "refund", "inputs": {"invoice_id": "x" * 2000}}
     doc = problem(shop.post("/api/v1/runs", big), 413)
-    assert "1000 bytes" in doc["detail"] and ledger_rows() == (0, 0, 0, 0, 0)
+    assert "1000 bytes" in doc["detail"] and ledger_rows() == EMPTY
 
 
 def test_no_token_a_wrong_one_and_a_revoked_one_are_401(client: Any, caller: Any) -> None:
@@ -197,7 +198,7 @@ def test_no_token_a_wrong_one_and_a_revoked_one_are_401(client: Any, caller: Any
     tokens.token_revoke(name="shop")
     problem(shop.get("/api/v1/runs"), 401)
     problem(shop.post("/api/v1/runs", REFUND), 401)
-    assert ledger_rows() == (0, 0, 0, 0, 0)
+    assert ledger_rows() == EMPTY
 
 
 def test_a_token_is_stored_as_a_digest_and_its_use_recorded(caller: Any) -> None:
@@ -220,7 +221,7 @@ def test_too_many_requests_for_one_token_is_429_with_retry_after(caller: Any) ->
         assert shop.get("/api/v1/agents").status_code == 200
     answer = shop.post("/api/v1/runs", REFUND)
     problem(answer, 429)
-    assert int(answer["Retry-After"]) >= 1 and ledger_rows() == (0, 0, 0, 0, 0)
+    assert int(answer["Retry-After"]) >= 1 and ledger_rows() == EMPTY
     assert other.get("/api/v1/agents").status_code == 200  # counted per token
 
 

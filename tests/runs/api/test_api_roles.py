@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from ledger.models import Step
+from harness.unannounced import start_unannounced
+from ledger import events, transitions
+from ledger.models import Gate, Step
+from ledger.processes.execute import run_execute
 from runs.api import tokens
 from runs.api.urls import api
 from tests.support.api_rows import ledger_rows
@@ -32,6 +35,20 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("post", "/api/v1/settlements/{pk}/approve"): {"approver"},
     # An operator may withdraw only their own proposal: this one is someone else's.
     ("post", "/api/v1/settlements/{pk}/reject"): {"approver"},
+    ("get", "/api/v1/runs/{run_id}/executions"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/runs/{run_id}/steps/{step}/accept-stale"): {"operator"},
+    ("get", "/api/v1/approvals"): {"viewer", "operator", "approver"},
+    ("get", "/api/v1/approvals/{gate_id}"): {"viewer", "operator", "approver"},
+    # A gate's decision is a person's: an approver token of a user (the caller's here).
+    ("post", "/api/v1/approvals/{gate_id}/approve"): {"approver"},
+    ("post", "/api/v1/approvals/{gate_id}/reject"): {"approver"},
+    ("get", "/api/v1/pauses"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/pauses"): {"operator"},
+    ("get", "/api/v1/pauses/{pause_id}"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/pauses/{pause_id}/lift"): {"operator"},
+    ("get", "/api/v1/webhooks"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/webhooks"): {"operator"},
+    ("delete", "/api/v1/webhooks/{subscription_id}"): {"operator"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -42,6 +59,10 @@ BODIES: dict[str, dict[str, Any]] = {
     "/settlements": {"outcome": "abandon", "reason": "gone", "seen_version": 0},
     "/approve": {"reason": "ok"},
     "/reject": {"reason": "no"},
+    "/accept-stale": {"reason": "same meaning"},
+    "/api/v1/pauses": {"scope": "tool", "target": "send_email", "reason": "provider down"},
+    "/lift": {"reason": "provider back", "expected": 0},
+    "/api/v1/webhooks": {"url": "http://127.0.0.1:9/hooks", "agent": "refund"},
 }
 
 
@@ -64,7 +85,19 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
         {"outcome": "not_happened", "reason": "not sent", "seen_version": step.version},
     )
     assert made.status_code == 201, made.content
-    return {"run_id": run.run_id, "step": step.pk, "pk": made.json()["id"]}
+    gated = start_unannounced(agent="payout", inputs={"invoice_id": "inv_1003"})
+    waiting = run_execute(run_id=gated.run_id, worker="worker-1", heartbeat=False)
+    assert waiting.reason == "approval", waiting
+    pause = transitions.pause_create(scope="agent", target="refund", by="ops", reason="down")
+    hook, _ = events.subscribe("http://127.0.0.1:9/app", agent="payout")
+    return {
+        "run_id": run.run_id,
+        "step": step.pk,
+        "pk": made.json()["id"],
+        "gate_id": Gate.objects.get(run_id=gated.run_id).pk,
+        "pause_id": pause.pk,
+        "subscription_id": hook.pk,
+    }
 
 
 def _call(client: Any, header: str | None, method: str, template: str, world: dict[str, Any]):
@@ -73,6 +106,8 @@ def _call(client: Any, header: str | None, method: str, template: str, world: di
     if method == "get":
         query = "?timeout=0" if path.endswith("/wait") else ""
         return client.get(path + query, **extra)
+    if method == "delete":
+        return client.delete(path, **extra)
     body = next((b for suffix, b in BODIES.items() if template.endswith(suffix)), {})
     return client.post(path, data=json.dumps(body), content_type="application/json", **extra)
 
