@@ -7,6 +7,7 @@ updates can be paused."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -111,8 +112,9 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     off_screen: dict[str, list[str]] = {}
     too_wide: dict[str, int] = {}
     axe: dict[str, list[str]] = {}
+    sign_in(page, live_server.url, "root", 390)
     for width in (390, 1280):
-        sign_in(page, live_server.url, "root", width)
+        page.set_viewport_size({"width": width, "height": 860})
         for path in dashboard + admin_pages:
             response = page.goto(f"{live_server.url}{path}")
             assert response is not None and response.status == 200, path
@@ -131,10 +133,9 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
                 axe[where] = found
             if path in SHOTS:
                 page.screenshot(path=str(SCREENSHOTS / f"{SHOTS[path]}-{width}.png"), full_page=True)
-    assert broken == {}
-    assert off_screen == {}
-    assert too_wide == {}
-    assert axe == {}
+    found = {"broken words": broken, "off screen": off_screen, "too wide": too_wide, "axe": axe}
+    if any(found.values()):
+        pytest.fail(json.dumps(found, indent=1))
 
 
 def test_the_menu_folds_on_a_narrow_screen_and_every_page_has_its_landmarks(
