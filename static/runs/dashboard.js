@@ -198,6 +198,8 @@
   }
 
   function ready() {
+    var summary = document.getElementById("error-summary");
+    if (summary) summary.focus();
     label(document);
     hints(document);
     showLive();
