@@ -51,10 +51,15 @@ OFF_SCREEN_JS = r"""
     let up = el.parentElement, inScroller = false;
     while (up && up !== document.body) {
       const s = getComputedStyle(up);
-      if (/(auto|scroll)/.test(s.overflowX) && up.scrollWidth > up.clientWidth) { inScroller = true; break; }
+      if (/(auto|scroll)/.test(s.overflowX) && up.scrollWidth > up.clientWidth) {
+        inScroller = true;
+        break;
+      }
       up = up.parentElement;
     }
-    out.push(`${el.tagName.toLowerCase()} "${(el.textContent || el.value || "").trim().slice(0, 40)}" ends at ${Math.round(r.right)}${inScroller ? " (in a scrolling block)" : ""}`);
+    const name = (el.textContent || el.value || "").trim().slice(0, 40);
+    const where = inScroller ? " (in a scrolling block)" : "";
+    out.push(`${el.tagName.toLowerCase()} "${name}" ends at ${Math.round(r.right)}${where}`);
   }
   return out;
 }
@@ -67,7 +72,10 @@ async () => {
   });
   return result.violations
     .filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
+    .map((v) => {
+      const nodes = v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ");
+      return `${v.id} (${v.impact}): ${nodes}`;
+    });
 }
 """
 

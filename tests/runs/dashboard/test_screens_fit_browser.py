@@ -127,12 +127,18 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
                 continue  # Django's admin: its own stylesheet; it must only fit the screen
             if found := broken_words(page):
                 broken[where] = found
-            if found := off_screen_controls(page, width):
-                off_screen[where] = found
+            # On a phone nothing may need a sideways scroll; on a desktop a wide table may scroll
+            # inside its own box (hinted, reachable by keyboard), never the page.
+            controls = off_screen_controls(page, width)
+            if width > 640:
+                controls = [c for c in controls if not c.endswith("(in a scrolling block)")]
+            if controls:
+                off_screen[where] = controls
             if found := axe_violations(page):
                 axe[where] = found
             if path in SHOTS:
-                page.screenshot(path=str(SCREENSHOTS / f"{SHOTS[path]}-{width}.png"), full_page=True)
+                shot = SCREENSHOTS / f"{SHOTS[path]}-{width}.png"
+                page.screenshot(path=str(shot), full_page=True)
     found = {"broken words": broken, "off screen": off_screen, "too wide": too_wide, "axe": axe}
     if any(found.values()):
         pytest.fail(json.dumps(found, indent=1))
@@ -153,7 +159,8 @@ def test_the_menu_folds_on_a_narrow_screen_and_every_page_has_its_landmarks(
     signout = page.get_by_role("button", name=re.compile("Sign out", re.I))
     box = signout.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 390
-    expect(nav.get_by_role("link", name="Runs", exact=True)).to_have_attribute("aria-current", "page")
+    runs = nav.get_by_role("link", name="Runs", exact=True)
+    expect(runs).to_have_attribute("aria-current", "page")
     page.goto(f"{live_server.url}/audit/")
     expect(page.locator("#topnav a[aria-current=page]")).to_have_text("Audit")
     expect(page.get_by_role("main")).to_have_count(1)
