@@ -79,6 +79,10 @@
       table.querySelectorAll(":scope > tbody > tr").forEach(function (tr) {
         var i = 0;
         Array.prototype.forEach.call(tr.children, function (td) {
+          if (td.tagName === "TD") {
+            // A cell with nothing in it shows nothing on a card (not a lone label).
+            td.classList.toggle("blank", !td.textContent.trim() && !td.querySelector("input, button, img, svg"));
+          }
           if (td.tagName === "TD" && !td.hasAttribute("colspan") && names[i] && !td.classList.contains("pick")) {
             td.setAttribute("data-label", names[i]);
           }
