@@ -18,4 +18,32 @@ def dashboard(request: HttpRequest) -> dict[str, Any]:
         "role": role,
         "refresh_seconds": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "admin_mounted": bool(settings.RUNLEDGER_ADMIN_URL),
+        "nav_section": nav_section(request),
     }
+
+
+#: The top navigation's sections, by the URL names under each (for ``aria-current``).
+_SECTIONS = {
+    "settlements": "settle",
+    "settle": "settle",
+    "approvals": "approvals",
+    "approval": "approvals",
+    "audit": "audit",
+    "notifications": "notifications",
+    "effect_audits": "effects",
+    "effect_audit": "effects",
+    "effect_audit_run": "effects",
+    "deploy": "deploy",
+    "pauses": "pauses",
+}
+
+
+def nav_section(request: HttpRequest) -> str:
+    """The top navigation's entry for this page ("" when none is), marked ``aria-current``."""
+    match = getattr(request, "resolver_match", None)
+    if match is None or match.namespace != "runs":
+        return ""
+    if match.url_name == "list":
+        attention = request.GET.get("status") == "needs_attention"
+        return "attention" if attention else "runs"
+    return _SECTIONS.get(match.url_name or "", "")
