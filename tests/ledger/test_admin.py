@@ -182,7 +182,9 @@ def test_deleting_and_adding_ledger_rows_is_not_offered(admin_client_for, stoppe
     client = admin_client_for()
     run = stopped_refund
     step = step_of(run, "fetch_invoice")
-    transitions.run_fork(run_id=run.run_id, step_id="decide", by="root", reason="for the audit row")
+    transitions.run_fork(
+        run_id=run.run_id, step_id="decide", by="root", reason="for the audit row", confirm_resend=3
+    )
     for model in ("run", "step", "settlement", "auditevent"):
         listing = client.get(reverse(f"admin:ledger_{model}_changelist")).content.decode()
         assert "delete_selected" not in listing, model

@@ -139,7 +139,11 @@ def test_a_fork_of_the_run_continues_a_fork_of_its_session(model: ClaudeWire, ex
     run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
     assert execute(run.run_id).status == "succeeded"
     fork = transitions.run_fork(
-        run_id=run.run_id, step_id="claude.2.refund_charge", by="root", reason="re-notify"
+        run_id=run.run_id,
+        step_id="claude.2.refund_charge",
+        by="root",
+        reason="re-notify",
+        confirm_resend=1,  # the notification after the fork point, sent again on purpose
     )
     outcome = execute(fork.run_id)
     assert outcome.status == "succeeded", outcome
