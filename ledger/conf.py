@@ -92,6 +92,16 @@ SETTINGS: tuple[Setting, ...] = (
         AGENTS,
     ),
     Setting(
+        "RUNLEDGER_EXAMPLE_ASKED",
+        "",
+        "str",
+        "A file the example PydanticAI agent (`ledger.examples.pydantic_agents`) appends one "
+        "line to for each model request it really answers, so that the tests and the demo can "
+        "count asks per turn across worker processes. Empty: nothing is written. Read from the "
+        "environment when the request is made.",
+        AGENTS,
+    ),
+    Setting(
         "RUNLEDGER_MODEL_CLIENT",
         "ledger.llm.AnthropicClient",
         "str",

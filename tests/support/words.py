@@ -20,7 +20,7 @@ BROKEN_WORDS_JS = r"""
   let node;
   while ((node = walker.nextNode())) {
     const el = node.parentElement;
-    if (!el || el.closest("script, style, noscript, template, .sr-only, .skip")) continue;
+    if (!el || el.closest("script, style, noscript, template, .sr-only, .skip-link")) continue;
     word.lastIndex = 0;
     let m;
     while ((m = word.exec(node.data))) {
