@@ -30,7 +30,7 @@ from typing import Any
 
 from ledger import registry, transitions, waiting
 from ledger.errors import Conflict, InvalidInput
-from ledger.models import Run, RunStatus, WebhookSubscription
+from ledger.models import FINAL_STATUSES, Run, RunStatus, WebhookSubscription
 from ledger.transitions import Actor
 
 __all__ = [
@@ -97,7 +97,7 @@ class RunState:
 
     @property
     def finished(self) -> bool:
-        return self.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return self.status in FINAL_STATUSES
 
     @property
     def settled(self) -> bool:

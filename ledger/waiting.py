@@ -25,15 +25,13 @@ from typing import Any
 
 from django.db import connections
 
-from ledger.models import RunStatus
+from ledger.models import FINAL_STATUSES, RunStatus
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "runledger_run_settled"
 #: The states a waiter answers at: the run finished, or it stopped until a person acts.
-SETTLED = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION}
-)
+SETTLED = frozenset({*FINAL_STATUSES, RunStatus.NEEDS_ATTENTION})
 RECHECK_SECONDS = 5.0
 #: psycopg connection parameters of Django's that a plain listening connection does not take.
 _NOT_FOR_LISTENING = (
