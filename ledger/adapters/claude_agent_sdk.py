@@ -621,6 +621,10 @@ def run_session(
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         **(opts.env or {}),
     }
+    if dry and not any(
+        k in env or k in os.environ for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    ):
+        env["ANTHROPIC_API_KEY"] = "runledger-dry-replay"  # the CLI wants one; nothing is sent
     store = {} if dry else {"session_store": LedgerSessionStore(run_id=ctx.run_id)}
     base = dataclasses.replace(
         opts,
