@@ -5,7 +5,10 @@ to its review page instead of offering an inline Approve."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -21,6 +24,9 @@ from tests.support.dashboard_runs import (
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+#: docs/screenshots under `make screenshots`; a temporary folder otherwise.
+SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
 @pytest.fixture
@@ -80,12 +86,15 @@ def test_an_approver_must_acknowledge_a_result_that_contradicts_the_inputs(
     flag = page.locator("#evidence-flag")
     expect(flag).to_be_visible()
     expect(flag).to_contain_text("amount_cents is 900 here, but 24900 in the step's inputs")
+    page.locator("#proposal").screenshot(path=str(SCREENSHOTS / "settle-evidence.png"))
     approve = page.get_by_role("button", name="Approve and resume the run")
     approve.click()
     # The browser holds the form until the box is ticked: nothing was sent, nothing changed.
     box = page.get_by_role("checkbox", name="I checked", exact=False)
     assert box.evaluate("el => el.matches(':invalid')")
-    expect(page).to_have_url(f"{live_server.url}/runs/{run.run_id}/steps/{step.pk}/settle/#proposal")
+    expect(page).to_have_url(
+        f"{live_server.url}/runs/{run.run_id}/steps/{step.pk}/settle/#proposal"
+    )
     assert Settlement.objects.get().status == "proposed"
     assert Step.objects.get(pk=step.pk).status == "started"
 
