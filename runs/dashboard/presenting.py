@@ -12,7 +12,7 @@ from typing import Any
 
 from ledger import registry, selectors
 from ledger.conf import conf
-from ledger.models import Run, Step
+from ledger.models import ACTIVE_STATUSES, Run, Step
 from ledger.processes.preview import Preview, PreviewStep, preview_resume
 from ledger.selectors import evidence, story
 
@@ -265,6 +265,11 @@ def waterfall(run: Run, now: Any) -> dict[str, Any]:
     rows, more = selectors.step_waterfall(run_id=run.run_id)
     if not rows:
         return {"waterfall": None}
+    live = run.status in ACTIVE_STATUSES
+    if not live:
+        # A stopped run's attempt with no end did not run on until now (its worker died, or
+        # it waits for a person): it is drawn to the moment the run stopped, and said so.
+        now = run.finished_at or run.status_changed_at or now
     starts = [a.start for r in rows for a in r.attempts]
     ends = [a.end or now for r in rows for a in r.attempts]
     t0, t1 = min(starts), max(max(ends), max(starts))
@@ -284,6 +289,12 @@ def waterfall(run: Run, now: Any) -> dict[str, Any]:
             seconds = max((end - attempt.start).total_seconds(), 0.0)
             offset = (attempt.start - t0).total_seconds()
             how = "failed" if attempt.failed else ("running" if attempt.end is None else "ok")
+            if attempt.end is None and not live:
+                how = (
+                    "no end recorded: outcome unknown"
+                    if row.kind == "effect" and row.status == "started"
+                    else "no end recorded"
+                )
             line.bars.append(
                 WaterfallBar(
                     x=round(WATERFALL_BAR_X + offset * scale, 1),

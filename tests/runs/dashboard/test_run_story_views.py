@@ -236,3 +236,15 @@ def test_the_resume_form_of_a_lookup_effect_does_not_say_it_must_be_settled(
     other = reconciliation_run(execute, crash_at)
     page = operator().get(f"/runs/{other.run_id}/resume/").content.decode()
     assert "Settle first" in page and "notify must be settled" in page
+
+
+def test_a_stopped_runs_open_attempt_is_drawn_to_when_it_stopped_not_to_now(
+    execute, crash_at
+) -> None:
+    run = reconciliation_run(execute, crash_at)  # notify: started, its worker killed
+    html = viewer().get(f"/runs/{run.run_id}/").content.decode()
+    [notify] = waterfall_of(html)["notify"]
+    assert notify.endswith(", no end recorded: outcome unknown")
+    # The run's clock is two hours behind the wall clock: an axis drawn to now would span them.
+    span = re.search(r"\(([\d.]+) s from the first start\)", html)
+    assert span is not None and float(span.group(1)) < 600
