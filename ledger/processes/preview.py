@@ -156,6 +156,12 @@ class DrySteps:
             entry.detail = f"started under key {row.effect_key}; " + (
                 "its tool's reconcile will be asked" if call.reconcile else "no read path"
             )
+            if call.reconcile is not None:
+                # Not "must be settled": the resume settles it itself by asking the lookup.
+                raise _Stop(
+                    f"{call.step_id} is a started effect: the resume asks its tool's lookup "
+                    "first, and the walk cannot see past the answer"
+                )
             raise _Stop(f"{call.step_id} must be settled before anything after it can run")
         entry.detail = "first execution" if row is None else f"attempt {row.attempt + 1}"
         if call.approval is not None and (row is None or not row.effect_key):

@@ -50,9 +50,14 @@ class SettleForm(VersionedForm):
         strip=False,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "mono"}),
         help_text="For “it happened”: the downstream system's result, as JSON "
-        '(e.g. {"gateway_ref": "gw_…", "amount_cents": 900}).',
+        "(what it recorded: its reference, the amount and the customer it names).",
     )
     reason = _reason()
+    acknowledge = forms.BooleanField(
+        required=False,
+        help_text="The result disagrees with the step's inputs or the lookup's answer, and "
+        "the person checked it and proposes it anyway.",
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -72,6 +77,9 @@ class DecideForm(forms.Form):
     """Approve (reason optional) or reject (reason required) a waiting proposal."""
 
     reason = _reason(required=False)
+    #: Ticked by an approver who read the warnings that the value disagrees with its evidence
+    #: (required then: the views refuse an approval of a flagged value without it).
+    acknowledge = forms.BooleanField(required=False)
 
 
 class RejectForm(forms.Form):

@@ -12,8 +12,9 @@ from typing import Any
 
 from ledger import registry, selectors
 from ledger.conf import conf
-from ledger.models import Run, Step
+from ledger.models import ACTIVE_STATUSES, Run, Step
 from ledger.processes.preview import Preview, PreviewStep, preview_resume
+from ledger.selectors import evidence, story
 
 
 def pretty(value: Any) -> str:
@@ -112,6 +113,10 @@ class StepView:
     inputs_truncated: bool = False
     #: Its failed attempts (``ledger.selectors.failures``), oldest first.
     failures: list[selectors.AttemptFailure] = field(default_factory=list)
+    #: Its stored inputs as text for reading (``with_inputs``): pretty when whole, else the
+    #: head as stored; ``inputs_more`` is how many characters the step's page adds.
+    inputs_text: str | None = None
+    inputs_more: int = 0
 
     @property
     def duration(self) -> float | None:
@@ -141,6 +146,23 @@ def step_views(
             _compare(view, by_id.get(step.step_id))
         out.append(view)
     return out
+
+
+def with_inputs(views: list[StepView], heads: dict[int, story.InputsHead]) -> list[StepView]:
+    """Each view with its step's inputs to read on the run page (every role that sees the
+    page sees them, as on the step's own page), capped by ``story.step_inputs_heads``."""
+    for view in views:
+        head = heads.get(view.step.pk)
+        if head is None:
+            continue
+        if head.truncated:
+            view.inputs_text, view.inputs_more = head.text, head.length - len(head.text)
+            continue
+        try:
+            view.inputs_text = pretty(json.loads(head.text))
+        except ValueError:
+            view.inputs_text = head.text
+    return views
 
 
 def _compare(view: StepView, entry: PreviewStep | None) -> None:
@@ -174,6 +196,10 @@ def preview_context(run: Run, preview: Preview) -> dict[str, Any]:
         "rereads": preview.by_action("reread"),
         "stale": preview.by_action("stale"),
         "settle": preview.by_action("settle"),
+        # A started effect whose tool has a lookup is settled by the resume itself (it asks);
+        # only one without a read path needs a person first.
+        "asked": [s for s in preview.by_action("settle") if s.reconcile_available],
+        "by_hand": [s for s in preview.by_action("settle") if not s.reconcile_available],
         "execute": preview.by_action("execute"),
         "diverge": preview.by_action("diverge"),
         "downstream": [s for s in preview.steps if s.after_stale],
@@ -239,6 +265,11 @@ def waterfall(run: Run, now: Any) -> dict[str, Any]:
     rows, more = selectors.step_waterfall(run_id=run.run_id)
     if not rows:
         return {"waterfall": None}
+    live = run.status in ACTIVE_STATUSES
+    if not live:
+        # A stopped run's attempt with no end did not run on until now (its worker died, or
+        # it waits for a person): it is drawn to the moment the run stopped, and said so.
+        now = run.finished_at or run.status_changed_at or now
     starts = [a.start for r in rows for a in r.attempts]
     ends = [a.end or now for r in rows for a in r.attempts]
     t0, t1 = min(starts), max(max(ends), max(starts))
@@ -258,6 +289,12 @@ def waterfall(run: Run, now: Any) -> dict[str, Any]:
             seconds = max((end - attempt.start).total_seconds(), 0.0)
             offset = (attempt.start - t0).total_seconds()
             how = "failed" if attempt.failed else ("running" if attempt.end is None else "ok")
+            if attempt.end is None and not live:
+                how = (
+                    "no end recorded: outcome unknown"
+                    if row.kind == "effect" and row.status == "started"
+                    else "no end recorded"
+                )
             line.bars.append(
                 WaterfallBar(
                     x=round(WATERFALL_BAR_X + offset * scale, 1),
@@ -282,3 +319,57 @@ def waterfall(run: Run, now: Any) -> dict[str, Any]:
         "waterfall_fill": WATERFALL_FILL,
         "waterfall_failed": WATERFALL_FAILED,
     }
+
+
+# --- approving with the evidence (issue 23, item 4) -----------------------------------------------
+
+
+def settlement_contradictions(
+    *, result: Any, step: Step, lookup_answer: dict[str, Any]
+) -> list[evidence.Contradiction]:
+    """Where a settlement's "it happened" result disagrees with the step's inputs or the
+    lookup's last answer ([] for no result)."""
+    if result is None:
+        return []
+    sources = evidence.settlement_sources(step=step, lookup_answer=lookup_answer)
+    return evidence.contradictions(result, sources)
+
+
+def result_placeholder(inputs: Any) -> str:
+    """The settle form's hint for the result: the checkable fields of *this* step's inputs
+    (its amount, its customer), never an amount from somewhere else."""
+    shown: dict[str, Any] = {}
+    if isinstance(inputs, dict):
+        for key, value in inputs.items():
+            if evidence.is_checkable(str(key)) and isinstance(value, str | int | float):
+                shown[str(key)] = value
+            if len(shown) == 4:
+                break
+    shown["…"] = "what the downstream system recorded"
+    return json.dumps(shown, ensure_ascii=False)
+
+
+@dataclass
+class QueueRow:
+    """A row of the settlement queue with the proposed result an approver decides on."""
+
+    item: selectors.QueueItem
+    result_text: str = ""
+    contradictions: list[evidence.Contradiction] = field(default_factory=list)
+
+
+def queue_rows(items: list[selectors.QueueItem]) -> list[QueueRow]:
+    """The queue's rows; a row with an open proposal carries its result (pretty, capped) and
+    what in it disagrees with the step's inputs and the lookup's last answer."""
+    rows = []
+    for item in items:
+        row = QueueRow(item=item)
+        proposal = item.proposal
+        if proposal is not None and proposal.result is not None:
+            row.result_text = pretty_capped(proposal.result, limit=1_500)
+            answer = evidence.last_lookup_answer(step=item.step)
+            row.contradictions = settlement_contradictions(
+                result=proposal.result, step=item.step, lookup_answer=answer
+            )
+        rows.append(row)
+    return rows

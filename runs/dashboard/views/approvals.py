@@ -20,12 +20,19 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from ledger import selectors, transitions
 from ledger.models import Gate, GateStatus
+from ledger.selectors import evidence
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, require
 from runs.dashboard.models import APPROVE_SETTLEMENTS, VIEW_DASHBOARD
 from runs.dashboard.operator_forms import DecideForm, RejectForm
 
 QUEUE_PAGE = 100
+
+#: The refusal of an approval whose arguments disagree with the evidence, unacknowledged.
+ACKNOWLEDGE_FIRST = (
+    "these arguments disagree with the run's evidence (see the warning): check them, "
+    "tick “I checked”, and approve again"
+)
 
 
 @require_GET
@@ -54,10 +61,15 @@ def _gate_for(request: HtmxHttpRequest, pk: int, *, perm: str) -> Gate:
 
 def _context(request: HtmxHttpRequest, gate: Gate, **extra: Any) -> dict[str, Any]:
     fresh = selectors.gate_get(gate.pk) or gate
+    sources = evidence.gate_sources(gate=fresh)
     return {
         "gate": fresh,
         "run": fresh.run,
         "arguments_text": presenting.pretty(_arguments(fresh)),
+        # The evidence beside the arguments: the run's inputs and what its reads returned.
+        "run_inputs_text": presenting.pretty_capped(fresh.run.inputs, limit=4_000),
+        "reads": [(label, presenting.pretty_capped(v, limit=4_000)) for label, v in sources[1:]],
+        "contradictions": evidence.contradictions(_arguments(fresh), sources),
         "waiting": fresh.status == GateStatus.WAITING and fresh.expires_at > timezone.now(),
         "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS),
         "approved_already": request.user.get_username() in fresh.approved_by,
@@ -103,6 +115,15 @@ def _decide(
         context = _context(request, gate, link=link, form_errors=form.errors)
         return render(request, "runs/approval.html", context, status=400)
     reason = form.cleaned_data["reason"]
+    if decision == "approve" and not form.cleaned_data["acknowledge"]:
+        flagged = evidence.contradictions(_arguments(gate), evidence.gate_sources(gate=gate))
+        if flagged:
+            # The page's warning, checked again here: approving arguments that disagree with
+            # the run's own evidence needs the approver's explicit acknowledgement.
+            context = _context(
+                request, gate, link=link, form_errors=ACKNOWLEDGE_FIRST, ack_missing=True
+            )
+            return render(request, "runs/approval.html", context, status=400)
     try:
         if decision == "approve":
             done = transitions.gate_approve(

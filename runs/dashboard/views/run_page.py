@@ -26,6 +26,7 @@ from ledger import adapters, selectors
 from ledger.conf import conf
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
+from ledger.selectors import story
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
@@ -66,6 +67,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         preview=preview,
         limit=selectors.RESULT_HEAD_CHARS,
     )
+    presenting.with_inputs(views, story.step_inputs_heads(run_id=run.run_id, pks=pks))
     blocked_page = None
     if run.blocked_step_id in chain.index_of:
         blocked_page = chain.index_of[run.blocked_step_id] // per_page + 1
@@ -131,6 +133,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "inputs_text": presenting.pretty_capped(run.inputs),
         "result_text": presenting.pretty_capped(run.result),
+        **_story_context(run),
     }
 
 
@@ -152,9 +155,18 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),
+        "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
     }
     return render(request, "runs/run_detail.html", context)
+
+
+def _story_context(run: Run) -> dict[str, Any]:
+    """Who cancelled the run and why, the pause that holds it (the header, polled too)."""
+    return {
+        "cancelled_by": story.cancelled_by(run=run),
+        "holding_pause": story.holding_pause(run=run),
+    }
 
 
 def _stale(run: Run) -> frozenset[str]:

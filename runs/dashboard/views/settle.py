@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger import selectors, transitions
 from ledger.conf import conf
 from ledger.models import SettlementStatus, Step
+from ledger.selectors.evidence import last_lookup_answer
 from runs.dashboard import presenting
 from runs.dashboard.http import (
     HtmxHttpRequest,
@@ -31,6 +32,12 @@ from runs.dashboard.http import (
 )
 from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
 from runs.dashboard.operator_forms import DecideForm, RejectForm, SettleForm
+
+#: The refusal of an approval whose value disagrees with its evidence, unacknowledged.
+ACKNOWLEDGE_FIRST = (
+    "the proposed result disagrees with the evidence (see the warning above): "
+    "check it, tick “I checked”, and approve again"
+)
 
 #: Who may open a settle page or ask the tool again: an operator or an approver.
 SETTLE_READERS = (OPERATE_RUNS, APPROVE_SETTLEMENTS)
@@ -51,6 +58,7 @@ def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
     items = selectors.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
     context = {
         "items": items[:QUEUE_PAGE],
+        "rows": presenting.queue_rows(items[:QUEUE_PAGE]),
         "page": page,
         "more": len(items) > QUEUE_PAGE,
         "first": (page - 1) * QUEUE_PAGE,
@@ -95,6 +103,12 @@ def _settle_context(
         "can_approve": user.has_perm(APPROVE_SETTLEMENTS),
         "is_proposer": proposal is not None and proposal.proposed_by_name == user.get_username(),
         "proposal_result_text": presenting.pretty(proposal.result) if proposal else "",
+        "contradictions": presenting.settlement_contradictions(
+            result=proposal.result if proposal else None,
+            step=row,
+            lookup_answer=evidence.lookup_answer,
+        ),
+        "result_placeholder": presenting.result_placeholder(row.inputs),
         "proposal_outdated": proposal is not None and selectors.settlement_is_outdated(proposal),
         "max_result_bytes": conf.RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES,
     }
@@ -128,6 +142,14 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
     if not form.is_valid():
         return _render_settle(request, step, form=form, status=400)
     data = form.cleaned_data
+    flagged = presenting.settlement_contradictions(
+        result=data["parsed_result"],
+        step=step,
+        lookup_answer=evidence_of_lookup(step),
+    )
+    if flagged and not data["acknowledge"]:
+        # Shown before anything is proposed: the proposer checks, then ticks and sends again.
+        return _render_settle(request, step, form=form, status=400, propose_flagged=flagged)
     try:
         settlement = transitions.settlement_propose(
             step=step,
@@ -152,6 +174,11 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
         "It waits for a different person with the approver role.",
     )
     return redirect("runs:settle", run_id=run_id, pk=pk)
+
+
+def evidence_of_lookup(step: Step) -> dict[str, Any]:
+    """The lookup's last answer for ``step`` (what the settle page shows as evidence)."""
+    return last_lookup_answer(step=step)
 
 
 def _refused(
@@ -204,6 +231,21 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = DecideForm(request.POST)
     if not form.is_valid():
         return _render_settle(request, settlement.step_row, status=400, decide_errors=form.errors)
+    flagged = presenting.settlement_contradictions(
+        result=settlement.result,
+        step=settlement.step_row,
+        lookup_answer=evidence_of_lookup(settlement.step_row),
+    )
+    if flagged and not form.cleaned_data["acknowledge"]:
+        # The same check the page showed, made again on the server: an approval of a result
+        # that disagrees with its evidence needs the approver's explicit acknowledgement.
+        return _render_settle(
+            request,
+            settlement.step_row,
+            status=400,
+            decide_errors=ACKNOWLEDGE_FIRST,
+            ack_missing=True,
+        )
     try:
         applied = transitions.settlement_approve(
             settlement=settlement,

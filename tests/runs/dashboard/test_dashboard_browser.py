@@ -129,7 +129,9 @@ def test_an_operator_triages_a_stale_run_in_the_browser(
     preview = page.locator("#preview")
     expect(preview).to_contain_text("nothing was executed or written")
     expect(preview.locator(".verdict")).to_contain_text("1 stale step, 2 downstream")
-    expect(preview).to_contain_text("Settle first")
+    # email_customer's tool has a lookup: the resume asks it (not "settle it first").
+    expect(preview.locator("#preview-asked")).to_have_text("The resume asks the lookup")
+    expect(preview).not_to_contain_text("Settle first")
     expect(preview.locator(".steplist a", has_text="email_customer")).to_be_visible()
     page.screenshot(path=str(SCREENSHOTS / "run-page.png"), full_page=True)
 

@@ -13,18 +13,20 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from ledger import registry, transitions
-from ledger.models import Gate, Step
+from ledger.models import Gate, Run, Step
 from ledger.transitions.pauses import pause_create
 from tests.support.dashboard_runs import (
     PASSWORD,
     held_polls,
     html_run,
+    lookup_down_run,
     reconciliation_run,
     renewal_run,
     restore_roles,
@@ -81,10 +83,14 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     payout = start("payout", {"invoice_id": "inv_1004"}, execute.clock)
     assert execute(payout.run_id).reason == "approval"
     gate = Gate.objects.get(run=payout)
+    charge = Step.objects.get(run=blocked, step_id="charge")
+    story = the_story_and_its_evidence(execute, crash_at, monkeypatch, blocked, charge)
     pause_create(scope="tool", target="refund_charge", by="root", reason="provider incident")
+    held = start("refund", {"invoice_id": "inv_1005"}, execute.clock)
+    assert execute(held.run_id).status == "paused"  # at its refund: the tool is paused
+    story.append(f"/runs/{held.run_id}/")
     admin = user_in("operator", "root")
     User.objects.filter(pk=admin.pk).update(is_staff=True, is_superuser=True)
-    charge = Step.objects.get(run=blocked, step_id="charge")
     model_step = Step.objects.get(run=stale, step_id=stale.blocked_step_id)
     dashboard = [
         "/",
@@ -106,6 +112,7 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         "/effects/",
         "/deploy/",
         "/pauses/",
+        *story,
     ]
     admin_pages = ["/admin/ledger/run/", "/admin/ledger/step/"]
     broken: dict[str, list[str]] = {}
@@ -119,6 +126,9 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
             response = page.goto(f"{live_server.url}{path}")
             assert response is not None and response.status == 200, path
             page.wait_for_load_state("load")
+            # Every collapsed part opened (step inputs, tracebacks, errors, reasons): what a
+            # person reads once they open it must fit too.
+            page.evaluate("document.querySelectorAll('main details').forEach(d => d.open = true)")
             where = f"{width} {path}"
             scroll_width = int(page.evaluate("document.documentElement.scrollWidth"))
             if scroll_width > width:
@@ -142,6 +152,54 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     found = {"broken words": broken, "off screen": off_screen, "too wide": too_wide, "axe": axe}
     if any(found.values()):
         pytest.fail(json.dumps(found, indent=1))
+
+
+def the_story_and_its_evidence(
+    execute: Any, crash_at: Any, monkeypatch: Any, blocked: Run, charge: Step
+) -> list[str]:
+    """The pages of issue 23's story and evidence with realistic rows: a renewal's settlement
+    proposed with the wrong amount (flagged) and another's with the right one (inline Approve),
+    a gate whose arguments disagree with the run's inputs, a cancelled run, a fork, the resume
+    form of an effect its lookup settles (the caller adds a paused run). Returns their paths."""
+    olive = user_in("operator", "olive")
+    right = renewal_run(execute, crash_at, customer="cus_lovelace")
+    for step, amount in ((charge, 900), (Step.objects.get(run=right, step_id="charge"), 24900)):
+        transitions.settlement_propose(
+            step=step,
+            outcome="happened",
+            result={"gateway_ref": f"gw_{step.run_id[-8:]}", "amount_cents": amount},
+            reason="the gateway's statement lists the renewal charge for this customer",
+            by=olive,
+            seen_version=step.version,
+        )
+    asked = start("payout", {"invoice_id": "inv_1002", "customer": "cus_margaret"}, execute.clock)
+    assert execute(asked.run_id).reason == "approval"
+    gate = Gate.objects.get(run=asked)
+    cancelled = reconciliation_run(execute, crash_at)
+    fork = transitions.run_fork(
+        run_id=cancelled.run_id,
+        step_id="email_customer",
+        by=olive,
+        reason="send the team notification again from a copy",
+        confirm_resend=1,
+        clock=execute.clock,
+    )
+    transitions.run_cancel(
+        run_id=cancelled.run_id,
+        by=olive,
+        reason="the customer withdrew the refund request by phone",
+        seen_version=None,
+        clock=execute.clock,
+    )
+    down = lookup_down_run(execute, crash_at, monkeypatch)
+    return [
+        f"/runs/{blocked.run_id}/steps/{charge.pk}/settle/",
+        f"/approvals/{gate.pk}/",
+        f"/runs/{asked.run_id}/",
+        f"/runs/{cancelled.run_id}/",
+        f"/runs/{fork.run_id}/",
+        f"/runs/{down.run_id}/resume/",
+    ]
 
 
 def test_the_menu_folds_on_a_narrow_screen_and_every_page_has_its_landmarks(
