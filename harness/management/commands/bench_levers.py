@@ -40,7 +40,8 @@ each execution), ``py_before`` (all three undone), and the effect step with all 
 undone (``py_engine_effect``, ``py_before_effect``). And the same levers alone, without the
 database (``micro_*``, µs per step, best of 40 batches of 200): the inputs' and result's
 canonical text and hash, the two clock reads, psycopg's binding of the 22 parameters, the
-setting lookup the fast path no longer makes.
+setting lookup the fast path no longer makes; and the engine's whole Python per read step with
+its ledger write replaced by nothing (``micro_engine_python_read_step``).
 
 Prints ``name: value unit`` lines (median ms per write, and x floor). Writes only runs it
 creates, and deletes them afterwards; the dropped indexes are recreated after each round.
@@ -132,6 +133,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--python-steps", type=int, default=300, help="read steps per Python lever run"
         )
+        parser.add_argument(
+            "--python-only", action="store_true", help="only the Python levers (py_*, micro_*)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", verbosity=0)
@@ -152,15 +156,17 @@ class Command(BaseCommand):
         self._runs: list[str] = []
         rounds: list[dict[str, float]] = []
         try:
-            for _ in range(options["rounds"]):
+            for _ in range(0 if options["python_only"] else options["rounds"]):
                 rounds.append(self._round(options["writes"]))
             python = self._python(options["rounds"], options["python_steps"])
         finally:
             Step.objects.filter(run_id__in=self._runs).delete()
             Run.objects.filter(run_id__in=self._runs).delete()
-        figures = {"lever_floor": (statistics.median(r["floor"] for r in rounds), "ms")}
+        figures: dict[str, tuple[float, str]] = {}
+        if rounds:
+            figures["lever_floor"] = (statistics.median(r["floor"] for r in rounds), "ms")
         figures.update(python)
-        for variant in VARIANTS:
+        for variant in VARIANTS if rounds else ():
             if any(variant not in r for r in rounds):
                 self.stdout.write(f"# lever_{variant}: not measured (needs a superuser)")
                 continue
@@ -173,7 +179,8 @@ class Command(BaseCommand):
         if options["json"]:
             values: dict[str, Any] = {n: {"value": v, "unit": u} for n, (v, u) in figures.items()}
             values["rounds"] = {"value": rounds, "unit": "ms per write, per round"}
-            merge_json(Path(options["json"]), "postgresql_levers", values)
+            key = "postgresql_python_levers" if options["python_only"] else "postgresql_levers"
+            merge_json(Path(options["json"]), key, values)
 
     def _python(self, rounds: int, steps: int) -> dict[str, tuple[float, str]]:
         """The Python levers, on the engine's own read (and effect) steps, interleaved."""
@@ -203,7 +210,28 @@ class Command(BaseCommand):
             ratio = statistics.median(c / b for c, b in zip(cpu[variant], cpu[base], strict=True))
             figures[f"lever_{variant}_cpu_vs_engine"] = (ratio, "x")
         figures.update(_micro())
+        figures["micro_engine_python_read_step"] = (self._without_writes(1000), "us per step")
         return figures
+
+    def _without_writes(self, steps: int) -> float:
+        """The engine's own Python per read step, its ledger write replaced by nothing: a run
+        of ``steps`` read steps (the claim and the finish still written), best of 3. What no
+        lever on the Python side can go below; the write's own cost is the rest."""
+        real = transitions.step_write
+        pks = iter(range(1, 10**9))
+        transitions.step_write = lambda write: next(pks)  # type: ignore[assignment]
+        best = []
+        try:
+            for i in range(3):
+                name = bench_agent("read", steps, f"bench-py-nodb-{i}")
+                run = start_unannounced(agent=name, inputs={})
+                self._runs.append(run.run_id)
+                started = time.process_time()
+                execute.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+                best.append((time.process_time() - started) / steps * 1e6)
+        finally:
+            transitions.step_write = real
+        return min(best)
 
     def _round(self, n: int) -> dict[str, float]:
         """One write of each variant in turn, ``n`` times, so that load hits all alike; the
