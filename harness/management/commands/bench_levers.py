@@ -40,8 +40,10 @@ each execution), ``py_before`` (all three undone), and the effect step with all 
 undone (``py_engine_effect``, ``py_before_effect``). And the same levers alone, without the
 database (``micro_*``, µs per step, best of 40 batches of 200): the inputs' and result's
 canonical text and hash, the two clock reads, psycopg's binding of the 22 parameters, the
-setting lookup the fast path no longer makes; and the engine's whole Python per read step with
-its ledger write replaced by nothing (``micro_engine_python_read_step``).
+setting lookup the fast path no longer makes, two levers not made (``micro_bind_plain_statement``:
+the plain read step's 11 constant parameters inlined; ``micro_connection_lookup``: Django's
+context-local connection lookup the engine makes per write); and the engine's whole Python per
+read step with its ledger write replaced by nothing (``micro_engine_python_read_step``).
 
 Prints ``name: value unit`` lines (median ms per write, and x floor). Writes only runs it
 creates, and deletes them afterwards; the dropped indexes are recreated after each round.
@@ -390,6 +392,14 @@ _STATEMENTS = (
 )  # fmt: skip
 
 
+#: The parameters of a succeeded first attempt of a read step that are the same at every step.
+_PLAIN_READ = {
+    "status": "'succeeded'", "effect_key": "NULL", "error": "''", "errors": "'[]'",
+    "expires_at": "NULL", "model_id": "''", "prompt_hash": "''", "inputs_truncated": "false",
+    "next_step_id": "NULL", "finished_at": "%(now)s", "attempt": "1",
+}  # fmt: skip
+
+
 def _micro() -> dict[str, tuple[float, str]]:
     """Each Python lever alone, without the database: µs per read step, best of 40 batches."""
     from psycopg._queries import PostgresQuery, PostgresRawQuery
@@ -398,6 +408,10 @@ def _micro() -> dict[str, tuple[float, str]]:
     tx = Transformer(connection.connection)
     named, raw = PostgresQuery(tx), PostgresRawQuery(tx)
     link = sql._PG_STEP_LINK
+    plain_sql = link.named
+    for name, constant in _PLAIN_READ.items():
+        plain_sql = plain_sql.replace(f"%({name})s", constant)
+    plain = sql._positional(plain_sql)
     params = _params("r", "t", 7, prev=True)
     ordered = link.order(params)
     inputs, result = {"i": 7, "query": "refund for cus_0042"}, {"i": 7, "rows": [1, 2.5, "x"]}
@@ -423,6 +437,10 @@ def _micro() -> dict[str, tuple[float, str]]:
         "micro_bind_positional": lambda: raw.convert(link.sql, link.order(params)),
         "micro_bind_positional_ordered_only": lambda: raw.convert(link.sql, ordered),
         "micro_setting_lookup": lambda: conf.RUNLEDGER_PG_PREPARE,
+        # Not made: the plain read step's statement with its constant parameters inlined
+        # (11 bound instead of 22), and the thread's Django connection kept by the engine.
+        "micro_bind_plain_statement": lambda: raw.convert(plain.sql, plain.order(params)),
+        "micro_connection_lookup": lambda: connections[DEFAULT_DB_ALIAS],
     }
     figures = {}
     for name, case in cases.items():
