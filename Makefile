@@ -52,7 +52,8 @@ screenshots: $(STAMP)
 ## virtualenv) on one throwaway PostgreSQL with fsync on, in alternating rounds; then resume at
 ## size and concurrent runs, each lever on the step write, and throughput with real workers
 ## (make bench-workers' measurement) and with 1, 2, 4, 8 worker processes beside pgbench's
-## INSERT+COMMIT with as many clients, the HTTP API (starts per second with 1 and 8 clients,
+## INSERT+COMMIT with as many clients, resume time and peak memory at 1,000 / 10,000 / 100,000
+## steps (bench_growth), the HTTP API (starts per second with 1 and 8 clients,
 ## finish-to-wait latency), the adapters' overhead per step against the plain framework runs;
 ## then the SQLite default.
 ## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
@@ -63,6 +64,7 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
+		$(PY) manage.py bench_growth --json bench-results.json && \
 		$(PY) manage.py bench_workers --ladder 1,2,4,8 --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json && \
 		$(PY) manage.py bench_adapters --json bench-results.json && \

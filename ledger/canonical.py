@@ -10,6 +10,13 @@ same order. PostgreSQL's jsonb keeps objects in its own order (by key length, th
 turns an integral float into an integer; SQLite keeps the text. So the agent receives the same
 value — same keys in the same order, same types — on the first execution (``normalize``) and on
 every replay (``loads``), whichever database stored it.
+
+The text of plain data (the engine's hot path: every step's inputs and result) is written by
+orjson, a C encoder, where it gives the same bytes as the standard library's encoder: exact
+dicts, lists, strings, ints within 64 bits, booleans, None, and floats whose ``repr`` has no
+exponent (non-integral, at least 1e-4 in magnitude: orjson writes 1e-05 as 0.00001). Anything
+else takes ``json``'s encoder, as before. ``tests/ledger/test_canonical.py`` proves the two
+equal over arbitrary JSON values (Hypothesis) and ``bench_levers`` measures the difference.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import json
 import math
 from operator import itemgetter
 from typing import Any
+
+import orjson
 
 from ledger.errors import NotJSON
 
@@ -35,6 +44,14 @@ def normalize(value: Any, *, step_id: str = "", path: str = "$", depth: int = 0)
         return _normalize(value, step_id=step_id, path=path, depth=depth)
 
 
+#: Whether ``canonical`` writes plain data with orjson (``bench_levers`` turns it off to
+#: measure the standard encoder beside it; the bytes are the same either way).
+USE_ORJSON = True
+#: Below this magnitude Python's ``repr`` of a float has an exponent (``1e-05``) and orjson's
+#: text does not (``0.00001``): such a float is not plain (``_plain``).
+_FLOAT_EXPONENT_BELOW = 1e-4
+
+
 class _Unusual(Exception):
     """Raised by ``_plain`` at anything but plain JSON: the full walk decides (and names it)."""
 
@@ -43,7 +60,9 @@ def _plain(value: Any, depth: int) -> Any:
     """``_normalize`` for plain data (exact dict, list, tuple, str, int, float, bool, None),
     without building the path of every value on the way (it is only needed in an error).
     Anything else, valid (a subclass) or not, raises ``_Unusual``: the full walk handles it.
-    Called once per step on its inputs and its result: the engine's hot path."""
+    Called once per step on its inputs and its result: the engine's hot path. Its result is
+    data orjson writes as the standard encoder does (ints beyond 64 bits aside: orjson refuses
+    them, and ``_text`` falls back); so a tiny float, which it writes differently, is unusual."""
     if depth > MAX_DEPTH:
         raise _Unusual
     kind = type(value)
@@ -63,7 +82,11 @@ def _plain(value: Any, depth: int) -> Any:
     if kind is float:
         if not math.isfinite(value):
             raise _Unusual
-        return int(value) if value.is_integer() else value
+        if value.is_integer():
+            return int(value)
+        if -_FLOAT_EXPONENT_BELOW < value < _FLOAT_EXPONENT_BELOW:
+            raise _Unusual
+        return value
     raise _Unusual
 
 
@@ -135,8 +158,32 @@ _ENCODER = json.JSONEncoder(
 
 def canonical(value: Any, *, step_id: str = "") -> tuple[Any, str]:
     """Normalize ``value`` and return it with its canonical text."""
-    data = normalize(value, step_id=step_id)
-    return data, dumps(data)
+    data, raw = _canonical(value, step_id)
+    return data, raw if isinstance(raw, str) else raw.decode("utf-8")
+
+
+def canonical_hashed(value: Any, *, step_id: str = "") -> tuple[Any, str, str]:
+    """``canonical`` and the sha256 of the text (``hash_text``), hashed from the encoder's
+    bytes where orjson wrote them (no second encoding): a step's inputs."""
+    data, raw = _canonical(value, step_id)
+    if isinstance(raw, str):
+        return data, raw, hash_text(raw)
+    return data, raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
+
+
+def _canonical(value: Any, step_id: str) -> tuple[Any, str | bytes]:
+    """The normalized data and its canonical text: UTF-8 bytes when orjson wrote it."""
+    try:
+        data = _plain(value, 0)
+    except _Unusual:
+        data = _normalize(value, step_id=step_id, path="$", depth=0)
+        return data, _ENCODER.encode(data)
+    if not USE_ORJSON:
+        return data, _ENCODER.encode(data)
+    try:
+        return data, orjson.dumps(data)  # its dicts are built in key order (_plain)
+    except orjson.JSONEncodeError:  # an int beyond 64 bits
+        return data, _ENCODER.encode(data)
 
 
 def _sorted_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

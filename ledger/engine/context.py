@@ -324,7 +324,7 @@ class RunContext:
         return ".".join([*self._scope, local])
 
     def _prepare(self, step_id: str, *, inputs: Any, **fields: Any) -> Call:
-        data, text = canonical.canonical(inputs, step_id=step_id)
+        data, text, digest = canonical.canonical_hashed(inputs, step_id=step_id)
         if step_id in self._used:
             raise DuplicateStepId(
                 f"step id {step_id!r} is used twice in run {self.run_id}; "
@@ -336,7 +336,7 @@ class RunContext:
             step_id=step_id,
             inputs=data,
             inputs_text=text,
-            input_hash=canonical.hash_text(text),
+            input_hash=digest,
             **fields,
         )
 

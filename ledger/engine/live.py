@@ -37,11 +37,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
+from django.utils import timezone
 
 from ledger import canonical, faultpoints, observe, retry, transitions
 from ledger.conf import conf
@@ -116,7 +118,7 @@ class LiveSteps:
         self.run_id = walk.run_id
         self._token = token
         self._fence = fence
-        self._clock = clock
+        self._clock = _direct(clock)
         self._holds = holds or Holds()
         self._batch = Batch.for_agent(walk.agent)
         # Read once per execution: a lazy settings lookup on every step costs more than it says.
@@ -792,6 +794,15 @@ def _ledger_write(step_id: str, what: str) -> Iterator[None]:
         yield
     except DatabaseError as exc:
         raise LedgerUnavailable(step_id, what, exc) from exc
+
+
+def _direct(clock: Clock) -> Clock:
+    """Django's ``timezone.now`` without its settings lookup on every call (two a step):
+    ``datetime.now`` in UTC when USE_TZ, as ``timezone.now`` does. Any other clock (a
+    test's) is used as it is."""
+    if clock is not timezone.now:
+        return clock
+    return partial(datetime.now, UTC) if settings.USE_TZ else datetime.now
 
 
 def _retries_left(call: Call, row: StepRow | None) -> int:

@@ -30,14 +30,18 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from time import perf_counter
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.dispatch import receiver
 
 from ledger import canonical, observe
 from ledger.conf import conf
@@ -101,13 +105,16 @@ def _prepared_cursor_class() -> type:
     Django's own cursors bind parameters on the client (the 2 KB CTE is re-sent and
     re-planned at every step) and Django turns psycopg's automatic preparation off. The
     engine's few statements are prepared once per connection and then sent as a name and
-    parameters. Only the step writes use it; everything else keeps Django's cursor.
+    parameters. Only the step writes use it; everything else keeps Django's cursor. A raw
+    cursor: the statements come with ``$n`` placeholders and their parameters in order
+    (``_Statement``), so psycopg neither rewrites the query nor reorders a dict each time.
     """
-    from django.db.backends.postgresql.base import ServerBindingCursor
+    import psycopg
+    from django.db.backends.postgresql.base import CursorMixin
 
-    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+    class PreparedCursor(CursorMixin, psycopg.RawCursor):  # type: ignore[misc,valid-type]
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, prepare=True)  # type: ignore[misc]
+            return super().execute(query, params, prepare=True)
 
     return PreparedCursor
 
@@ -116,16 +123,38 @@ def _prepared_cursor_class() -> type:
 def _server_cursor_class() -> type:
     import psycopg
 
-    return psycopg.Cursor
+    return psycopg.RawCursor
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One of the engine's statements in both forms: ``named`` (``%(name)s``, with a dict:
+    Django's client-binding cursor, RUNLEDGER_PG_PREPARE off) and ``sql`` (``$n``, with the
+    parameters in order: the prepared raw cursor); ``order`` picks that order from the dict."""
+
+    named: str
+    sql: str
+    order: Any  # operator.itemgetter over the parameter names, in $n order
+
+
+def _positional(named: str) -> _Statement:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    sql = re.sub(r"%\((\w+)\)s", number, named)
+    assert "%" not in sql and len(names) > 1, "a statement needs two named parameters or more"
+    return _Statement(named=named, sql=sql, order=itemgetter(*names))
 
 
 def _pg_cursor() -> Any:
-    """A cursor on the connection Django holds (same transaction, same test isolation,
-    the same query logging and execute wrappers), preparing when RUNLEDGER_PG_PREPARE is on
-    (off for a pooler in transaction mode, where a prepared statement may not outlive it).
-    """
-    if not conf.RUNLEDGER_PG_PREPARE:
-        return connection.cursor()
+    """A preparing cursor on the connection Django holds (same transaction, same test
+    isolation, the same query logging and execute wrappers), for RUNLEDGER_PG_PREPARE on
+    (off, for a pooler in transaction mode where a prepared statement may not outlive it,
+    ``_pg_fetch`` takes Django's own cursor)."""
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     conn = db.connection
@@ -162,7 +191,16 @@ def _tune(db: Any, conn: Any) -> None:
         db.__dict__["_runledger_tuned"] = conn
 
 
-def _pg_fetch(db: Any, statement: str, params: dict[str, Any]) -> Any:
+@receiver(setting_changed)
+def _retune(*, setting: str, **kwargs: Any) -> None:
+    """RUNLEDGER_PG_PREPARE changed (a test's override): this thread's connections are set up
+    again by their next write (``_tune`` marks only a connection that prepares)."""
+    if setting == "RUNLEDGER_PG_PREPARE":
+        for db in connections.all(initialized_only=True):
+            db.__dict__.pop("_runledger_tuned", None)
+
+
+def _pg_fetch(db: Any, statement: _Statement, params: dict[str, Any]) -> Any:
     """Execute one of the engine's statements on the connection Django holds; its one row.
 
     When nothing watches the connection's statements (no execute wrappers, no query log:
@@ -178,12 +216,15 @@ def _pg_fetch(db: Any, statement: str, params: dict[str, Any]) -> Any:
         or db.execute_wrappers
         or db.queries_logged
         or db.needs_rollback
-        or not conf.RUNLEDGER_PG_PREPARE
         or (db.health_check_enabled and not db.health_check_done)
-        or db.__dict__.get("_runledger_tuned") is not conn
+        or db.__dict__.get("_runledger_tuned") is not conn  # RUNLEDGER_PG_PREPARE on (_tune)
     ):
+        if not conf.RUNLEDGER_PG_PREPARE:  # Django's cursor, bound on the client (a pooler)
+            with connection.cursor() as cur:
+                cur.execute(statement.named, params)
+                return cur.fetchone()
         with _pg_cursor() as cur:
-            cur.execute(statement, params)
+            cur.execute(statement.sql, statement.order(params))
             return cur.fetchone()
     cur = db.__dict__.get("_runledger_cursor")
     if cur is None or cur.connection is not conn or cur.closed:
@@ -191,7 +232,7 @@ def _pg_fetch(db: Any, statement: str, params: dict[str, Any]) -> Any:
         # psycopg's own server-binding cursor: Django's cursor_factory binds on the client
         cur = db.__dict__["_runledger_cursor"] = _server_cursor_class()(conn)
     with db.wrap_database_errors:
-        cur.execute(statement, params, prepare=True)
+        cur.execute(statement.sql, statement.order(params), prepare=True)
         return cur.fetchone()
 
 
@@ -369,11 +410,11 @@ def _step_write(w: StepWrite) -> int:
     }
     if pg:
         if w.abandon:
-            statement = _PG_UPSERT_EXCLUSIVE
+            statement = _PG_STEP_EXCLUSIVE
         elif w.prev_step_id is not None:
-            statement = _PG_UPSERT_LINK
+            statement = _PG_STEP_LINK
         else:
-            statement = _PG_UPSERT_ALONE
+            statement = _PG_STEP_ALONE
         row = _pg_fetch(db, statement, params)
         if row is None:
             raise LeaseLost(w.run_id)
@@ -424,6 +465,13 @@ SELECT count(*) FROM written"""
 )
 
 
+_PG_STEP_EXCLUSIVE = _positional(_PG_UPSERT_EXCLUSIVE)
+_PG_STEP_LINK = _positional(_PG_UPSERT_LINK)
+_PG_STEP_ALONE = _positional(_PG_UPSERT_ALONE)
+_PG_UPDATE_STATEMENT = _positional(_PG_UPDATE)
+_PG_BATCH_STATEMENT = _positional(_PG_BATCH)
+
+
 def step_write_batch(writes: Sequence[StepWrite]) -> None:
     """Commit finished, succeeded steps of one run (batched durability) in one statement.
 
@@ -447,7 +495,7 @@ def step_write_batch(writes: Sequence[StepWrite]) -> None:
             "prev_step_id": first.prev_step_id,
             "rows": "[" + ",".join(map(_batch_row, writes, links)) + "]",
         }
-        (written,) = _pg_fetch(connections[DEFAULT_DB_ALIAS], _PG_BATCH, params)
+        (written,) = _pg_fetch(connections[DEFAULT_DB_ALIAS], _PG_BATCH_STATEMENT, params)
         if written != len(writes):
             raise LeaseLost(first.run_id)
     else:
@@ -557,7 +605,7 @@ def _step_update(
         "settled_by": settled_by[:150],
     }
     if pg:
-        if _pg_fetch(db, _PG_UPDATE, params) is None:
+        if _pg_fetch(db, _PG_UPDATE_STATEMENT, params) is None:
             raise LeaseLost(run_id)
         return
     with transaction.atomic(), connection.cursor() as cur:

@@ -98,3 +98,96 @@ def test_subclasses_and_deep_values_take_the_full_walk() -> None:
         deep = [deep]
     with pytest.raises(NotJSON, match="nested deeper"):
         canonical.normalize(deep)
+
+
+# --- orjson writes the canonical text of plain data: the same bytes as json's encoder ------
+
+#: Every kind of JSON value, with the edges where two encoders could part: unicode (control
+#: characters, quotes, backslashes, U+2028, astral planes, lone surrogates), integers past 64
+#: bits, floats of every magnitude (exponents both ways, subnormals, -0.0, NaN), keys in any
+#: order, nesting, and subclasses (which the plain walk leaves to the full one).
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
+    | st.floats()
+    | st.floats(min_value=-1e-3, max_value=1e-3)
+    | st.floats(min_value=1e15, max_value=1e17)
+    | st.sampled_from([1e-4, -1e-4, 9.999999e-5, 1.5e-5, 5e-324, 1e16, 1e22, 0.1, -0.0, 1e-7])
+    | st.text()
+    | st.text(alphabet=st.characters(codec=None, max_codepoint=0x2FFFF))
+    | st.sampled_from(['\x1f\x7f"\\\b\f\n\r\t', "\u2028\u2029", "\U0001f600", "é", "\ud800"])
+)
+_any_json = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=6), inner, max_size=5)
+        | st.dictionaries(st.sampled_from(["b", "a", "é", "Z", "aa", "", "\U0001f600"]), inner)
+    ),
+    max_leaves=30,
+)
+
+
+def _reference(value: object) -> str:
+    """The canonical text as it was before orjson: normalize, then json's encoder."""
+    return canonical._ENCODER.encode(canonical._normalize(value, step_id="s", path="$", depth=0))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_any_json)
+def test_orjson_writes_the_same_canonical_bytes_as_the_standard_encoder(value) -> None:
+    try:
+        expected = _reference(value)
+    except NotJSON as exc:
+        with pytest.raises(NotJSON) as caught:
+            canonical.canonical(value, step_id="s")
+        assert str(caught.value) == str(exc)
+        return
+    data, text = canonical.canonical(value, step_id="s")
+    assert text == expected
+    assert canonical.canonical_hashed(value, step_id="s") == (data, text, canonical.hash_text(text))
+    assert canonical.input_hash(value) == canonical.hash_text(expected)
+    assert data == canonical._normalize(value, step_id="s", path="$", depth=0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_plain_float_orjson_writes_is_written_as_repr(value) -> None:
+    """Where the plain walk lets orjson write a float, orjson's text is the standard one."""
+    import orjson
+
+    try:
+        data = canonical._plain([value], 0)
+    except canonical._Unusual:
+        return  # a tiny float: the standard encoder writes it
+    try:
+        text = orjson.dumps(data).decode()
+    except orjson.JSONEncodeError:  # an integral float past 2**64, now an int: the fallback's
+        assert type(data[0]) is int and abs(data[0]) >= 2**63
+        return
+    assert text == canonical._ENCODER.encode(data)
+
+
+def test_the_encoders_part_where_the_plain_walk_says_so() -> None:
+    """The edges the fallback exists for: orjson writes 1e-05 as 0.00001 and refuses ints
+    beyond 64 bits; canonical text keeps the standard form for both."""
+    import orjson
+
+    assert orjson.dumps(1.5e-05) != canonical._ENCODER.encode(1.5e-05).encode()
+    assert canonical.canonical({"x": 1.5e-05})[1] == '{"x":1.5e-05}'
+    assert canonical.canonical({"big": 2**64, "n": -(2**63) - 1})[1] == (
+        '{"big":18446744073709551616,"n":-9223372036854775809}'
+    )
+    text = canonical.canonical({"b": "\x1f\u2028é", "a": 0.1})[1]
+    assert text == '{"a":0.1,"b":"\\u001f\u2028é"}'
+
+
+def test_the_standard_encoder_alone_gives_the_same_text(monkeypatch) -> None:
+    value = {"q": "refund", "amount": 12.5, "items": [{"sku": "a", "n": 2}], "when": None}
+    with_orjson = canonical.canonical(value)
+    monkeypatch.setattr(canonical, "USE_ORJSON", False)
+    assert canonical.canonical(value) == with_orjson

@@ -30,6 +30,21 @@ connection Django holds, in alternating rounds beside the floor (one INSERT+COMM
 
 All prepared variants but ``custom_plan`` run planned once, as the engine's statements do.
 
+Then the Python levers of the step write (issue 22, item 3), each a whole read-step run of the
+engine (``bench_agent``) with one lever undone, in alternating rounds, measured as this
+process's CPU per step (and wall): ``py_engine`` (all in), ``py_no_orjson`` (the canonical
+text by json's encoder: ``canonical.USE_ORJSON`` off), ``py_no_direct_clock`` (Django's
+``timezone.now`` for the step's two clock reads), ``py_named`` (the statements with named
+parameters from a dict on psycopg's ``Cursor``, as before: psycopg rewrites and reorders at
+each execution), ``py_before`` (all three undone), and the effect step with all in and all
+undone (``py_engine_effect``, ``py_before_effect``). And the same levers alone, without the
+database (``micro_*``, µs per step, best of 40 batches of 200): the inputs' and result's
+canonical text and hash, the two clock reads, psycopg's binding of the 22 parameters, the
+setting lookup the fast path no longer makes, two levers not made (``micro_bind_plain_statement``:
+the plain read step's 11 constant parameters inlined; ``micro_connection_lookup``: Django's
+context-local connection lookup the engine makes per write); and the engine's whole Python per
+read step with its ledger write replaced by nothing (``micro_engine_python_read_step``).
+
 Prints ``name: value unit`` lines (median ms per write, and x floor). Writes only runs it
 creates, and deletes them afterwards; the dropped indexes are recreated after each round.
 """
@@ -39,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+import timeit
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,14 +62,17 @@ from typing import Any
 import psycopg
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
 from harness.bench.agents import bench_agent
 from harness.bench.results import merge_json
 from harness.unannounced import start_unannounced
-from ledger import transitions
+from ledger import canonical, transitions
+from ledger.conf import conf
+from ledger.engine import live
 from ledger.models import Run, Step
+from ledger.processes import execute
 from ledger.transitions import steps as sql
 
 _FENCE = "FOR NO KEY UPDATE"  # the run row's lock in a write that links the previous step
@@ -113,6 +132,12 @@ class Command(BaseCommand):
             "that the disk's noise does not hide the statements' own cost)",
         )
         parser.add_argument("--json", default="", help="add the figures to this file")
+        parser.add_argument(
+            "--python-steps", type=int, default=300, help="read steps per Python lever run"
+        )
+        parser.add_argument(
+            "--python-only", action="store_true", help="only the Python levers (py_*, micro_*)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", verbosity=0)
@@ -133,13 +158,17 @@ class Command(BaseCommand):
         self._runs: list[str] = []
         rounds: list[dict[str, float]] = []
         try:
-            for _ in range(options["rounds"]):
+            for _ in range(0 if options["python_only"] else options["rounds"]):
                 rounds.append(self._round(options["writes"]))
+            python = self._python(options["rounds"], options["python_steps"])
         finally:
             Step.objects.filter(run_id__in=self._runs).delete()
             Run.objects.filter(run_id__in=self._runs).delete()
-        figures = {"lever_floor": (statistics.median(r["floor"] for r in rounds), "ms")}
-        for variant in VARIANTS:
+        figures: dict[str, tuple[float, str]] = {}
+        if rounds:
+            figures["lever_floor"] = (statistics.median(r["floor"] for r in rounds), "ms")
+        figures.update(python)
+        for variant in VARIANTS if rounds else ():
             if any(variant not in r for r in rounds):
                 self.stdout.write(f"# lever_{variant}: not measured (needs a superuser)")
                 continue
@@ -152,7 +181,59 @@ class Command(BaseCommand):
         if options["json"]:
             values: dict[str, Any] = {n: {"value": v, "unit": u} for n, (v, u) in figures.items()}
             values["rounds"] = {"value": rounds, "unit": "ms per write, per round"}
-            merge_json(Path(options["json"]), "postgresql_levers", values)
+            key = "postgresql_python_levers" if options["python_only"] else "postgresql_levers"
+            merge_json(Path(options["json"]), key, values)
+
+    def _python(self, rounds: int, steps: int) -> dict[str, tuple[float, str]]:
+        """The Python levers, on the engine's own read (and effect) steps, interleaved."""
+        if steps <= 0:
+            return {}
+        cpu: dict[str, list[float]] = {v: [] for v in PY_VARIANTS}
+        wall: dict[str, list[float]] = {v: [] for v in PY_VARIANTS}
+        for _ in range(rounds):
+            for variant in PY_VARIANTS:
+                kind = "effect" if variant.endswith("_effect") else "read"
+                with _python_levers(variant):
+                    name = bench_agent(kind, steps, f"bench-py-{variant}")
+                    run = start_unannounced(agent=name, inputs={})
+                    self._runs.append(run.run_id)
+                    started, t = time.process_time(), time.perf_counter()
+                    outcome = execute.run_execute(
+                        run_id=run.run_id, worker="bench", heartbeat=False
+                    )
+                    cpu[variant].append((time.process_time() - started) / steps * 1e6)
+                    wall[variant].append((time.perf_counter() - t) / steps * 1e6)
+                assert outcome is not None and outcome.status == "succeeded", outcome
+        figures: dict[str, tuple[float, str]] = {}
+        for variant in PY_VARIANTS:
+            base = "py_engine_effect" if variant.endswith("_effect") else "py_engine"
+            figures[f"lever_{variant}_cpu"] = (statistics.median(cpu[variant]), "us per step")
+            figures[f"lever_{variant}_wall"] = (statistics.median(wall[variant]), "us per step")
+            ratio = statistics.median(c / b for c, b in zip(cpu[variant], cpu[base], strict=True))
+            figures[f"lever_{variant}_cpu_vs_engine"] = (ratio, "x")
+        figures.update(_micro())
+        figures["micro_engine_python_read_step"] = (self._without_writes(1000), "us per step")
+        return figures
+
+    def _without_writes(self, steps: int) -> float:
+        """The engine's own Python per read step, its ledger write replaced by nothing: a run
+        of ``steps`` read steps (the claim and the finish still written), best of 3. What no
+        lever on the Python side can go below; the write's own cost is the rest."""
+        real = transitions.step_write
+        pks = iter(range(1, 10**9))
+        transitions.step_write = lambda write: next(pks)  # type: ignore[assignment]
+        best = []
+        try:
+            for i in range(3):
+                name = bench_agent("read", steps, f"bench-py-nodb-{i}")
+                run = start_unannounced(agent=name, inputs={})
+                self._runs.append(run.run_id)
+                started = time.process_time()
+                execute.run_execute(run_id=run.run_id, worker="bench", heartbeat=False)
+                best.append((time.process_time() - started) / steps * 1e6)
+        finally:
+            transitions.step_write = real
+        return min(best)
 
     def _round(self, n: int) -> dict[str, float]:
         """One write of each variant in turn, ``n`` times, so that load hits all alike; the
@@ -248,6 +329,124 @@ def _params(run_id: str, token: str, i: int, *, prev: bool) -> dict[str, Any]:
         "prev_step_id": f"s{i - 1}" if prev and i else None, "abandon": [],
         "next_step_id": None,
     }  # fmt: skip
+
+
+PY_VARIANTS = (
+    "py_engine", "py_no_orjson", "py_no_direct_clock", "py_named", "py_before",
+    "py_engine_effect", "py_before_effect",
+)  # fmt: skip
+_UNDONE = {
+    "py_no_orjson": ("orjson",),
+    "py_no_direct_clock": ("clock",),
+    "py_named": ("named",),
+    "py_before": ("orjson", "clock", "named"),
+    "py_before_effect": ("orjson", "clock", "named"),
+}
+
+
+@contextlib.contextmanager
+def _python_levers(variant: str) -> Iterator[None]:
+    """The step write with the levers of ``variant`` undone (``_UNDONE``), as before them."""
+    undone = _UNDONE.get(variant, ())
+    saved_statements = {n: getattr(sql, n) for n in _STATEMENTS}
+    saved_cursor, saved_direct = sql._server_cursor_class, live._direct
+    saved_prepared = sql._prepared_cursor_class
+    if "orjson" in undone:
+        canonical.USE_ORJSON = False
+    if "clock" in undone:
+        live._direct = lambda clock: clock
+    if "named" in undone:
+        for name in _STATEMENTS:
+            named = getattr(sql, name).named
+            setattr(sql, name, sql._Statement(named=named, sql=named, order=lambda p: p))
+        sql._server_cursor_class = lambda: psycopg.Cursor  # type: ignore[assignment]
+        sql._prepared_cursor_class = _named_prepared_cursor_class  # type: ignore[assignment]
+    # the kept cursor is made again with the class of the variant
+    connections[DEFAULT_DB_ALIAS].__dict__.pop("_runledger_cursor", None)
+    try:
+        yield
+    finally:
+        canonical.USE_ORJSON = True
+        live._direct = saved_direct
+        sql._server_cursor_class = saved_cursor
+        sql._prepared_cursor_class = saved_prepared
+        for name, statement in saved_statements.items():
+            setattr(sql, name, statement)
+        connections[DEFAULT_DB_ALIAS].__dict__.pop("_runledger_cursor", None)
+
+
+def _named_prepared_cursor_class() -> type:
+    """The wrapped path's cursor before the positional statements: named parameters."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, prepare=True)  # type: ignore[misc]
+
+    return PreparedCursor
+
+
+_STATEMENTS = (
+    "_PG_STEP_EXCLUSIVE", "_PG_STEP_LINK", "_PG_STEP_ALONE", "_PG_UPDATE_STATEMENT",
+    "_PG_BATCH_STATEMENT",
+)  # fmt: skip
+
+
+#: The parameters of a succeeded first attempt of a read step that are the same at every step.
+_PLAIN_READ = {
+    "status": "'succeeded'", "effect_key": "NULL", "error": "''", "errors": "'[]'",
+    "expires_at": "NULL", "model_id": "''", "prompt_hash": "''", "inputs_truncated": "false",
+    "next_step_id": "NULL", "finished_at": "%(now)s", "attempt": "1",
+}  # fmt: skip
+
+
+def _micro() -> dict[str, tuple[float, str]]:
+    """Each Python lever alone, without the database: µs per read step, best of 40 batches."""
+    from psycopg._queries import PostgresQuery, PostgresRawQuery
+    from psycopg.adapt import Transformer
+
+    tx = Transformer(connection.connection)
+    named, raw = PostgresQuery(tx), PostgresRawQuery(tx)
+    link = sql._PG_STEP_LINK
+    plain_sql = link.named
+    for name, constant in _PLAIN_READ.items():
+        plain_sql = plain_sql.replace(f"%({name})s", constant)
+    plain = sql._positional(plain_sql)
+    params = _params("r", "t", 7, prev=True)
+    ordered = link.order(params)
+    inputs, result = {"i": 7, "query": "refund for cus_0042"}, {"i": 7, "rows": [1, 2.5, "x"]}
+
+    def text_and_hash(use_orjson: bool) -> Callable[[], Any]:
+        def one() -> Any:
+            canonical.USE_ORJSON = use_orjson
+            try:
+                canonical.canonical_hashed(inputs, step_id="s")
+                return canonical.canonical(result, step_id="s")
+            finally:
+                canonical.USE_ORJSON = True
+
+        return one
+
+    direct = live._direct(timezone.now)
+    cases: dict[str, Callable[[], Any]] = {
+        "micro_canonical_json": text_and_hash(False),
+        "micro_canonical_orjson": text_and_hash(True),
+        "micro_clock_django": lambda: (timezone.now(), timezone.now()),
+        "micro_clock_direct": lambda: (direct(), direct()),
+        "micro_bind_named": lambda: named.convert(link.named, params),
+        "micro_bind_positional": lambda: raw.convert(link.sql, link.order(params)),
+        "micro_bind_positional_ordered_only": lambda: raw.convert(link.sql, ordered),
+        "micro_setting_lookup": lambda: conf.RUNLEDGER_PG_PREPARE,
+        # Not made: the plain read step's statement with its constant parameters inlined
+        # (11 bound instead of 22), and the thread's Django connection kept by the engine.
+        "micro_bind_plain_statement": lambda: raw.convert(plain.sql, plain.order(params)),
+        "micro_connection_lookup": lambda: connections[DEFAULT_DB_ALIAS],
+    }
+    figures = {}
+    for name, case in cases.items():
+        best = min(timeit.repeat(case, number=200, repeat=40)) / 200 * 1e6
+        figures[name] = (best, "us per step")
+    return figures
 
 
 @contextlib.contextmanager
