@@ -27,7 +27,7 @@ from ledger.examples.agents import fetch_invoice, notify_team, refund_charge
 
 TOOLS = [fetch_invoice, refund_charge, notify_team]
 PROMPT = "Please refund invoice inv_1001 and tell #billing."
-CALLS = [
+CALLS: list[tuple[str, dict[str, Any]]] = [
     ("fetch_invoice", {"invoice_id": "inv_1001"}),
     ("refund_charge", {"customer": "cus_ada", "amount_cents": 4200}),
     ("notify_team", {"channel": "#billing", "text": "refunding inv_1001"}),
@@ -122,7 +122,9 @@ def openai_agent() -> Any:
     set_tracing_disabled(True)
 
     class Scripted(Model):
-        async def get_response(self, system: Any, input: Any, *args: Any, **kw: Any) -> Any:
+        async def get_response(  # type: ignore[override]
+            self, system: Any, input: Any, *args: Any, **kw: Any
+        ) -> Any:
             items = [] if isinstance(input, str) else list(input)
             outputs = {
                 _get(i, "call_id"): _get(i, "output")

@@ -16,12 +16,12 @@ of its extension points route the work through the ledger:
   ``needs_approval=True`` on an effect maps onto runledger's approval gate.
 
 The SDK runs on its own event loop in a helper thread; every ledger call is handed back to the
-calling (worker) thread, which owns the database connection, the lease and the fencing token,
-and runs them one at a time. The tool calls of one answer are submitted in their order in the
-answer, so they are recorded in a deterministic order (and run one after another). An agent
-used as a tool is not a step itself: its own model calls and tools are steps under the tool
-call's step id. Input and output guardrail results are recorded as read steps
-(``<step>.guardrail.<where>.<agent>.<name>``) and replayed, not re-derived.
+calling (worker) thread, which owns the database connection, the lease and the fencing token.
+The function-tool calls of one answer are gathered (``ledger.adapters._gather``) and run as one
+``ctx.parallel`` fan-out, chained in the answer's order; calls behind ``needs_approval`` follow
+it one at a time. An agent used as a tool is not a step itself: its own model calls and tools
+are steps under the tool call's step id. Input and output guardrail results are recorded as
+read steps (``<step>.guardrail.<where>.<agent>.<name>``) and replayed, not re-derived.
 """
 
 from __future__ import annotations

@@ -17,9 +17,15 @@ author's ``@tool`` functions (``LedgerToolset``):
   (model name, messages, settings, request parameters with the tool definitions); the stored
   ``ModelResponse`` is replayed on resume, never asked again;
 - each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` of the tool's declared
-  kind: a read, or an effect with its intent row, its idempotency key and its reconcile (a
-  started effect without one stops the run for a person); ``approval=`` gates apply as they do
-  to ``ctx.call``;
+  kind (``i``: its place in the stored answer): a read, or an effect with its intent row, its
+  idempotency key and its reconcile (a started effect without one stops the run for a person);
+- the tool calls of one answer run as one ``ctx.parallel`` fan-out: PydanticAI validates them
+  all, then starts them as concurrent tasks; the toolset holds each (``ledger.adapters._gather``)
+  until every call the validation let through has arrived, and hands them to the run's thread
+  at once. Calls that require approval (``requires_approval=``, ``@tool(approval=...)``) follow
+  the fan-out one at a time, each behind runledger's approval gate; a rejection is PydanticAI's
+  denial (``ToolDenied``), handed to the model;
+- streaming is refused: a model step stores one whole answer;
 - structured output, output validation and ``ModelRetry`` retries are PydanticAI's own: they
   depend only on the stored answers, so a resume takes the same path.
 
