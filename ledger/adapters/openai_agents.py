@@ -16,12 +16,12 @@ of its extension points route the work through the ledger:
   ``needs_approval=True`` on an effect maps onto runledger's approval gate.
 
 The SDK runs on its own event loop in a helper thread; every ledger call is handed back to the
-calling (worker) thread, which owns the database connection, the lease and the fencing token,
-and runs them one at a time. The tool calls of one answer are submitted in their order in the
-answer, so they are recorded in a deterministic order (and run one after another). An agent
-used as a tool is not a step itself: its own model calls and tools are steps under the tool
-call's step id. Input and output guardrail results are recorded as read steps
-(``<step>.guardrail.<where>.<agent>.<name>``) and replayed, not re-derived.
+calling (worker) thread, which owns the database connection, the lease and the fencing token.
+The function-tool calls of one answer are gathered (``ledger.adapters._gather``) and run as one
+``ctx.parallel`` fan-out, chained in the answer's order; calls behind ``needs_approval`` follow
+it one at a time. An agent used as a tool is not a step itself: its own model calls and tools
+are steps under the tool call's step id. Input and output guardrail results are recorded as
+read steps (``<step>.guardrail.<where>.<agent>.<name>``) and replayed, not re-derived.
 """
 
 from __future__ import annotations
@@ -30,14 +30,16 @@ import asyncio
 import concurrent.futures
 import contextvars
 import dataclasses
+import inspect
 import json
 import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 from ledger import canonical, faultpoints
 from ledger.adapters import register_transcript
+from ledger.adapters._gather import Gather, Held
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
 from ledger.registry import Tool
@@ -65,6 +67,12 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         "ledger.adapters.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'runledger[openai-agents]'"
     ) from exc
+
+STREAMING = (
+    "Runner.run_streamed is not durable under runledger: a model step stores one whole "
+    "answer, and a replay could not give back the events a stream would have; use "
+    "ledger.adapters.openai_agents.run"
+)
 
 #: The SDK versions this adapter is written against (the extra pins the same range).
 SUPPORTED = ((0, 24), (0, 25))
@@ -97,6 +105,15 @@ def function_tool(effect: Tool, *, needs_approval: bool = False) -> FunctionTool
         raise AgentDefinitionError(
             f"function_tool() takes a runledger @tool, not {effect!r}; plain functions take the "
             "SDK's own @function_tool (a read step under run())"
+        )
+    if (
+        effect.kind == StepKind.EFFECT
+        and "idempotency_key" not in inspect.signature(effect.fn).parameters
+    ):
+        raise AgentDefinitionError(
+            f"effect tool {effect.name!r} has no idempotency_key parameter: add a keyword "
+            "parameter idempotency_key and pass it to the service, so a retried call is the "
+            "same call"
         )
     if needs_approval and effect.kind != StepKind.EFFECT:
         raise AgentDefinitionError(
@@ -164,21 +181,30 @@ def run(
     model_provider: ModelProvider | None = None,
     run_config: RunConfig | None = None,
     step: str = "openai",
+    max_workers: int = 4,
     **runner_kwargs: Any,
 ) -> Any:
     """Run ``agent`` with the SDK's ``Runner`` durably; returns the SDK's ``RunResult``.
 
     ``model_provider`` resolves the agents' model names (the SDK's OpenAI provider when
     omitted); an agent whose ``model`` is a ``Model`` object is refused: give it a name.
-    ``runner_kwargs`` go to ``Runner.run`` (``max_turns``, ``context``, ...).
+    The function-tool calls of one model answer run as one fan-out of at most ``max_workers``
+    at once. ``runner_kwargs`` go to ``Runner.run`` (``max_turns``, ``context``, ...).
     """
     config = run_config or RunConfig()
     base = model_provider or config.model_provider
     _check_graph(agent)
-    bridge = _Bridge(ctx, step=step)
+    if max_workers < 1:
+        raise AgentDefinitionError("run(max_workers=...) must be at least 1")
+    bridge = _Bridge(ctx, step=step, max_workers=max_workers)
     config = dataclasses.replace(config, model_provider=_Provider(base, bridge))
     durable = _durable_agent(agent, bridge, {})
     return bridge.run(lambda: Runner.run(durable, input, run_config=config, **runner_kwargs))
+
+
+def run_streamed(*_args: Any, **_kwargs: Any) -> NoReturn:
+    """Refused: ``Runner.run_streamed`` is not durable under runledger (use ``run``)."""
+    raise AgentDefinitionError(STREAMING)
 
 
 def transcript(run_id: str) -> list[dict[str, Any]]:
@@ -223,16 +249,15 @@ class _Aborted(Exception):
 class _Bridge:
     """Runs the SDK on an event loop in a helper thread; runs ledger calls in this thread."""
 
-    def __init__(self, ctx: RunContext, *, step: str) -> None:
+    def __init__(self, ctx: RunContext, *, step: str, max_workers: int = 4) -> None:
         self.ctx = ctx
         self.step = step
         self.loop: asyncio.AbstractEventLoop | None = None
         self._work: queue.Queue[Any] = queue.Queue()
         self._fatal: BaseException | None = None
         self.calls: dict[str, tuple[str, int, str]] = {}  # call id -> (model step, i, name)
-        self._tickets: dict[str, asyncio.Condition] = {}
-        self._next: dict[str, int] = {}
-        self._order: dict[str, list[int]] = {}
+        self.max_workers = max_workers
+        self.gather = Gather(self._dispatch)
 
     def run(self, start: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         outcome: dict[str, Any] = {}
@@ -282,30 +307,54 @@ class _Bridge:
         assert self.loop is not None
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    # the order of one answer's tool calls
+    # the tool calls of one answer: gathered into one fan-out
     def answered(self, model_step: str, output: list[dict[str, Any]], durable: set[str]) -> None:
+        """Number the answer's tool calls and expect its durable ones; an answer with a call
+        whose arguments are not a JSON object is refused whole, before any of its calls runs."""
         calls = [o for o in output if o.get("type") == "function_call"]
-        order = []
+        for call in calls:
+            if call.get("name") in durable:
+                _arguments(str(call.get("name")), str(call.get("arguments") or ""))
         for i, call in enumerate(calls):
             self.calls[str(call.get("call_id"))] = (model_step, i, str(call.get("name")))
             if call.get("name") in durable:
-                order.append(i)
-        self._order[model_step] = order
-        self._next[model_step] = 0
+                self.gather.expect(model_step, i)
 
-    async def in_turn(self, model_step: str, index: int, work: Callable[[], Any]) -> Any:
-        """Submit ``work`` only after the earlier durable calls of the same answer."""
-        condition = self._tickets.setdefault(model_step, asyncio.Condition())
-        order = self._order.get(model_step, [])
-        async with condition:
-            await condition.wait_for(
-                lambda: index not in order or order[self._next[model_step]] == index
-            )
-            pending = asyncio.ensure_future(self.ledger(work))
-            if index in order:
-                self._next[model_step] += 1
-            condition.notify_all()
-        return await pending
+    async def tool_call(self, model_step: str, index: int, call: _ToolCall) -> Any:
+        """Hold ``call`` until the answer's other durable calls are here; run them as one
+        fan-out (``_run_calls``); return this call's result."""
+        return await self.gather.call(model_step, index, call)
+
+    async def _dispatch(self, batch: list[Held]) -> dict[int, Any]:
+        return await self.ledger(lambda: _run_calls(self.ctx, batch, self.max_workers))  # type: ignore[no-any-return]
+
+
+@dataclasses.dataclass
+class _ToolCall:
+    """One durable tool call of an answer: the ledger tool, its arguments, its gate."""
+
+    tool: Tool
+    arguments: dict[str, Any]
+    gated: bool
+
+
+def _run_calls(ctx: RunContext, batch: list[Held], max_workers: int) -> dict[int, Any]:
+    """On the worker's thread: the answer's calls as one ``ctx.parallel`` fan-out (steps
+    ``<model step>.tools.<i>.<name>``), then those behind an approval gate, one at a time."""
+    model_step = batch[0].answer
+    plain = [h for h in batch if not h.payload.gated]
+    out: dict[int, Any] = {}
+    if plain:
+        keys = {h.index: f"{h.index}.{h.payload.tool.name}"[:100] for h in plain}
+        branches = {keys[h.index]: (h.payload.tool, h.payload.arguments) for h in plain}
+        done = ctx.parallel(branches, step=f"{model_step}.tools", max_workers=max_workers)
+        out.update({index: done[key] for index, key in keys.items()})
+    for held in batch:
+        if held.payload.gated:
+            call = held.payload
+            step = f"{model_step}.tools.{held.index}.{call.tool.name}"
+            out[held.index] = ctx.call(call.tool, step=step, approval=True, **call.arguments)
+    return out
 
 
 async def _SCOPE_RUN(
@@ -394,15 +443,16 @@ class _DurableModel(Model):
         answer = await self._bridge.ledger(
             lambda: ctx.model_request(request, send=send, model=self._name, step=step_id)
         )
-        durable = {t.name for t in tools if isinstance(t, FunctionTool)}
+        durable = {
+            t.name
+            for t in tools
+            if isinstance(t, FunctionTool) and not getattr(t, "_is_agent_tool", False)
+        }
         self._bridge.answered(step_id, answer.get("output") or [], durable)
         return _response(answer)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise AgentDefinitionError(
-            "Runner.run_streamed is not durable under runledger: use ledger.adapters."
-            "openai_agents.run (each model call is one stored answer)"
-        )
+        raise AgentDefinitionError(STREAMING)
 
 
 def _answer(response: ModelResponse) -> dict[str, Any]:
@@ -547,27 +597,17 @@ def _durable_tool(tool: Any, bridge: _Bridge) -> Any:
 
     async def invoke(tool_ctx: Any, arguments: str) -> Any:
         model_step, index, _name = bridge.calls[tool_ctx.tool_call_id]
-        step_id = f"{model_step}.tools.{index}.{tool.name}"
         parsed = _arguments(tool.name, arguments)
-        ctx = bridge.ctx
         if effect is not None:
-            gate = True if tool.needs_approval is not False else None
-
-            def call() -> Any:
-                return ctx.call(effect, step=step_id, approval=gate, **parsed)
-
+            call = _ToolCall(effect, parsed, gated=tool.needs_approval is not False)
         else:
 
             def run_sdk(**_inputs: Any) -> Any:
                 answer = tool.on_invoke_tool(tool_ctx, arguments)
                 return _checked(tool.name, bridge.on_loop(_awaited(answer)))
 
-            read = dataclasses.replace(base, fn=run_sdk)
-
-            def call() -> Any:
-                return ctx.call(read, step=step_id, **parsed)
-
-        result = await bridge.in_turn(model_step, index, call)
+            call = _ToolCall(dataclasses.replace(base, fn=run_sdk), parsed, gated=False)
+        result = await bridge.tool_call(model_step, index, call)
         # What the model is given back: a text as it is, anything else as canonical JSON (the
         # SDK would hand back its Python repr), so a replay gives the next turn the same bytes.
         return result if isinstance(result, str) else canonical.dumps(result)

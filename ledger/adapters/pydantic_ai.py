@@ -17,9 +17,15 @@ author's ``@tool`` functions (``LedgerToolset``):
   (model name, messages, settings, request parameters with the tool definitions); the stored
   ``ModelResponse`` is replayed on resume, never asked again;
 - each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` of the tool's declared
-  kind: a read, or an effect with its intent row, its idempotency key and its reconcile (a
-  started effect without one stops the run for a person); ``approval=`` gates apply as they do
-  to ``ctx.call``;
+  kind (``i``: its place in the stored answer): a read, or an effect with its intent row, its
+  idempotency key and its reconcile (a started effect without one stops the run for a person);
+- the tool calls of one answer run as one ``ctx.parallel`` fan-out: PydanticAI validates them
+  all, then starts them as concurrent tasks; the toolset holds each (``ledger.adapters._gather``)
+  until every call the validation let through has arrived, and hands them to the run's thread
+  at once. Calls that require approval (``requires_approval=``, ``@tool(approval=...)``) follow
+  the fan-out one at a time, each behind runledger's approval gate; a rejection is PydanticAI's
+  denial (``ToolDenied``), handed to the model;
+- streaming is refused: a model step stores one whole answer;
 - structured output, output validation and ``ModelRetry`` retries are PydanticAI's own: they
   depend only on the stored answers, so a resume takes the same path.
 
@@ -52,6 +58,12 @@ SUPPORTED = (2, 3)  # pydantic-ai >= 2, < 3
 #: Keys left out of the hashed request: they change on every run of the same conversation
 #: (clock readings, PydanticAI's per-run ids), not what the model is asked.
 VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "provider_response_id"})
+
+STREAMING = (
+    "streaming is not durable under runledger: a model step stores one whole answer, so "
+    "run_agent runs the agent with Agent.run; drop event_stream_handler= (and do not call "
+    "run_stream/run_stream_events/iter's streams on a ledger agent)"
+)
 
 
 def _framework() -> Any:
@@ -222,6 +234,9 @@ def ledger_model(ctx: RunContext, wrapped: Any, bridge: Bridge, turns: Turns) ->
                     index += 1
             return response
 
+        def request_stream(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            raise AgentDefinitionError(STREAMING)
+
     return LedgerModel(wrapped)
 
 
@@ -249,17 +264,109 @@ def check_tools(tools: Sequence[Tool]) -> None:
             )
 
 
-def ledger_toolset(ctx: RunContext, tools: Sequence[Tool], bridge: Bridge, turns: Turns) -> Any:
-    """A PydanticAI toolset of the ledger ``tools``: each call is the tool's ledger step."""
-    from pydantic_ai import ModelRetry
+Approver = Callable[[str, dict[str, Any]], bool]
+
+
+def check_approvals(tools: Sequence[Tool], requires_approval: Any) -> Approver:
+    """``run_agent(requires_approval=...)`` as a function of (tool name, arguments): tool names
+    or ``@tool``s (every call), or a function deciding per call (as PydanticAI's
+    ``ApprovalRequiredToolset`` does). Refused for tools that are not effects: runledger's
+    approval gate stands before an effect's intent row."""
+    if callable(requires_approval) and not isinstance(requires_approval, Tool):
+        decide = requires_approval
+        effects = {t.name for t in tools if t.kind == "effect"}
+        return lambda name, args: name in effects and bool(decide(name, args))
+    named = {t.name if isinstance(t, Tool) else str(t) for t in requires_approval or ()}
+    kinds = {t.name: t.kind for t in tools}
+    for name in sorted(named):
+        if name not in kinds:
+            raise AgentDefinitionError(
+                f"requires_approval names {name!r}, which is not one of run_agent's tools"
+            )
+        if kinds[name] != "effect":
+            raise AgentDefinitionError(
+                f"tool {name!r} requires approval but is a {kinds[name]}: runledger's approval "
+                'gate stands before an effect; declare it @tool(kind="effect", reconcile=...)'
+            )
+    return lambda name, _args: name in named
+
+
+def ledger_toolset(
+    ctx: RunContext,
+    tools: Sequence[Tool],
+    bridge: Bridge,
+    turns: Turns,
+    *,
+    approver: Approver = lambda _name, _args: False,
+    max_workers: int = 4,
+) -> Any:
+    """A PydanticAI toolset of the ledger ``tools``. The calls of one model answer are gathered
+    (``ledger.adapters._gather``) and run as one ``ctx.parallel`` fan-out, each call the tool's
+    ledger step ``turn.<n>.tools.<i>.<tool>``; calls that need approval follow, one at a time."""
+    from pydantic_ai import ModelRetry, ToolDenied
     from pydantic_ai.tools import Tool as PydanticTool
     from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
+    from ledger.adapters._gather import Gather, Held
+    from ledger.errors import ApprovalRejected
+
     by_name = {t.name: t for t in tools}
+
+    def where(tool_call_id: str | None) -> tuple[int, int]:
+        return turns.calls.get(tool_call_id or "", (turns.n, 0))
+
+    def validator(tool: Tool) -> Callable[..., None]:
+        signature = inspect.signature(tool.fn)
+        visible = set(_visible(tool))
+        hidden = dict.fromkeys(HIDDEN_PARAMS & set(signature.parameters))
+
+        def validate(run_ctx: Any, **args: Any) -> None:
+            unknown = set(args) - visible
+            if unknown:
+                raise ModelRetry(f"{', '.join(sorted(unknown))} is not a parameter of {tool.name}")
+            try:
+                signature.bind(**args, **hidden)
+            except TypeError as exc:
+                raise ModelRetry(f"{tool.name}: {exc}") from exc
+            turn, index = where(run_ctx.tool_call_id)
+            gather.expect(str(turn), index)  # valid: PydanticAI will run it
+
+        return validate
+
+    def run_calls(batch: list[Held]) -> dict[int, Any]:
+        """On the run's thread: the batch as one fan-out, then the gated calls in order."""
+        turn = batch[0].answer
+        plain = [h for h in batch if not approver(h.payload[0], h.payload[1])]
+        gated = [h for h in batch if h not in plain]
+        out: dict[int, Any] = {}
+        if plain:
+            keys = {h.index: f"{h.index}.{h.payload[0]}"[:100] for h in plain}
+            branches = {keys[h.index]: (by_name[h.payload[0]], h.payload[1]) for h in plain}
+            done = ctx.parallel(branches, step=f"turn.{turn}.tools", max_workers=max_workers)
+            out.update({index: done[key] for index, key in keys.items()})
+        for held in gated:
+            name, args = held.payload
+            step = f"turn.{turn}.tools.{held.index}.{name}"[:200]
+            tool = by_name[name]
+            own = None if tool.approval is not None else True  # the tool's own policy first
+            try:
+                out[held.index] = ctx.call(tool, step=step, approval=own, **args)
+            except ApprovalRejected as exc:  # PydanticAI's denial path: the model is told
+                out[held.index] = ToolDenied(f"The tool call was denied: {exc}")
+        return out
+
+    async def dispatch(batch: list[Held]) -> dict[int, Any]:
+        return await bridge.ask(lambda: run_calls(batch))  # type: ignore[no-any-return]
+
+    gather = Gather(dispatch)
     functions = FunctionToolset(
         [
             PydanticTool.from_schema(
-                t.fn, name=t.name, description=t.description or None, json_schema=t.parameters()
+                t.fn,
+                name=t.name,
+                description=t.description or None,
+                json_schema=t.parameters(),
+                args_validator=validator(t),
             )
             for t in tools
         ]
@@ -269,20 +376,8 @@ def ledger_toolset(ctx: RunContext, tools: Sequence[Tool], bridge: Bridge, turns
         async def call_tool(
             self, name: str, tool_args: dict[str, Any], run_ctx: Any, tool: Any
         ) -> Any:
-            ours = by_name[name]
-            signature = inspect.signature(ours.fn)
-            unknown = set(tool_args) - set(_visible(ours))
-            if unknown:
-                raise ModelRetry(f"{', '.join(sorted(unknown))} is not a parameter of {name}")
-            try:
-                signature.bind(
-                    **tool_args, **dict.fromkeys(HIDDEN_PARAMS & set(signature.parameters))
-                )
-            except TypeError as exc:
-                raise ModelRetry(f"{name}: {exc}") from exc
-            turn, index = turns.calls.get(run_ctx.tool_call_id, (turns.n, 0))
-            step = f"turn.{turn}.tools.{index}.{name}"[:200]
-            return await bridge.ask(lambda: ctx.call(ours, step=step, **tool_args))
+            turn, index = where(run_ctx.tool_call_id)
+            return await gather.call(str(turn), index, (name, dict(tool_args)))
 
     return LedgerToolset(functions)
 
@@ -297,17 +392,44 @@ def run_agent(
     *,
     tools: Sequence[Tool] = (),
     step: str = "agent",
+    requires_approval: Sequence[Tool | str] | Approver = (),
+    max_workers: int = 4,
     **run_kwargs: Any,
 ) -> Any:
     """Run the PydanticAI ``agent`` on ``prompt`` durably inside a ledger agent; its output.
 
     ``tools`` are the ledger ``@tool`` functions the agent may call (also listed in the ledger
-    agent's ``tools=``, so they are in its tool-schema hash). ``run_kwargs`` go to
+    agent's ``tools=``, so they are in its tool-schema hash). The tool calls of one model
+    answer run as one fan-out of at most ``max_workers`` at once. ``requires_approval`` (tool
+    names or tools, or a function of the tool's name and arguments) puts those effects' calls
+    behind runledger's approval gate, as ``@tool(approval=...)`` does; a rejection is
+    PydanticAI's denial (``ToolDenied``), handed to the model. ``run_kwargs`` go to
     ``Agent.run`` (``output_type``, ``deps``, ``model_settings``, ``usage_limits``…). A
     structured output (a pydantic model) is returned as its JSON data.
     """
     _framework()
     check_tools(tools)
+    if max_workers < 1:
+        raise AgentDefinitionError("run_agent(max_workers=...) must be at least 1")
+    if run_kwargs.get("event_stream_handler") is not None:
+        raise AgentDefinitionError(STREAMING)
+    named = check_approvals(tools, requires_approval)
+
+    def approver(name: str, args: dict[str, Any]) -> bool:
+        tool = next(t for t in tools if t.name == name)
+        return tool.approval is not None or named(name, args)
+
+    from pydantic_ai.toolsets import FunctionToolset
+
+    others = sorted(
+        {type(ts).__name__ for ts in agent.toolsets if not isinstance(ts, FunctionToolset)}
+    )
+    if others:
+        raise AgentDefinitionError(
+            f"PydanticAI agent has toolsets of its own ({', '.join(others)}) whose calls would "
+            "run outside the ledger (an external tool's call outside the run altogether): "
+            "declare the tools with ledger @tool and pass them as run_agent(tools=...)"
+        )
     own = [name for ts in agent.toolsets for name in getattr(ts, "tools", {})]
     if own:
         raise AgentDefinitionError(
@@ -322,7 +444,7 @@ def run_agent(
     bridge = Bridge()
     turns = Turns()
     model = ledger_model(ctx, infer_model(run_kwargs.pop("model", agent.model)), bridge, turns)
-    toolset = ledger_toolset(ctx, tools, bridge, turns)
+    toolset = ledger_toolset(ctx, tools, bridge, turns, approver=approver, max_workers=max_workers)
 
     async def main() -> Any:
         return await agent.run(prompt, model=model, toolsets=[toolset], **run_kwargs)

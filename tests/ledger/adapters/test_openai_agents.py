@@ -146,8 +146,15 @@ def test_changed_instructions_between_crash_and_resume_are_a_stale_model_step(
     )
     assert "differs" in outcome.detail, outcome.detail
     assert asked(asks) == {1: 1, 2: 1}  # nothing asked again
-    assert ProviderCharge.objects.count() == 0
-    assert rows(run_id)["openai.turn.2.tools.0.refund_charge"].status == "started"
+    # The crashed refund (the first sibling to reach the point) was never sent; the other, in
+    # the same fan-out, may have been, once: nothing was sent under the new prompt.
+    refunds = {k: r for k, r in rows(run_id).items() if k.startswith("openai.turn.2.tools.")}
+    sent = set(ProviderCharge.objects.values_list("idempotency_key", flat=True))
+    assert len(sent) <= 1 and sent <= {r.effect_key for r in refunds.values()}, sent
+    assert sorted(r.status for r in refunds.values() if r.effect_key not in sent) in (
+        ["started"],
+        ["started", "started"],
+    )
     # The diff a person sees (the stale page's dry replay of the SDK run): only the prompt.
     from ledger.processes.preview import stale_entry
 

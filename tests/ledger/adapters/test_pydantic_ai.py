@@ -138,7 +138,10 @@ def test_a_changed_system_prompt_between_crash_and_resume_is_a_stale_model_step(
         "parameters.instruction_parts[0].content",
     ]
     assert asks(asked_log) == {1: 1, 2: 1}  # nothing asked again under the new prompt
-    assert ProviderCharge.objects.count() == 1
+    # Turn 2's refunds are one fan-out: the sibling of the crashed one may have been sent too,
+    # each once, under its own key; nothing was sent again under the new prompt.
+    charges = Counter(ProviderCharge.objects.values_list("idempotency_key", flat=True))
+    assert 1 <= len(charges) <= 2 and set(charges.values()) == {1}, charges
 
 
 def test_the_tool_definitions_are_in_the_model_steps_hash(execute: Any) -> None:
