@@ -66,17 +66,54 @@ def run_status_counts(*, now: datetime) -> StatusCounts:
         by_status={s: 0 for s in RunStatus.values},
         by_reason={r: 0 for r in Reason.values if r},
     )
-    for status, reason, n in _counts_by_status_reason():
+    if connection.vendor == "postgresql":
+        rows, counts.lease_expired, beacon_at = _kept_counts(now)
+    else:
+        rows = _counts_by_status_reason()
+        counts.lease_expired = Run.objects.filter(
+            status=RunStatus.RUNNING, lease_expires_at__lt=now
+        ).count()
+        beacon = Beacon.objects.filter(name="sweep").first()
+        beacon_at = beacon.at if beacon is not None else None
+    for status, reason, n in rows:
         counts.by_status[status] = counts.by_status.get(status, 0) + n
         if status == RunStatus.NEEDS_ATTENTION:
             key = reason or "unknown"
             counts.by_reason[key] = counts.by_reason.get(key, 0) + n
     counts.by_status = {s: n for s, n in counts.by_status.items() if n or s in RunStatus.values}
-    counts.lease_expired = Run.objects.filter(
-        status=RunStatus.RUNNING, lease_expires_at__lt=now
-    ).count()
-    counts.sweep = sweep_health(now=now)
+    counts.sweep = _sweep_health(beacon_at, now=now)
     return counts
+
+
+# The kept totals, the expired leases (a range of the lease-expiry index) and the sweep's
+# beacon in one statement: one round trip, one snapshot.
+_KEPT_COUNTS_SQL = """
+SELECT 'count', status, reason, sum(n)::bigint, NULL::timestamptz FROM (
+    SELECT status, reason, n FROM ledger_runstatuscount
+    UNION ALL
+    SELECT status, reason, n FROM ledger_runstatusdelta
+) AS kept GROUP BY status, reason
+UNION ALL
+SELECT 'lease', '', '', count(*), NULL FROM ledger_run
+ WHERE status = 'running' AND lease_expires_at < %s
+UNION ALL
+SELECT 'beacon', '', '', 0, at FROM ledger_beacon WHERE name = 'sweep'
+"""
+
+
+def _kept_counts(now: datetime) -> tuple[list[tuple[str, str, int]], int, datetime | None]:
+    rows: list[tuple[str, str, int]] = []
+    expired, beacon_at = 0, None
+    with connection.cursor() as cur:
+        cur.execute(_KEPT_COUNTS_SQL, [now])
+        for kind, status, reason, n, at in cur.fetchall():
+            if kind == "count" and n:
+                rows.append((status, reason, int(n)))
+            elif kind == "lease":
+                expired = int(n)
+            elif kind == "beacon":
+                beacon_at = at
+    return rows, expired, beacon_at
 
 
 _COUNTS_SQL = """
@@ -109,14 +146,18 @@ class SweepHealth:
 
 
 def sweep_health(*, now: datetime) -> SweepHealth:
-    every = float(conf.RUNLEDGER_SWEEP_SECONDS)
     beacon = Beacon.objects.filter(name="sweep").first()
-    if beacon is None:
+    return _sweep_health(beacon.at if beacon is not None else None, now=now)
+
+
+def _sweep_health(at: datetime | None, *, now: datetime) -> SweepHealth:
+    every = float(conf.RUNLEDGER_SWEEP_SECONDS)
+    if at is None:
         return SweepHealth(last=None, minutes_ago=None, ok=False, every_seconds=every)
-    age = max((now - beacon.at).total_seconds(), 0.0)
+    age = max((now - at).total_seconds(), 0.0)
     # Late by three intervals and a minute: the dashboard's own clock moves by whole minutes.
     return SweepHealth(
-        last=beacon.at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
+        last=at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
     )
 
 

@@ -184,3 +184,26 @@ def test_the_audit_run_filter_takes_part_of_an_id_or_title_words(execute, crash_
     assert shown("nobody at all") == (False, False)
     page = client.get("/audit/").content.decode()
     assert "Renew the subscription of cus_knuth" in page  # the audit names runs by title
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the triggers of migration 0018")
+def test_the_triggers_keep_effect_and_failed_steps_words_once(execute, crash_at, clock) -> None:
+    """``search_steps`` holds each effect step's and failed step's words once, in the order
+    they were first written, and nothing of the run's reads and model calls."""
+    from tests.support.dashboard_runs import survey_run
+
+    runs = [
+        survey_run(execute, records=12),  # 12 reads, model calls, one effect
+        renewal_run(execute, crash_at, customer="cus_knuth"),  # an effect written twice
+        failing_run(execute),
+    ]
+    for run in runs:
+        steps = Step.objects.filter(run_id=run.run_id).order_by("seq")
+        expected = "".join(
+            f" {s.step_id} {s.effect_key or ''} {s.error[:200]}"
+            for s in steps
+            if s.kind == "effect" or s.error
+        )
+        assert Run.objects.get(pk=run.run_id).search_steps == expected
+    for run in runs[:2]:  # they have reads and model calls, and those were left out
+        assert Step.objects.filter(run_id=run.run_id).exclude(kind="effect").filter(error="")
