@@ -238,7 +238,7 @@ RUN_SEARCH_DOC = (
 SEARCH_MAX_WORDS = 8
 _RUN_ID_PREFIX = re.compile(r"run_[0-9a-f]*")
 SEARCH_MAX_WORD = 100
-#: A word shorter than this has no trigram: it narrows a search, it cannot drive one.
+#: A word shorter than this has no trigram: beside longer words it is left out.
 SEARCH_MIN_WORD = 3
 
 
@@ -269,8 +269,9 @@ def search_condition(text: str) -> Q:
     - words: every word, in any order and any case, somewhere in the run's id (with or without
       ``run_``), title, labels, blocked step, error or detail, or in the id, effect key or error
       of one of its effect or failed steps. On PostgreSQL one trigram index scan over
-      ``RUN_SEARCH_DOC`` (words of one or two characters only narrow it; a search of only such
-      words is a run id prefix); elsewhere ``LIKE`` over the runs and their steps.
+      ``RUN_SEARCH_DOC`` (words of one or two characters are left out beside longer ones; a
+      search of only such words is a run id prefix); elsewhere ``LIKE`` over the runs and
+      their steps.
     """
     words = search_words(text)
     if not words:
@@ -282,8 +283,11 @@ def search_condition(text: str) -> Q:
     if all(len(w) < SEARCH_MIN_WORD for w in words):
         prefix = f"run_{words[0].lower()}"
         return Q(run_id__startswith=prefix, run_id__gte=prefix)
+    # A word of one or two characters has no trigram, and the planner takes it for a filter
+    # independent of the others ("gave up": the estimate falls 14-fold and a common phrase's
+    # matches are all fetched and sorted): beside a longer word it is left out.
     condition = Q()
-    for word in words:
+    for word in [w for w in words if len(w) >= SEARCH_MIN_WORD]:
         condition &= Q(_doc_like(word))
     if len(words) == 1:
         key, colon, value = words[0].partition(":")

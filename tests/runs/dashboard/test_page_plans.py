@@ -151,3 +151,20 @@ def _has_trgm() -> bool:
     with connection.cursor() as cur:
         cur.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'run_search_trgm'")
         return cur.fetchone() is not None
+
+
+def test_the_seed_writes_the_steps_words_as_the_triggers_do(seeded: dict[str, str]) -> None:
+    """``seed_bulk`` COPYs ``search_steps`` itself (so the triggers find each step's words
+    there and write nothing): it is what migration 0018's fold computes from the steps."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """SELECT count(*) FROM ledger_run r LEFT JOIN (
+                 SELECT run_id, left(string_agg(' ' || step_id || ' ' || coalesce(effect_key, '')
+                                     || ' ' || left(error, 200), '' ORDER BY seq), 4000) AS words
+                   FROM ledger_step WHERE kind = 'effect' OR error <> '' GROUP BY run_id) s
+                 ON s.run_id = r.run_id
+               WHERE r.search_steps IS DISTINCT FROM coalesce(s.words, '')"""
+        )
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT count(*) FROM ledger_run WHERE search_steps <> ''")
+        assert cur.fetchone()[0] > 100
