@@ -524,7 +524,8 @@ SELECT count(*),
        min(n) FILTER (WHERE step_id = %s),
        min(n) FILTER (WHERE step_id = %s)
   FROM (SELECT step_id, status, row_number() OVER w AS n,
-               (lead(step_id) OVER w IS NULL OR next_step_id = lead(step_id) OVER w) AS linked
+               (lead(step_id) OVER w IS NULL
+                OR next_step_id IS NOT DISTINCT FROM lead(step_id) OVER w) AS linked
           FROM ledger_step WHERE run_id = %s WINDOW w AS (ORDER BY seq)) AS rows
 """
 
