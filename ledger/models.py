@@ -30,6 +30,17 @@ class Run(models.Model):
     # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
     title = models.CharField(max_length=200, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
+    # The words of the run's effect steps and failed steps (id, effect key, error head) for the
+    # list's word search: kept by triggers on ledger_step on PostgreSQL (migration 0018), never
+    # written by Python; empty elsewhere.
+    search_steps = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text="Kept by triggers: ids, effect keys and errors of the run's effect "
+        "and failed steps, for the word search.",
+    )
     # The application's key for this start (``ledger.api.start_run(idempotency_key=…)``, the
     # HTTP API's ``Idempotency-Key``): a repeat with the same key is the same run.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True, unique=True)

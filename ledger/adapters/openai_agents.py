@@ -218,11 +218,13 @@ def transcript(run_id: str) -> list[dict[str, Any]]:
 
     said: list[dict[str, Any]] = []
     seen_input = 0
-    rows = Step.objects.filter(run_id=run_id, kind=StepKind.MODEL, status="succeeded")
+    # The adapter's own model steps only, chosen by the database: a long run of other model
+    # steps (a survey's summaries) is not loaded and decoded to be skipped.
+    rows = Step.objects.filter(
+        run_id=run_id, kind=StepKind.MODEL, status="succeeded", inputs__adapter="openai-agents"
+    ).only("step_id", "inputs", "result", "finished_at")
     for row in rows.order_by("seq"):
         inputs, result = row.inputs or {}, row.result or {}
-        if inputs.get("adapter") != "openai-agents":
-            continue
         when = row.finished_at.isoformat() if row.finished_at else None
         items = inputs.get("input")
         items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []

@@ -226,11 +226,16 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
         preview.plan_changes.append("tool schema changed")
     ledger = selectors.load_steps(run_id)
     walk = Walk(run_id=run_id, agent=definition, ledger=ledger)
-    steps = DrySteps(
-        walk=walk, preview=preview, deadline=time.monotonic() + seconds, clock=timezone.now
-    )
+    # One moment for the whole walk (a preview is a snapshot: a read's expiry is judged at the
+    # time it was asked), not a clock read per step.
+    moment = timezone.now()
+
+    def clock() -> datetime:
+        return moment
+
+    steps = DrySteps(walk=walk, preview=preview, deadline=time.monotonic() + seconds, clock=clock)
     inputs = canonical.ordered(run.inputs)
-    ctx = RunContext(walk=walk, steps=steps, inputs=inputs, clock=timezone.now)
+    ctx = RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock)
     try:
         definition.fn(ctx, inputs)
         preview.finished = True

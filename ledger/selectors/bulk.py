@@ -27,6 +27,7 @@ class BulkPlanItem:
     version: int
     allowed: bool
     will: str  # what the action will do to this run, or why it will skip it
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def _plan(action: str, run: Run, max_resumes: int | None) -> BulkPlanItem:
         version=run.version,
         allowed=allowed,
         will=will,
+        title=run.title,
     )
 
 

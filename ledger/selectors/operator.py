@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from ledger import registry
 from ledger.conf import conf
+from ledger.inputs import queryable
 from ledger.models import (
     AuditAction,
     AuditEvent,
@@ -31,6 +32,7 @@ from ledger.models import (
     StepStatus,
     WebhookSubscription,
 )
+from ledger.selectors.runs import search_condition
 
 
 def approval_required() -> bool:
@@ -64,6 +66,9 @@ def settlement_queue_steps() -> QuerySet[Step]:
         Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT)
         .exclude(run__status=RunStatus.RUNNING)
         .select_related("run")
+        # A queue row shows neither the step's inputs and result nor the run's: the page
+        # would otherwise carry every one of them out of the database to drop it.
+        .defer("inputs", "result", "run__inputs", "run__result", "run__search_steps")
         .order_by("updated_at", "id")
     )
 
@@ -170,11 +175,19 @@ def audit_events(
     action: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    run_text: str | None = None,
 ) -> QuerySet[AuditEvent]:
-    """The audit, newest first, filtered; paginate it with keyset or a Paginator."""
+    """The audit, newest first, filtered; paginate it with keyset or a Paginator.
+
+    ``run_text`` is what a person typed to name a run: a whole run id, or part of one (with or
+    without ``run_``), or words of its title, labels, … (the runs list's search): the events of
+    the ``AUDIT_RUNS_MATCHED`` newest runs it matches.
+    """
     events = AuditEvent.objects.select_related("settlement")
     if run_id:
         events = events.filter(run_id=run_id)
+    if run_text:
+        events = events.filter(run_id__in=runs_named(run_text))
     if actor:
         events = events.filter(actor=actor)
     if action:
@@ -184,6 +197,26 @@ def audit_events(
     if until:
         events = events.filter(at__lt=until)
     return events.order_by("-at", "-id")
+
+
+#: Runs an audit filter by run text looks at (the newest that match).
+AUDIT_RUNS_MATCHED = 200
+
+
+def runs_named(text: str, *, limit: int = AUDIT_RUNS_MATCHED) -> list[str]:
+    """The ids of the runs ``text`` names: that run when it is a whole run id, else the newest
+    ``limit`` runs the list's search finds for it (a part of an id, words of the title, …)."""
+    text = text.strip()
+    if not text:
+        return []
+    if queryable(text) and Run.objects.filter(pk=text).exists():
+        return [text]
+    found = (
+        Run.objects.filter(search_condition(text))
+        .order_by("-created_at", "-run_id")
+        .values_list("run_id", flat=True)[:limit]
+    )
+    return list(found)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,15 @@ index (running runs only).
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models import BooleanField, Count, Q, QuerySet, TextField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
 
@@ -64,17 +66,54 @@ def run_status_counts(*, now: datetime) -> StatusCounts:
         by_status={s: 0 for s in RunStatus.values},
         by_reason={r: 0 for r in Reason.values if r},
     )
-    for status, reason, n in _counts_by_status_reason():
+    if connection.vendor == "postgresql":
+        rows, counts.lease_expired, beacon_at = _kept_counts(now)
+    else:
+        rows = _counts_by_status_reason()
+        counts.lease_expired = Run.objects.filter(
+            status=RunStatus.RUNNING, lease_expires_at__lt=now
+        ).count()
+        beacon = Beacon.objects.filter(name="sweep").first()
+        beacon_at = beacon.at if beacon is not None else None
+    for status, reason, n in rows:
         counts.by_status[status] = counts.by_status.get(status, 0) + n
         if status == RunStatus.NEEDS_ATTENTION:
             key = reason or "unknown"
             counts.by_reason[key] = counts.by_reason.get(key, 0) + n
     counts.by_status = {s: n for s, n in counts.by_status.items() if n or s in RunStatus.values}
-    counts.lease_expired = Run.objects.filter(
-        status=RunStatus.RUNNING, lease_expires_at__lt=now
-    ).count()
-    counts.sweep = sweep_health(now=now)
+    counts.sweep = _sweep_health(beacon_at, now=now)
     return counts
+
+
+# The kept totals, the expired leases (a range of the lease-expiry index) and the sweep's
+# beacon in one statement: one round trip, one snapshot.
+_KEPT_COUNTS_SQL = """
+SELECT 'count', status, reason, sum(n)::bigint, NULL::timestamptz FROM (
+    SELECT status, reason, n FROM ledger_runstatuscount
+    UNION ALL
+    SELECT status, reason, n FROM ledger_runstatusdelta
+) AS kept GROUP BY status, reason
+UNION ALL
+SELECT 'lease', '', '', count(*), NULL FROM ledger_run
+ WHERE status = 'running' AND lease_expires_at < %s
+UNION ALL
+SELECT 'beacon', '', '', 0, at FROM ledger_beacon WHERE name = 'sweep'
+"""
+
+
+def _kept_counts(now: datetime) -> tuple[list[tuple[str, str, int]], int, datetime | None]:
+    rows: list[tuple[str, str, int]] = []
+    expired, beacon_at = 0, None
+    with connection.cursor() as cur:
+        cur.execute(_KEPT_COUNTS_SQL, [now])
+        for kind, status, reason, n, at in cur.fetchall():
+            if kind == "count" and n:
+                rows.append((status, reason, int(n)))
+            elif kind == "lease":
+                expired = int(n)
+            elif kind == "beacon":
+                beacon_at = at
+    return rows, expired, beacon_at
 
 
 _COUNTS_SQL = """
@@ -107,14 +146,18 @@ class SweepHealth:
 
 
 def sweep_health(*, now: datetime) -> SweepHealth:
-    every = float(conf.RUNLEDGER_SWEEP_SECONDS)
     beacon = Beacon.objects.filter(name="sweep").first()
-    if beacon is None:
+    return _sweep_health(beacon.at if beacon is not None else None, now=now)
+
+
+def _sweep_health(at: datetime | None, *, now: datetime) -> SweepHealth:
+    every = float(conf.RUNLEDGER_SWEEP_SECONDS)
+    if at is None:
         return SweepHealth(last=None, minutes_ago=None, ok=False, every_seconds=every)
-    age = max((now - beacon.at).total_seconds(), 0.0)
+    age = max((now - at).total_seconds(), 0.0)
     # Late by three intervals and a minute: the dashboard's own clock moves by whole minutes.
     return SweepHealth(
-        last=beacon.at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
+        last=at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
     )
 
 
@@ -185,23 +228,101 @@ def runs_filtered(*, flt: RunFilter, now: datetime) -> QuerySet[Run]:
     return qs
 
 
+#: The text the word search matches on PostgreSQL, upper-cased: the run's own columns and
+#: ``search_steps`` (its effect and failed steps, kept by triggers). The trigram index
+#: ``run_search_trgm`` (migration 0018) is over exactly this expression.
+RUN_SEARCH_DOC = (
+    "UPPER(run_id || ' ' || title || ' ' || labels::text || ' ' || blocked_step_id || ' ' "
+    "|| LEFT(error, 300) || ' ' || LEFT(detail, 300) || ' ' || search_steps)"
+)
+SEARCH_MAX_WORDS = 8
+_RUN_ID_PREFIX = re.compile(r"run_[0-9a-f]*")
+SEARCH_MAX_WORD = 100
+#: A word shorter than this has no trigram: beside longer words it is left out.
+SEARCH_MIN_WORD = 3
+
+
+def search_words(text: str) -> list[str]:
+    """The words of a search, as typed (duplicates dropped, at most ``SEARCH_MAX_WORDS`` of at
+    most ``SEARCH_MAX_WORD`` characters; characters a query cannot carry, such as NUL, are
+    dropped)."""
+    words: list[str] = []
+    for raw in text.split():
+        word = "".join(c for c in raw if queryable(c))[:SEARCH_MAX_WORD]
+        if word and word.upper() not in (w.upper() for w in words):
+            words.append(word)
+    return words[:SEARCH_MAX_WORDS]
+
+
+def _like(word: str) -> str:
+    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def search_condition(text: str) -> Q:
     """What the list's search box means, each case served by an index on PostgreSQL:
 
-    - ``run_…``: a run id prefix (a range scan of the primary key: an id that starts with the
-      prefix sorts at or after it);
-    - ``key:value`` (no spaces): a label, exactly (GIN index on ``labels``);
-    - anything else: part of the title, any case (trigram index on ``UPPER(title)``).
+    - one ``run_…`` word of hex digits: a run id prefix (a range scan of the primary key: an
+      id that starts with the prefix sorts at or after it);
+    - one ``key:value`` word: that label, exactly (GIN index on ``labels``), or the word in the
+      run's text (an effect key has colons too);
+    - words: every word, in any order and any case, somewhere in the run's id (with or without
+      ``run_``), title, labels, blocked step, error or detail, or in the id, effect key or error
+      of one of its effect or failed steps. On PostgreSQL one trigram index scan over
+      ``RUN_SEARCH_DOC`` (words of one or two characters are left out beside longer ones; a
+      search of only such words is a run id prefix); elsewhere ``LIKE`` over the runs and
+      their steps.
     """
-    text = text.strip()
-    if text.startswith("run_"):
-        return Q(run_id__startswith=text, run_id__gte=text)
-    key, colon, value = text.partition(":")
-    if colon and key and value and " " not in text:
-        if connection.vendor == "postgresql":
-            return Q(labels__contains={key: value})
-        return Q(labels__has_key=key) & Q(**{f"labels__{key}": value})  # no containment here
-    return Q(title__icontains=text)
+    words = search_words(text)
+    if not words:
+        return Q()
+    if len(words) == 1 and _RUN_ID_PREFIX.fullmatch(words[0]):
+        return Q(run_id__startswith=words[0], run_id__gte=words[0])
+    if connection.vendor != "postgresql":
+        return _search_scanning(words)
+    if all(len(w) < SEARCH_MIN_WORD for w in words):
+        prefix = f"run_{words[0].lower()}"
+        return Q(run_id__startswith=prefix, run_id__gte=prefix)
+    # A word of one or two characters has no trigram, and the planner takes it for a filter
+    # independent of the others ("gave up": the estimate falls 14-fold and a common phrase's
+    # matches are all fetched and sorted): beside a longer word it is left out.
+    condition = Q()
+    for word in [w for w in words if len(w) >= SEARCH_MIN_WORD]:
+        condition &= Q(_doc_like(word))
+    if len(words) == 1:
+        key, colon, value = words[0].partition(":")
+        if colon and key and value:
+            condition |= Q(labels__contains={key: value})
+    return condition
+
+
+def _doc_like(word: str) -> RawSQL:
+    return RawSQL(f"{RUN_SEARCH_DOC} LIKE %s", (_like(word.upper()),), output_field=BooleanField())
+
+
+def _search_scanning(words: list[str]) -> Q:
+    """The search without PostgreSQL's triggers and index: each word in a run column or in one
+    of its steps' (SQLite, the embedded default: a demo's few thousand runs)."""
+    condition = Q()
+    for word in words:
+        steps = Step.objects.filter(
+            Q(step_id__icontains=word) | Q(effect_key__icontains=word) | Q(error__icontains=word)
+        ).values("run_id")
+        either = (
+            Q(run_id__icontains=word)
+            | Q(title__icontains=word)
+            | Q(blocked_step_id__icontains=word)
+            | Q(error__icontains=word)
+            | Q(detail__icontains=word)
+            | Q(run_id__in=steps)
+        )
+        key, colon, value = word.partition(":")
+        if colon and key and value:
+            either |= Q(labels__has_key=key) & Q(**{f"labels__{key}": value})
+        else:
+            either |= Q(labels__icontains=word)
+        condition &= either
+    return condition
 
 
 def runs_page(
@@ -251,6 +372,16 @@ class Progress:
 
     count: int
     last: Step | None
+
+
+def run_titles(run_ids: list[str]) -> dict[str, str]:
+    """The titles of some runs by id (one primary-key read; a run without a title, or gone,
+    is left out): for pages that name runs they did not load."""
+    wanted = sorted({r for r in run_ids if r and queryable(r)})
+    if not wanted:
+        return {}
+    rows = Run.objects.filter(pk__in=wanted).exclude(title="").values_list("run_id", "title")
+    return dict(rows)
 
 
 def run_progress(*, run_id: str) -> Progress:
@@ -372,6 +503,82 @@ def step_chain(*, run_id: str) -> Chain:
         on_chain=on_chain,
         index_of={step_id: pk_index[pk] for pk, step_id, _n, _s in rows},
     )
+
+
+@dataclass(frozen=True)
+class StepPage:
+    """One page of a run's step table: the rows' pks in execution order, the run's step
+    counts, and the positions (0-based, in execution order) of the steps asked about."""
+
+    number: int
+    pks: list[int]
+    total: int
+    on_chain: int
+    positions: dict[str, int]
+
+
+_CHAIN_IN_SEQ_SQL = """
+SELECT count(*),
+       count(*) FILTER (WHERE NOT linked),
+       bool_or(n = 1 AND status = 'abandoned'),
+       min(n) FILTER (WHERE step_id = %s),
+       min(n) FILTER (WHERE step_id = %s)
+  FROM (SELECT step_id, status, row_number() OVER w AS n,
+               (lead(step_id) OVER w IS NULL
+                OR next_step_id IS NOT DISTINCT FROM lead(step_id) OVER w) AS linked
+          FROM ledger_step WHERE run_id = %s WINDOW w AS (ORDER BY seq)) AS rows
+"""
+
+
+def step_page(
+    *, run_id: str, page: int, per_page: int, focus: str = "", blocked: str = ""
+) -> StepPage:
+    """The page ``page`` (1-based; clamped) of the run's steps in execution order, or the page
+    holding ``focus`` when it is one of the run's steps; ``positions`` has ``focus`` and
+    ``blocked`` when they are.
+
+    When the run's ``next_step_id`` chain runs in ``seq`` order through every row (the usual
+    case: no replanned branch, no abandoned first row), execution order is ``seq`` order and
+    one aggregate over the (run, seq) index says so: the page is then a range of that index,
+    and nothing else of the run's rows reaches Python. Otherwise the chain is walked
+    (``step_chain``: every row's four narrow columns).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(_CHAIN_IN_SEQ_SQL, [focus, blocked, run_id])
+            total, unlinked, first_abandoned, focus_n, blocked_n = cur.fetchone()
+        if not unlinked and not first_abandoned:
+            positions = {
+                name: n - 1 for name, n in ((focus, focus_n), (blocked, blocked_n)) if name and n
+            }
+            number = _clamp_page(page, per_page, total, positions.get(focus))
+            start = (number - 1) * per_page
+            pks = list(
+                Step.objects.filter(run_id=run_id)
+                .order_by("seq")
+                .values_list("pk", flat=True)[start : start + per_page]
+            )
+            return StepPage(
+                number=number, pks=pks, total=total, on_chain=total, positions=positions
+            )
+    chain = step_chain(run_id=run_id)
+    positions = {name: chain.index_of[name] for name in (focus, blocked) if name in chain.index_of}
+    number = _clamp_page(page, per_page, len(chain.pks), positions.get(focus))
+    start = (number - 1) * per_page
+    return StepPage(
+        number=number,
+        pks=chain.pks[start : start + per_page],
+        total=len(chain.pks),
+        on_chain=chain.on_chain,
+        positions=positions,
+    )
+
+
+def _clamp_page(page: int, per_page: int, total: int, focus: int | None) -> int:
+    pages = max(-(-total // per_page), 1)
+    if focus is not None:
+        return focus // per_page + 1
+    return min(max(page, 1), pages)
 
 
 def steps_for_page(*, run_id: str, pks: list[int]) -> list[Step]:

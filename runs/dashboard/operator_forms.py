@@ -182,7 +182,13 @@ ACTION_CHOICES = [("", "any action"), *[(v, v.replace("_", " ")) for v in AuditA
 
 
 class AuditFilterForm(forms.Form):
-    run = forms.CharField(max_length=64, required=False, strip=True, label="run id")
+    run = forms.CharField(
+        max_length=200,
+        required=False,
+        strip=True,
+        label="run",
+        help_text="a run id, part of one, or words of its title",
+    )
     actor = forms.CharField(max_length=150, required=False, strip=True)
     action = forms.ChoiceField(choices=ACTION_CHOICES, required=False)
     since = forms.DateField(required=False, label="from", help_text="YYYY-MM-DD")

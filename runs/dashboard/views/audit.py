@@ -26,13 +26,16 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     data = form.cleaned_data
     since, until = form.bounds()
     events = selectors.audit_events(
-        run_id=data.get("run") or None,
+        run_text=data.get("run") or None,
         actor=data.get("actor") or None,
         action=data.get("action") or None,
         since=since,
         until=until,
     )
     rows, cursor = selectors.audit_page(events=events, before=data.get("before"), limit=AUDIT_PAGE)
+    titles = selectors.run_titles([e.run_id for e in rows])
+    for event in rows:
+        event.run_title = titles.get(event.run_id, "")  # type: ignore[attr-defined]
     query = {
         k: str(request.GET.get(k, "")).strip() for k in ("run", "actor", "action", "since", "until")
     }

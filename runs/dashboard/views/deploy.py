@@ -9,6 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from ledger import selectors
 from ledger.processes.deploy_check import deploy_check
 from runs.dashboard.http import HtmxHttpRequest, filter_text
 from runs.dashboard.models import VIEW_DASHBOARD
@@ -23,6 +24,9 @@ SECONDS_PER_RUN = 2.0
 def deploy_page(request: HtmxHttpRequest) -> HttpResponse:
     agent = filter_text(request, "agent")
     verdicts = list(deploy_check(agent=agent, limit=PAGE_LIMIT, seconds=SECONDS_PER_RUN))
+    titles = selectors.run_titles([v.run_id for v in verdicts])
+    for verdict in verdicts:
+        verdict.title = titles.get(verdict.run_id, "")  # type: ignore[attr-defined]
     context = {
         "verdicts": verdicts,
         "blocked": sum(v.blocks for v in verdicts),

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET
 
 from ledger import adapters, selectors
 from ledger.conf import conf
+from ledger.inputs import queryable
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from ledger.selectors import story
@@ -38,48 +39,50 @@ RUN_AUDIT_SHOWN = 20
 # --- the run page --------------------------------------------------------------------------
 
 
-def _page_number(request: HttpRequest, chain: selectors.Chain, per_page: int) -> int:
-    """The page asked for (clamped), or the page holding the step named by ``?step=``."""
-    pages = max(math.ceil(len(chain.pks) / per_page), 1)
-    focus = request.GET.get("step", "")
-    if focus in chain.index_of:
-        return chain.index_of[focus] // per_page + 1
+def _page_asked(request: HttpRequest) -> int:
+    """The page number in ``?page=`` (1 when it is not a number; the selector clamps it)."""
     try:
-        number = int(request.GET.get("page", "1"))
+        return int(request.GET.get("page", "1"))
     except ValueError:
-        number = 1
-    return min(max(number, 1), pages)
+        return 1
 
 
 def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dict[str, Any]:
+    """The page asked for (clamped), or the page holding the step named by ``?step=``."""
     per_page = settings.RUNLEDGER_STEPS_PER_PAGE
-    chain = selectors.step_chain(run_id=run.run_id)
-    pages = max(math.ceil(len(chain.pks) / per_page), 1)
-    number = _page_number(request, chain, per_page)
+    focus = str(request.GET.get("step", ""))
+    table = selectors.step_page(
+        run_id=run.run_id,
+        page=_page_asked(request),
+        per_page=per_page,
+        focus=focus if queryable(focus) else "",
+        blocked=run.blocked_step_id,
+    )
+    pages = max(math.ceil(table.total / per_page), 1)
+    number = table.number
     start = (number - 1) * per_page
-    pks = chain.pks[start : start + per_page]
-    steps = selectors.steps_for_page(run_id=run.run_id, pks=pks)
+    steps = selectors.steps_for_page(run_id=run.run_id, pks=table.pks)
     preview = presenting.compute_preview(run) if compare else None
     views = presenting.step_views(
         steps,
         first_position=start,
-        on_chain=chain.on_chain,
+        on_chain=table.on_chain,
         preview=preview,
         limit=selectors.RESULT_HEAD_CHARS,
     )
     presenting.with_inputs(views, story.step_inputs_heads(run_id=run.run_id, pks=pks))
     blocked_page = None
-    if run.blocked_step_id in chain.index_of:
-        blocked_page = chain.index_of[run.blocked_step_id] // per_page + 1
+    if run.blocked_step_id in table.positions:
+        blocked_page = table.positions[run.blocked_step_id] // per_page + 1
     return {
         "run": run,
         "steps": views,
         "page": number,
         "pages": pages,
         "page_range": _page_links(number, pages),
-        "total_steps": len(chain.pks),
-        "on_chain": chain.on_chain,
-        "off_chain": len(chain.pks) - chain.on_chain,
+        "total_steps": table.total,
+        "on_chain": table.on_chain,
+        "off_chain": table.total - table.on_chain,
         "compare": compare,
         "preview": preview,
         "preview_seconds": conf.RUNLEDGER_PREVIEW_SECONDS,

@@ -50,6 +50,12 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("list, title words search", "/?q=for+cus_0042", {}),
         ("list, label search", "/?q=customer:cus_0042", {}),
         ("list, run id prefix", "/?q=run_ab", {}),
+        ("list, words in any order", "/?q=CUS_0042+refund", {}),
+        ("list, run id without run_", f"/?q={other[4:]}", {}),
+        ("list, part of a run id", f"/?q={other[8:18]}", {}),
+        ("list, effect step id and title word", "/?q=refund_charge+cus_0042", {}),
+        ("audit, run filter by title words", "/audit/?run=cus_0042+refund", {}),
+        ("audit, run filter by part of an id", f"/audit/?run={other[4:14]}", {}),
         ("status counts", "/", {"HX-Request": "true", "HX-Target": "status-counts"}),
         ("run page, short run", f"/runs/{other}/", {}),
         ("run page, long run", f"/runs/{big}/", {}),
@@ -101,3 +107,64 @@ def test_page_queries_use_indexes(case: str, seeded: dict[str, str]) -> None:
     assert sqls, f"{name}: no query of ledger_run/ledger_step captured"
     scans = [(sql, plan) for sql, plan in _plans(sqls) if SEQ_SCAN.search(plan)]
     assert not scans, "\n\n".join(f"{sql}\n{plan}" for sql, plan in scans)
+
+
+WORD_SEARCHES = ["CUS_0042 refund", "refund_charge cus_0042", "gave up", "inv_000042"]
+
+
+@pytest.mark.parametrize("text", WORD_SEARCHES)
+def test_word_search_is_the_trigram_index(text: str, seeded: dict[str, str]) -> None:
+    """The words of a search are one scan of ``run_search_trgm`` (migration 0018), with the
+    planner free to choose (no enable_seqscan off here): the index exists, its expression is
+    the selector's, and the planner takes it even on this small table."""
+    from django.utils import timezone
+
+    from ledger import selectors
+
+    if not _has_trgm():
+        pytest.skip("pg_trgm is not installed here: the search scans")
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE ledger_run")
+    flt = selectors.RunFilter(search=text)
+    qs = selectors.runs_filtered(flt=flt, now=timezone.now()).order_by("-created_at")[:51]
+    sql, params = qs.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "run_search_trgm" in plan, plan
+    assert not SEQ_SCAN.search(plan), plan
+
+
+def test_the_index_is_over_the_selectors_expression() -> None:
+    """The migration's frozen expression and ``RUN_SEARCH_DOC`` are the same text: a change to
+    one without the other would leave the search scanning."""
+    from importlib import import_module
+
+    from ledger.selectors.runs import RUN_SEARCH_DOC
+
+    migration = import_module("ledger.migrations.0018_run_search")
+    assert migration.DOC == RUN_SEARCH_DOC
+
+
+def _has_trgm() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'run_search_trgm'")
+        return cur.fetchone() is not None
+
+
+def test_the_seed_writes_the_steps_words_as_the_triggers_do(seeded: dict[str, str]) -> None:
+    """``seed_bulk`` COPYs ``search_steps`` itself (so the triggers find each step's words
+    there and write nothing): it is what migration 0018's fold computes from the steps."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """SELECT count(*) FROM ledger_run r LEFT JOIN (
+                 SELECT run_id, left(string_agg(' ' || step_id || ' ' || coalesce(effect_key, '')
+                                     || ' ' || left(error, 200), '' ORDER BY seq), 4000) AS words
+                   FROM ledger_step WHERE kind = 'effect' OR error <> '' GROUP BY run_id) s
+                 ON s.run_id = r.run_id
+               WHERE r.search_steps IS DISTINCT FROM coalesce(s.words, '')"""
+        )
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT count(*) FROM ledger_run WHERE search_steps <> ''")
+        assert cur.fetchone()[0] > 100

@@ -99,3 +99,33 @@ def test_the_search_finds_runs_by_title_words_by_label_and_by_id_prefix(clock) -
     assert found(refund.run_id[:12]) >= {refund.run_id}
     html = signed_in("viewer").get("/", {"q": "cus_hopper"}).content.decode()
     assert hopper.run_id in html and knuth.run_id not in html
+
+
+def test_every_page_that_names_a_run_shows_its_title(execute, crash_at) -> None:
+    """The settle page, the resume and cancel forms, the fork form, the audit, the deploy check
+    and the bulk preview name a run by its title beside its id (issue 23, item 5)."""
+    from ledger.models import Step
+
+    hopper = renewal_run(execute, crash_at, customer="cus_hopper")
+    title = "Renew the subscription of cus_hopper"
+    charge = Step.objects.get(run_id=hopper.run_id, step_id="charge")
+    operator = user_in("operator")
+    client = Client()
+    client.force_login(operator)
+    pages = {
+        "settle": f"/runs/{hopper.run_id}/steps/{charge.pk}/settle/",
+        "resume form": f"/runs/{hopper.run_id}/resume/",
+        "cancel form": f"/runs/{hopper.run_id}/cancel/",
+        "fork form": f"/runs/{hopper.run_id}/fork/?step=fetch_subscription",
+        "deploy check": "/deploy/",
+        "bulk preview": f"/bulk/?action=cancel&run={hopper.run_id}",
+    }
+    for name, url in pages.items():
+        response = client.get(url)
+        html = response.content.decode()
+        assert response.status_code == 200, (name, response.status_code)
+        assert title in html and hopper.run_id in html, name
+    note = "audit title test"
+    transitions.run_cancel(run_id=hopper.run_id, by=operator, reason=note, seen_version=None)
+    audit = client.get("/audit/").content.decode()
+    assert note in audit and title in audit
