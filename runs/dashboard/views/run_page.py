@@ -29,6 +29,7 @@ from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
+from runs.dashboard.views.handover import handover_context
 
 #: Audit events shown on a run page (the audit page has them all).
 RUN_AUDIT_SHOWN = 20
@@ -153,6 +154,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),
         **presenting.waterfall(run, timezone.now()),
+        **handover_context(request, run),
     }
     return render(request, "runs/run_detail.html", context)
 
