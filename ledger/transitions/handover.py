@@ -29,7 +29,7 @@ MAX_NOTE_CHARS = MAX_REASON_CHARS
 def handover_snapshot(handover: Handover | None) -> dict[str, Any]:
     if handover is None:
         return {"taken_by": ""}
-    return {"taken_by": handover.taken_by, "taken_at": handover.taken_at}
+    return {"taken_by": handover.taken_by, "taken_at": handover.taken_at.isoformat()}
 
 
 def _check_run(run_id: str) -> None:
