@@ -101,6 +101,8 @@ class Command(BaseCommand):
             ("audit, one actor + action", "/audit/?actor=amy&action=run_resume", {}),
             ("audit, one run", f"/audit/?run={other}", {}),
             ("audit, 21st page (keyset)", f"/audit/?{self._deep_audit(client, 20)}", {}),
+            ("trends, last 24h (hourly rollup)", "/trends/", {}),
+            ("trends, last 7d (hourly rollup)", "/trends/?window=7d", {}),
         ]  # fmt: skip
         self.stdout.write(
             f"{'page':<44} {'median ms':>10} {'max ms':>8} {'sql ms':>7} {'queries':>8} "
