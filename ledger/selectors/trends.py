@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 
@@ -185,7 +186,7 @@ def run_trends(*, window: str, now: datetime) -> Trend:
 
 
 def _from_rollup(since: datetime, until: datetime, step: timedelta) -> tuple[Series, PerAgent]:
-    params = {"since": since, "until": until, "step": step, "origin": _ORIGIN}
+    params: dict[str, Any] = {"since": since, "until": until, "step": step, "origin": _ORIGIN}
     with connection.cursor() as cur:
         cur.execute(_SERIES_SQL, params)
         series = [(b, s, int(n)) for b, s, n in cur.fetchall() if n]

@@ -81,6 +81,6 @@ def set_time_zone(request: HttpRequest, name: str) -> None:
     from runs.dashboard.models import Preference
 
     Preference.objects.update_or_create(
-        user_id=request.user.pk, defaults={"time_zone": name, "updated_at": timezone.now()}
+        user_id=int(request.user.pk or 0), defaults={"time_zone": name, "updated_at": timezone.now()}
     )
     request.session[SESSION_KEY] = name

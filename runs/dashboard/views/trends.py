@@ -56,7 +56,7 @@ def chart(trend: Trend) -> dict[str, Any]:
             title=f"{local:%Y-%m-%d %H:%M} {local.tzname()}: {counts}",
             tick=local.strftime(fmt) if i % every == 0 else "",
         )
-        y = TOP + plot
+        y = float(TOP + plot)
         for status in STOPS:
             n = b.entered.get(status, 0)
             if not n:
