@@ -50,6 +50,8 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("list, title words search", "/?q=for+cus_0042", {}),
         ("list, label search", "/?q=customer:cus_0042", {}),
         ("list, run id prefix", "/?q=run_ab", {}),
+        ("list, on it: nobody's", "/?taken=nobody", {}),
+        ("list, on it: mine", "/?taken=mine", {}),
         ("status counts", "/", {"HX-Request": "true", "HX-Target": "status-counts"}),
         ("run page, short run", f"/runs/{other}/", {}),
         ("run page, long run", f"/runs/{big}/", {}),
