@@ -2,9 +2,10 @@
 default) is made the current one for their requests, so every ``|date`` in a template renders
 in it; the templates print the zone beside every time (the ``T`` format: ``CET``, ``UTC``).
 
-The zone is read from the database once a session and kept in the session; changing it on
-the Preferences page updates both. Only names of the IANA database that this machine knows
-(``zoneinfo.available_timezones()``) are accepted: anything else is refused with a message.
+The zone is read from the database at sign-in (``user_logged_in``) and kept in the session;
+changing it on the Preferences page updates both, so a request costs no query for it. Only
+names of the IANA database this machine knows (``zoneinfo.available_timezones()``) are
+accepted: anything else is refused with a message.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import zoneinfo
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -38,22 +40,30 @@ def zone_error(name: str) -> str:
     return ""
 
 
+def stored_zone(user_id: Any) -> str:
+    from runs.dashboard.models import Preference
+
+    stored = Preference.objects.filter(user_id=user_id).values_list("time_zone", flat=True)
+    return stored.first() or DEFAULT_ZONE
+
+
+def remember_zone(sender: object, request: HttpRequest, user: object, **kwargs: object) -> None:
+    """At sign-in (``user_logged_in``): the person's zone into their new session."""
+    session = getattr(request, "session", None)
+    if session is not None:
+        session[SESSION_KEY] = stored_zone(getattr(user, "pk", None))
+
+
 def zone_of(request: HttpRequest) -> str:
-    """The signed-in reader's zone name (the session's copy, else the stored one, else UTC)."""
+    """The signed-in reader's zone name: the session's copy (written at sign-in and when they
+    change it), else — a session older than this setting — the stored one, else UTC."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return DEFAULT_ZONE
     session = getattr(request, "session", None)
     name = session.get(SESSION_KEY) if session is not None else None
     if not isinstance(name, str):
-        from runs.dashboard.models import Preference
-
-        stored = (
-            Preference.objects.filter(user_id=user.pk).values_list("time_zone", flat=True).first()
-        )
-        name = stored or DEFAULT_ZONE
-        if session is not None:
-            session[SESSION_KEY] = name
+        name = stored_zone(user.pk)  # not written back: a read never saves the session
     return name if name in known_zones() else DEFAULT_ZONE
 
 
@@ -81,6 +91,7 @@ def set_time_zone(request: HttpRequest, name: str) -> None:
     from runs.dashboard.models import Preference
 
     Preference.objects.update_or_create(
-        user_id=int(request.user.pk or 0), defaults={"time_zone": name, "updated_at": timezone.now()}
+        user_id=int(request.user.pk or 0),
+        defaults={"time_zone": name, "updated_at": timezone.now()},
     )
     request.session[SESSION_KEY] = name

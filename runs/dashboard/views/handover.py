@@ -9,39 +9,20 @@ was refused and the note as typed (nothing is lost).
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from ledger import transitions
 from ledger.models import Run
-from ledger.selectors.handover import handover_of, run_notes
 from ledger.transitions.handover import run_note, run_release, run_take
+from runs.dashboard.handover import HAND, handover_context
 from runs.dashboard.http import HtmxHttpRequest, permission_any, run_for
-from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS
-
-HAND = (OPERATE_RUNS, APPROVE_SETTLEMENTS)
-#: Notes shown on the run page (the audit has them all).
-NOTES_SHOWN = 10
-
-
-def handover_context(request: HttpRequest, run: Run, **extra: Any) -> dict[str, Any]:
-    """What ``runs/partials/handover.html`` shows (the run page includes it)."""
-    return {
-        "handover": handover_of(run_id=run.run_id),
-        "notes": list(run_notes(run_id=run.run_id)[:NOTES_SHOWN]),
-        "notes_shown": NOTES_SHOWN,
-        "can_hand": any(request.user.has_perm(p) for p in HAND),
-        "note_key": secrets.token_urlsafe(12),
-        "note_text": "",
-        **extra,
-    }
 
 
 def _answer(

@@ -27,9 +27,9 @@ from ledger.conf import conf
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from runs.dashboard import presenting
+from runs.dashboard.handover import handover_context
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
-from runs.dashboard.views.handover import handover_context
 
 #: Audit events shown on a run page (the audit page has them all).
 RUN_AUDIT_SHOWN = 20

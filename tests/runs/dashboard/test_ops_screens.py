@@ -179,7 +179,8 @@ def test_the_list_filters_mine_and_nobodys(clock) -> None:
 
 
 def test_times_are_shown_in_the_readers_zone_with_the_zone(clock) -> None:
-    clock.now = clock.now.replace(month=1, day=15, hour=9, minute=30, second=0, microsecond=0)  # winter: Paris is +1
+    # Winter: Paris is UTC+1.
+    clock.now = clock.now.replace(month=1, day=15, hour=9, minute=30, second=0, microsecond=0)
     run = start("refund", {"invoice_id": "inv_1001"}, clock)
     olivia = signed_in("operator", "olivia")
     olivia.post(f"/runs/{run.run_id}/note/", {"note": "looked", "key": "k"})
