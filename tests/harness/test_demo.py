@@ -208,7 +208,6 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
             time.sleep(0.5)
         # The demo pages someone: its beat delivers the blocked runs' notifications to its own
         # webhook receiver, which shows what it got; the Notifications page says it was sent.
-        assert f"http://127.0.0.1:{receiver_port}/" in printed
         received: list[dict[str, object]] = []
         deadline = time.monotonic() + 180
         while not any(e["path"] == "/operators" for e in received):
@@ -219,6 +218,7 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
                 f"http://127.0.0.1:{receiver_port}/received.json", timeout=30
             ) as answer:
                 received = json.loads(answer.read())
+        assert f"http://127.0.0.1:{receiver_port}/" in printed + "".join(later)
         blocked = runs["charge-lookup-down"]
         assert any(blocked in json.dumps(e["body"]) for e in received), received
         shown = browser.get("/notifications/")

@@ -94,8 +94,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     run_note(
         run_id=blocked.run_id,
         by="olivia",
-        text="Called the bank: they see no refund for inv_1001 yet. Waiting for their answer "
-        "before settling; the customer was told to expect it tomorrow.",
+        text="Phoned the provider about the refund for inv_1001: their support engineer "
+        "promised an answer before Thursday afternoon; keep the customer informed meanwhile.",
     )
     Preference.objects.create(
         user=admin, time_zone="America/Argentina/Buenos_Aires", updated_at=timezone.now()
