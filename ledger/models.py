@@ -385,6 +385,9 @@ class AuditAction(models.TextChoices):
     WEBHOOK_UNSUBSCRIBE = "webhook_unsubscribe"
     GATE_APPROVE = "gate_approve"  # an approval gate approved (by one of its approvers)
     GATE_REJECT = "gate_reject"
+    RUN_TAKE = "run_take"  # a person said "on it" (or took a run over from someone else)
+    RUN_RELEASE = "run_release"  # nobody is on it any more
+    RUN_NOTE = "run_note"  # a note left on a run (the text is the event's reason)
 
 
 class AppendOnly(Exception):
@@ -737,3 +740,70 @@ class RunStatusDelta(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status}/{self.reason or '-'}: {self.n:+d}"
+
+
+# --- trends (an hourly rollup kept by the database) -------------------------------------------
+
+
+class RunTrendHour(models.Model):
+    """Runs that entered a status in one hour (UTC), per agent, with the duration bucket of the
+    runs that finished (``bucket`` -1 for a status that is not final).
+
+    Kept by the database like :class:`RunStatusCount`: triggers on ``ledger_run`` (migration
+    ``0019_run_trends``) append a :class:`RunTrendDelta` for every inserted run and every status
+    change, in the writing transaction; ``transitions.trends.fold_trends`` (on the sweep's
+    schedule) folds them in here. ``selectors.trends`` reads these two tables only, never
+    ``ledger_run``: the Trends page costs the same at any table size. The duration is
+    ``finished_at - created_at`` (what an application waits for its run); the bucket edges are
+    ``ledger.selectors.trends.BUCKET_EDGES``.
+    """
+
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=200)
+    status = models.CharField(max_length=20)
+    bucket = models.SmallIntegerField(default=-1)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "agent", "status", "bucket"], name="run_trend_hour_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.agent} {self.status}[{self.bucket}]: {self.n}"
+
+
+class RunTrendDelta(models.Model):
+    """Runs that entered a status, not folded into :class:`RunTrendHour` yet (appended by
+    ``ledger_run``'s triggers: inserts never wait on each other)."""
+
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=200)
+    status = models.CharField(max_length=20)
+    bucket = models.SmallIntegerField(default=-1)
+    n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.agent} {self.status}[{self.bucket}]: {self.n:+d}"
+
+
+# --- handover (who is on a run) ---------------------------------------------------------------
+
+
+class Handover(models.Model):
+    """The person on a run ("on it"): at most one a run; no row is nobody.
+
+    Written only by ``ledger.transitions.handover`` (take, take over, release), each with its
+    audit row in the same transaction; a run's notes are audit rows (``run_note``), append-only
+    like every other. ``run_id`` is plain text, not a foreign key, like the audit's: taking a
+    run holds nothing else in place.
+    """
+
+    run_id = models.CharField(primary_key=True, max_length=64)
+    taken_by = models.CharField(max_length=150, db_index=True)
+    taken_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.taken_by} on {self.run_id}"

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ledger import observe, selectors, transitions
 from ledger.conf import conf
 from ledger.transitions.counts import fold_status_counts
+from ledger.transitions.trends import fold_trends
 
 Clock = Callable[[], datetime]
 
@@ -39,6 +40,7 @@ def runs_sweep(
             ids.append(run_id)
     # The runs-per-status deltas since the last pass, folded into the totals the dashboard reads.
     fold_status_counts()
+    fold_trends()  # and the Trends page's hourly totals
     transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
     observe.emit("sweep", requeued=len(ids))
     return ids

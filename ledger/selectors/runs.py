@@ -36,6 +36,7 @@ from ledger.models import (
     Step,
     StepStatus,
 )
+from ledger.selectors.handover import taken_condition
 
 LEASE_EXPIRED = "lease_expired"  # a list filter: running, but the worker's lease ran out
 ORDERS = ("newest", "oldest")
@@ -172,6 +173,9 @@ class RunFilter:
     older_than: timedelta | None = None
     search: str = ""
     order: str = "newest"
+    # Who is on it (``selectors.handover``): "mine" (runs ``taker`` is on) or "nobody".
+    taken: str = ""
+    taker: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,8 @@ def runs_filtered(*, flt: RunFilter, now: datetime) -> QuerySet[Run]:
         qs = qs.filter(status_changed_at__lte=cutoff, created_at__lte=cutoff)
     if flt.search:
         qs = qs.filter(search_condition(flt.search))
+    if flt.taken:
+        qs = qs.filter(taken_condition(flt.taken, who=flt.taker))
     return qs
 
 

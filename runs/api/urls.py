@@ -13,7 +13,7 @@ from ninja.parser import Parser
 
 from runs.api import problems
 from runs.api.auth import TokenAuth, TokenThrottle
-from runs.api.routers import agents, approvals, pauses, runs, settlements, webhooks
+from runs.api.routers import agents, approvals, handover, pauses, runs, settlements, webhooks
 
 
 class StrictJSON(Parser):
@@ -60,3 +60,4 @@ api.add_router("", settlements.router)
 api.add_router("", approvals.router)
 api.add_router("", pauses.router)
 api.add_router("", webhooks.router)
+api.add_router("", handover.router)

@@ -14,3 +14,11 @@ class DashboardConfig(AppConfig):
     label = "runs"
     verbose_name = "Runs dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.contrib.auth.signals import user_logged_in
+
+        from runs.dashboard import zones
+
+        # The reader's zone goes into the session at sign-in: no query per request after.
+        user_logged_in.connect(zones.remember_zone, dispatch_uid="runledger-reader-zone")

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from runs.dashboard.roles import role_of
+from runs.dashboard.zones import zone_of
 
 
 def dashboard(request: HttpRequest) -> dict[str, Any]:
@@ -19,6 +20,7 @@ def dashboard(request: HttpRequest) -> dict[str, Any]:
         "refresh_seconds": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "admin_mounted": bool(settings.RUNLEDGER_ADMIN_URL),
         "nav_section": nav_section(request),
+        "zone_name": zone_of(request),
     }
 
 
@@ -35,6 +37,8 @@ _SECTIONS = {
     "effect_audit_run": "effects",
     "deploy": "deploy",
     "pauses": "pauses",
+    "trends": "trends",
+    "preferences": "preferences",
 }
 
 

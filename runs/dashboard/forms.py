@@ -22,6 +22,7 @@ STATUS_CHOICES = [
 ]
 REASON_CHOICES = [("", "any reason"), *[(v, v) for v in Reason.values if v]]
 ORDER_CHOICES = [("newest", "newest first"), ("oldest", "oldest in state first")]
+TAKEN_CHOICES = [("", "anyone or nobody"), ("mine", "mine"), ("nobody", "nobody's")]
 
 
 def parse_age(text: str) -> timedelta:
@@ -47,6 +48,7 @@ class RunFilterForm(forms.Form):
         help_text="a title's words, a label as key:value, or a run id prefix (run_…)",
     )
     order = forms.ChoiceField(choices=ORDER_CHOICES, required=False)
+    taken = forms.ChoiceField(choices=TAKEN_CHOICES, required=False, label="on it")
     after = forms.CharField(max_length=400, required=False)
 
     def clean_age(self) -> timedelta | None:
@@ -74,8 +76,9 @@ class RunFilterForm(forms.Form):
                 "this page link is damaged; showing the first page"
             ) from None
 
-    def run_filter(self) -> RunFilter:
-        """The filter made of the values that are valid (call after is_valid())."""
+    def run_filter(self, taker: str = "") -> RunFilter:
+        """The filter made of the values that are valid (call after is_valid()); ``taker`` is
+        the reader, whom "mine" means."""
         data = self.cleaned_data
         status, reason, order = data.get("status", ""), data.get("reason", ""), data.get("order")
         if reason and not status:
@@ -89,6 +92,8 @@ class RunFilterForm(forms.Form):
             older_than=data.get("age"),
             search=data.get("q", ""),
             order=order or "newest",
+            taken=data.get("taken", ""),
+            taker=taker,
         )
 
     def cursor(self) -> Cursor | None:
@@ -114,6 +119,7 @@ def filter_query(flt: RunFilter, age_text: str = "") -> dict[str, str]:
         "age": age_text if flt.older_than is not None else "",
         "q": flt.search,
         "order": flt.order if flt.order != "newest" else "",
+        "taken": flt.taken,
     }
     return {k: v for k, v in params.items() if v}
 

@@ -7,6 +7,7 @@ the server, never by hiding buttons alone.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 VIEW_DASHBOARD = "runs.view_dashboard"
@@ -38,3 +39,17 @@ class Dashboard(models.Model):
 
     def __str__(self) -> str:
         return "dashboard permissions"
+
+
+class Preference(models.Model):
+    """One person's dashboard settings: the time zone every time is shown in (UTC by default,
+    an IANA name such as ``Europe/Paris``; ``runs.dashboard.zones`` checks it)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dashboard_preference"
+    )
+    time_zone = models.CharField(max_length=64, default="UTC")
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.time_zone}"

@@ -12,13 +12,16 @@ from runs.dashboard.views import (
     bulk,
     deploy,
     effects,
+    handover,
     notifications,
     pauses,
+    preferences,
     run_actions,
     run_list,
     run_page,
     settle,
     stale,
+    trends,
 )
 
 app_name = "runs"
@@ -94,12 +97,17 @@ urlpatterns = [
         path(f"runs/<run_id:run_id>/{a}/", run_actions.run_action, {"action": a}, name=a)
         for a in run_actions.RUN_ACTIONS
     ],
+    path("runs/<run_id:run_id>/take/", handover.take, name="take"),
+    path("runs/<run_id:run_id>/release/", handover.release, name="release"),
+    path("runs/<run_id:run_id>/note/", handover.note, name="note"),
     path("bulk/", bulk.bulk_preview, name="bulk"),
     path("bulk/apply/", bulk.bulk_apply, name="bulk_apply"),
     path("audit/", audit.audit, name="audit"),
     path("notifications/", notifications.notifications, name="notifications"),
     path("deploy/", deploy.deploy_page, name="deploy"),
     path("pauses/", pauses.pauses_page, name="pauses"),
+    path("trends/", trends.trends, name="trends"),
+    path("preferences/", preferences.preferences, name="preferences"),
     path("pauses/new/", pauses.pause_create, name="pause_create"),
     path("pauses/<int:pk>/lift/", pauses.pause_lift, name="pause_lift"),
     path("effects/", effects.effect_audits, name="effect_audits"),

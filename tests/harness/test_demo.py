@@ -8,6 +8,7 @@ every scenario with the status the engine gave it; then stops it with Ctrl-C.
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import signal
@@ -151,11 +152,15 @@ def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
 
 
 def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
-    port = _free_port()
+    port, receiver_port = _free_port(), _free_port()
+    env.pop("RUNLEDGER_NOTIFY_WEBHOOK_URL", None)  # the demo's own channel: its receiver
     env.update({**EQUIPMENT_ENV, "RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     demo = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--port", str(port)],
+        [
+            sys.executable,
+            *("manage.py", "demo", "--port", str(port), "--receiver-port", str(receiver_port)),
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -201,6 +206,26 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError("the demo's worker never started the long run")
             time.sleep(0.5)
+        # The demo pages someone: its beat delivers the blocked runs' notifications to its own
+        # webhook receiver, which shows what it got; the Notifications page says it was sent.
+        received: list[dict[str, object]] = []
+        deadline = time.monotonic() + 180
+        while not any(e["path"] == "/operators" for e in received):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the receiver got no operator notification: {received}")
+            time.sleep(1)
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{receiver_port}/received.json", timeout=30
+            ) as answer:
+                received = json.loads(answer.read())
+        assert f"http://127.0.0.1:{receiver_port}/" in printed + "".join(later)
+        blocked = runs["charge-lookup-down"]
+        assert any(blocked in json.dumps(e["body"]) for e in received), received
+        shown = browser.get("/notifications/")
+        assert "channels: webhook" in shown and 'class="badge delivery-sent"' in shown
+        assert "Who was told" in browser.get(f"/runs/{blocked}/")
+        with urllib.request.urlopen(f"http://127.0.0.1:{receiver_port}/", timeout=30) as answer:
+            assert "What the demo's webhook received" in answer.read().decode()
     finally:
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
         try:

@@ -109,6 +109,8 @@ class Command(BaseCommand):
             ("audit, run by part of an id", f"/audit/?run={other[4:14]}", {}),
             ("audit, run by title words", "/audit/?run=cus_0042+refund", {}),
             ("audit, 21st page (keyset)", f"/audit/?{self._deep_audit(client, 20)}", {}),
+            ("trends, last 24h (hourly rollup)", "/trends/", {}),
+            ("trends, last 7d (hourly rollup)", "/trends/?window=7d", {}),
         ]  # fmt: skip
         self.stdout.write(
             f"{'page':<44} {'median ms':>10} {'max ms':>8} {'sql ms':>7} {'cpu ms':>7} "

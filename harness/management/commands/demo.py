@@ -21,7 +21,8 @@ from django.db import transaction
 
 from harness import demo_scenarios as scenarios
 from harness.unannounced import start_unannounced
-from ledger.models import Run
+from ledger.models import Run, WebhookSubscription
+from ledger.transitions.events import subscribe
 from runs.operations import stack
 
 DEMO_USERS = (
@@ -45,14 +46,22 @@ class Command(BaseCommand):
         parser.add_argument("--setup-only", action="store_true", help="set up, then exit")
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument(
+            "--receiver-port",
+            type=int,
+            default=0,
+            help="the demo's webhook receiver (default: the web port + 1)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         started = time.monotonic()
+        receiver_port = options["receiver_port"] or options["port"] + 1
+        self._channel(receiver_port)
         self._users()
         self._scenarios()
         if options["setup_only"]:
             return
-        self._serve(options["host"], options["port"], started)
+        self._serve(options["host"], options["port"], started, receiver_port)
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -82,6 +91,19 @@ class Command(BaseCommand):
         path.write_text("\n".join(lines) + "\n")
         path.chmod(0o600)
 
+    def _channel(self, port: int) -> None:
+        """The notification channel of the demo: a webhook to its own receiver on loopback
+        (unless RUNLEDGER_NOTIFY_WEBHOOK_URL names another), and the refund agent's completion
+        events subscribed to it, so the Notifications page and "who was told" have content.
+        Set before the scenarios run: their blocks write the notifications."""
+        base = f"http://127.0.0.1:{port}"
+        os.environ.setdefault("RUNLEDGER_NOTIFY_WEBHOOK_URL", f"{base}/operators")
+        settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = os.environ["RUNLEDGER_NOTIFY_WEBHOOK_URL"]
+        url = f"{base}/events"
+        if not WebhookSubscription.objects.filter(url=url, removed_at__isnull=True).exists():
+            subscribe(url, agent="refund", description="the demo's receiver", by="demo")
+        self._receiver = base
+
     def _credentials_file(self) -> Path:
         return Path(settings.VAR_DIR) / "demo-credentials.txt"
 
@@ -101,9 +123,19 @@ class Command(BaseCommand):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def _serve(self, host: str, port: int, started: float) -> None:
+    def _serve(self, host: str, port: int, started: float, receiver_port: int) -> None:
         manage = str(Path(settings.BASE_DIR) / "manage.py")
+        receiver = Path(settings.BASE_DIR) / "harness" / "demo_receiver.py"
+        received = Path(settings.VAR_DIR) / "demo-received.jsonl"
         commands = {
+            "receiver": [
+                sys.executable,
+                str(receiver),
+                "--port",
+                str(receiver_port),
+                "--log",
+                str(received),
+            ],
             "web": [
                 sys.executable,
                 manage,
@@ -137,6 +169,10 @@ class Command(BaseCommand):
                     f"\nrunledger demo: {url}  "
                     f"(ready in {time.monotonic() - started:.0f} s; Ctrl-C stops it)"
                 )
+            )
+            self.stdout.write(
+                f"notifications go to the demo's webhook receiver: what it received is at "
+                f"{self._receiver}/ (and in {received})"
             )
             stack.wait_for_signal(children, say=self.stderr.write)
         except stack.NotServing as exc:

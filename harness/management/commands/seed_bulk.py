@@ -25,6 +25,7 @@ from ledger import canonical
 from ledger.models import Run
 from ledger.processes import execute
 from ledger.transitions.counts import fold_status_counts
+from ledger.transitions.trends import fold_trends
 
 RUN_COLUMNS = (
     "run_id", "agent", "inputs", "status", "reason", "blocked_step_id", "detail", "result",
@@ -102,6 +103,7 @@ class Command(BaseCommand):
         events = self._audit(rng, now, options["audit"])
         self.stdout.write(f"{events} audit events written in {time.monotonic() - t2:.1f} s")
         fold_status_counts()  # the COPY's deltas into the status totals, as the sweep would
+        fold_trends()  # and into the Trends page's hourly totals
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")

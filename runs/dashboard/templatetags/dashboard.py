@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils.html import escape
@@ -98,3 +99,27 @@ def breakable(value: object) -> str:
 def turn_anchor(step_id: str) -> str:
     """The step id of the tool-use loop turn a step belongs to, or "" (not a loop step)."""
     return transcript.turn_anchor(step_id or "")
+
+
+@register.filter
+def upto(p: Any) -> str:
+    """A percentile read from a histogram (``selectors.trends.Percentile``): '≤ 25.0 s'."""
+    if p is None:
+        return "—"
+    if p.upper is None:
+        return "> " + human_seconds(p.lower)
+    return "≤ " + human_seconds(p.upper)
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f} %"
+
+
+@register.filter
+def item(mapping: Any, key: Any) -> Any:
+    """``mapping[key]``, or None (a template cannot index a dict by a variable)."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None

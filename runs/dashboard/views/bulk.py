@@ -38,7 +38,7 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
     if request.GET.get("scope") == "filter":
         form = RunFilterForm(request.GET)
         form.is_valid()
-        flt = form.run_filter()
+        flt = form.run_filter(taker=request.user.get_username())
         query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
         plan = _plan_filter(action, flt, max_resumes, timezone.now())
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),

@@ -20,6 +20,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 
 from ledger import registry, selectors
+from ledger.selectors.handover import handovers_for
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
 from runs.dashboard.models import VIEW_DASHBOARD
@@ -60,7 +61,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     form = RunFilterForm(request.GET)
     form.is_valid()  # invalid values are dropped from the filter and reported
-    flt = form.run_filter()
+    flt = form.run_filter(taker=request.user.get_username())
     query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
     target = _fragment_target(request, ("status-counts", "run-table"))
     if target is not None:
@@ -113,6 +114,8 @@ def _table_fragment(
         "next_query": next_query,
         "problems": form.problems(),
         "first_page": cursor is None,
+        # Who is on each run of the page (one query by primary key).
+        "on_it": handovers_for(run_ids=[run.run_id for run in page.runs]),
     }
     return _polled(request, "runs/partials/run_table.html", context, dom_id="run-table")
 

@@ -29,6 +29,7 @@ from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from ledger.selectors import story
 from runs.dashboard import presenting
+from runs.dashboard.handover import handover_context
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
 from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
 
@@ -160,6 +161,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "executions": selectors.run_executions(run.run_id),
         "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
+        **handover_context(request, run),
     }
     return render(request, "runs/run_detail.html", context)
 

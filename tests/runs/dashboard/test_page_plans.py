@@ -56,6 +56,8 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("list, effect step id and title word", "/?q=refund_charge+cus_0042", {}),
         ("audit, run filter by title words", "/audit/?run=cus_0042+refund", {}),
         ("audit, run filter by part of an id", f"/audit/?run={other[4:14]}", {}),
+        ("list, on it: nobody's", "/?taken=nobody", {}),
+        ("list, on it: mine", "/?taken=mine", {}),
         ("status counts", "/", {"HX-Request": "true", "HX-Target": "status-counts"}),
         ("run page, short run", f"/runs/{other}/", {}),
         ("run page, long run", f"/runs/{big}/", {}),

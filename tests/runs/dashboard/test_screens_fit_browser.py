@@ -17,11 +17,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from ledger import registry, transitions
 from ledger.models import Gate, Run, Step
+from ledger.transitions.handover import run_note, run_take
 from ledger.transitions.pauses import pause_create
+from runs.dashboard.models import Preference
 from tests.support.dashboard_runs import (
     PASSWORD,
     held_polls,
@@ -91,6 +94,19 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     story.append(f"/runs/{held.run_id}/")
     admin = user_in("operator", "root")
     User.objects.filter(pk=admin.pk).update(is_staff=True, is_superuser=True)
+    # Handover and the reader's zone, as a team uses them: olivia is on the blocked run and
+    # left a note; root reads every time in a zone with a long name.
+    user_in("operator", "olivia")
+    run_take(run_id=blocked.run_id, by="olivia")
+    run_note(
+        run_id=blocked.run_id,
+        by="olivia",
+        text="Phoned the provider about the refund for inv_1001: their support engineer "
+        "promised an answer before Thursday afternoon; keep the customer informed meanwhile.",
+    )
+    Preference.objects.create(
+        user=admin, time_zone="America/Argentina/Buenos_Aires", updated_at=timezone.now()
+    )
     model_step = Step.objects.get(run=stale, step_id=stale.blocked_step_id)
     dashboard = [
         "/",
@@ -113,6 +129,10 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         "/deploy/",
         "/pauses/",
         *story,
+        "/trends/",
+        "/trends/?window=7d",
+        "/preferences/",
+        "/?taken=nobody",
     ]
     admin_pages = ["/admin/ledger/run/", "/admin/ledger/step/"]
     broken: dict[str, list[str]] = {}

@@ -1,0 +1,29 @@
+"""Folding the trend deltas (appended by ``ledger_run``'s triggers, migration
+``0019_run_trends``) into the hourly totals the Trends page reads.
+
+Exact under concurrency, as ``counts.fold_status_counts``: one statement deletes the deltas it
+folds and adds them to the totals, so a reader (one statement over totals plus deltas, one
+snapshot) sees every change once. PostgreSQL only; elsewhere a no-op.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+FOLD = """
+WITH moved AS (DELETE FROM ledger_runtrenddelta RETURNING hour, agent, status, bucket, n),
+     sums AS (SELECT hour, agent, status, bucket, sum(n) AS n FROM moved
+              GROUP BY hour, agent, status, bucket)
+INSERT INTO ledger_runtrendhour (hour, agent, status, bucket, n)
+    SELECT hour, agent, status, bucket, n FROM sums
+ON CONFLICT (hour, agent, status, bucket) DO UPDATE SET n = ledger_runtrendhour.n + EXCLUDED.n
+"""
+
+
+def fold_trends() -> int:
+    """Fold the pending trend deltas into the hourly totals; the number of hour rows touched."""
+    if connection.vendor != "postgresql":
+        return 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(FOLD)
+        return max(cur.rowcount, 0)
