@@ -71,7 +71,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         preview=preview,
         limit=selectors.RESULT_HEAD_CHARS,
     )
-    presenting.with_inputs(views, story.step_inputs_heads(run_id=run.run_id, pks=pks))
+    presenting.with_inputs(views, story.step_inputs_heads(run_id=run.run_id, pks=table.pks))
     blocked_page = None
     if run.blocked_step_id in table.positions:
         blocked_page = table.positions[run.blocked_step_id] // per_page + 1

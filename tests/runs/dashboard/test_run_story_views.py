@@ -215,7 +215,7 @@ def test_the_executions_say_when_each_ended_how_and_with_which_error(execute, cr
     table = table[: table.index("</section>")]
     rows = re.findall(r"<tr><td>(\d+)</td>(.*?)</tr>", table, re.S)
     assert [n for n, _ in rows] == ["1", "2"]
-    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"  # in the reader's zone, UTC by default
     crashed, stopped = (re.findall(r"<td[^>]*>(.*?)</td>", body, re.S) for _, body in rows)
     # The killed worker recorded no end; the sweep's finding says how it ended.
     assert re.fullmatch(stamp, crashed[1].strip()) and "not recorded" in crashed[2]
