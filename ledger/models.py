@@ -31,8 +31,8 @@ class Run(models.Model):
     title = models.CharField(max_length=200, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
     # The words of the run's effect steps and failed steps (id, effect key, error head) for the
-    # list's word search: kept by triggers on ledger_step on PostgreSQL (migration 0018), never
-    # written by Python; empty elsewhere.
+    # list's word search: appended by triggers on ledger_step to RunSearchDelta and folded in
+    # here by the sweep on PostgreSQL (migration 0018); empty elsewhere.
     search_steps = models.TextField(
         blank=True,
         default="",
@@ -740,6 +740,19 @@ class RunStatusDelta(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status}/{self.reason or '-'}: {self.n:+d}"
+
+
+class RunSearchDelta(models.Model):
+    """The words of one effect or failed step (id, effect key, error head), appended by
+    ``ledger_step``'s triggers (migration ``0018_run_search``) and moved into
+    :attr:`Run.search_steps` by ``transitions.search.fold_search_words`` on the sweep's
+    schedule: an INSERT, so that a step's write never upgrades its lock on the run row."""
+
+    run_id = models.CharField(max_length=64, db_index=True)
+    words = models.TextField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.words[:60]}"
 
 
 # --- trends (an hourly rollup kept by the database) -------------------------------------------

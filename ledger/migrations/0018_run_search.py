@@ -4,10 +4,13 @@ A run is found by words in any order across its id, title, labels, blocked step,
 detail (its own columns) and the ids, effect keys and error heads of its effect steps and of
 its steps that failed (``search_steps``). On PostgreSQL:
 
-- ``search_steps`` is kept by two row triggers on ``ledger_step`` whose WHEN is checked before
+- ``search_steps`` is fed by two row triggers on ``ledger_step`` whose WHEN is checked before
   any function runs: an inserted or updated effect step, or a step whose error changed, appends
-  ``step_id effect_key error-head`` to its run's ``search_steps`` (once: a fragment already there
-  is not appended again; at most 4,000 characters). Read, model and clock steps pay nothing.
+  a row ``step_id effect_key error-head`` to ``ledger_runsearchdelta`` (an INSERT: it takes no
+  lock on the run row, which the step's writer and a fan-out's other steps hold FOR SHARE);
+  ``ledger.transitions.search.fold_search_words`` (each sweep) appends them to the run's
+  ``search_steps`` (once: a fragment already there is not appended again; at most 4,000
+  characters). Read, model and clock steps pay nothing.
   The existing steps are folded in here, after the triggers exist, in this migration's
   transaction (CREATE TRIGGER's lock holds step writers off until it commits).
 - ``run_search_trgm`` is a GIN trigram index over ``UPPER`` of one expression of those columns
@@ -33,12 +36,14 @@ DOC = (
 
 TRIGGERS = """
 CREATE OR REPLACE FUNCTION ledger_step_search_words() RETURNS trigger AS $$
-DECLARE
-    words text := NEW.step_id || ' ' || coalesce(NEW.effect_key, '') || ' ' || left(NEW.error, 200);
 BEGIN
-    UPDATE ledger_run SET search_steps = left(search_steps || ' ' || words, 4000)
-     WHERE run_id = NEW.run_id AND length(search_steps) < 4000
-       AND strpos(search_steps, words) = 0;
+    -- An INSERT into a side table, never an UPDATE of ledger_run: the step's writer holds the
+    -- run row FOR SHARE, and the parallel steps of one fan-out each hold it too, so upgrading
+    -- that lock here deadlocks them. ledger.transitions.search.fold_search_words (the sweep)
+    -- moves these words into ledger_run.search_steps.
+    INSERT INTO ledger_runsearchdelta (run_id, words)
+    VALUES (NEW.run_id,
+            NEW.step_id || ' ' || coalesce(NEW.effect_key, '') || ' ' || left(NEW.error, 200));
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
@@ -118,6 +123,19 @@ class Migration(migrations.Migration):
                 help_text="Kept by triggers: ids, effect keys and errors of the run's effect "
                 "and failed steps, for the word search.",
             ),
+        ),
+        migrations.CreateModel(
+            name="RunSearchDelta",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run_id", models.CharField(max_length=64, db_index=True)),
+                ("words", models.TextField()),
+            ],
         ),
         migrations.RunPython(_create, _drop),
     ]

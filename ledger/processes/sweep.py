@@ -13,6 +13,7 @@ from django.utils import timezone
 from ledger import observe, selectors, transitions
 from ledger.conf import conf
 from ledger.transitions.counts import fold_status_counts
+from ledger.transitions.search import fold_search_words
 from ledger.transitions.trends import fold_trends
 
 Clock = Callable[[], datetime]
@@ -41,6 +42,7 @@ def runs_sweep(
     # The runs-per-status deltas since the last pass, folded into the totals the dashboard reads.
     fold_status_counts()
     fold_trends()  # and the Trends page's hourly totals
+    fold_search_words()  # and the effect and failed steps' words into their runs' search text
     transitions.beacon_beat(name="sweep", detail={"requeued": len(ids)}, clock=clock)
     observe.emit("sweep", requeued=len(ids))
     return ids

@@ -25,6 +25,7 @@ from ledger import canonical
 from ledger.models import Run
 from ledger.processes import execute
 from ledger.transitions.counts import fold_status_counts
+from ledger.transitions.search import fold_search_words
 from ledger.transitions.trends import fold_trends
 
 RUN_COLUMNS = (
@@ -104,6 +105,8 @@ class Command(BaseCommand):
         self.stdout.write(f"{events} audit events written in {time.monotonic() - t2:.1f} s")
         fold_status_counts()  # the COPY's deltas into the status totals, as the sweep would
         fold_trends()  # and into the Trends page's hourly totals
+        # The steps' words the triggers appended (the COPY's runs already hold theirs).
+        fold_search_words(passes=10**6)
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("VACUUM ANALYZE ledger_run")
@@ -178,8 +181,8 @@ class Command(BaseCommand):
 
 
 def _search_steps(step_rows: list[tuple[Any, ...]]) -> str:
-    """``Run.search_steps`` as the triggers of migration 0018 write it for these steps: COPY
-    then finds each step's words already there and the trigger updates nothing."""
+    """``Run.search_steps`` as the triggers of migration 0018 and the sweep's fold write it for
+    these steps (the words the triggers append during the COPY are found there by the fold)."""
     words = [
         f" {row[1]} {row[7] or ''} {row[14][:200]}"
         for row in step_rows

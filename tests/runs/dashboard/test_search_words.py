@@ -14,7 +14,8 @@ from django.test import Client
 
 from ledger import registry, selectors
 from ledger.agents import agent, tool
-from ledger.models import Run, Step
+from ledger.models import Run, RunSearchDelta, Step
+from ledger.transitions.search import fold_search_words
 from tests.support.dashboard_runs import (
     renewal_run,
     restore_roles,
@@ -43,6 +44,7 @@ def _clean(clock, settings) -> Iterator[None]:
 
 
 def found(text: str, clock) -> set[str]:
+    fold_search_words()  # what the sweep does every pass: the steps' words into their runs
     flt = selectors.RunFilter(search=text)
     return {r.run_id for r in selectors.runs_page(flt=flt, now=clock(), limit=200).runs}
 
@@ -103,7 +105,7 @@ def test_effect_keys_step_ids_and_errors_find_their_runs(execute, crash_at, cloc
     assert found("probe_quota", clock) == {failed.run_id}  # a failed step's id
     assert found("zebrafinch exhausted", clock) == {failed.run_id}  # its error
     if connection.vendor == "postgresql":
-        # The step's words reach the run through the triggers of migration 0018.
+        # The step's words reach the run through the triggers of migration 0018 and the fold.
         stored = Run.objects.get(pk=refund.run_id).search_steps
         assert key in stored
         assert "zebrafinch" in Run.objects.get(pk=failed.run_id).search_steps
@@ -197,6 +199,10 @@ def test_the_triggers_keep_effect_and_failed_steps_words_once(execute, crash_at,
         renewal_run(execute, crash_at, customer="cus_knuth"),  # an effect written twice
         failing_run(execute),
     ]
+    assert RunSearchDelta.objects.exists()  # the triggers appended; the runs are not touched
+    fold_search_words()
+    assert not RunSearchDelta.objects.exists()
+    assert fold_search_words() == 0  # a second fold finds nothing to add
     for run in runs:
         steps = Step.objects.filter(run_id=run.run_id).order_by("seq")
         expected = "".join(
