@@ -131,3 +131,51 @@ def test_the_dashboard_says_busy_and_try_again_and_its_retry_approves(django_use
     page = browser.post(path, {"reason": "checked"})
     assert page.status_code == 302
     assert Gate.objects.get(pk=gate.pk).status == "approved"
+
+
+def test_an_approval_asked_while_the_worker_writes_the_gated_intent_is_refused_not_deadlocked(
+    caller: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker, resumed after the approval, is inside the transaction of the effect's
+    intent when a second approval arrives (from another connection): the worker has locked
+    nothing yet (it takes the run row, then the gate, as the approver does), so the approval
+    is answered at once — the gate was approved already — and the effect is sent once."""
+    import threading
+
+    from django.db import connections
+
+    from ledger import transitions
+    from ledger.examples.models import ProviderCharge
+    from ledger.models import StepStatus
+
+    run, gate = at_gate()
+    alice, bob = caller("approver", user="alice"), caller("approver", user="bob")
+    assert alice.post(f"/api/v1/approvals/{gate.pk}/approve", {}).status_code == 200
+    answers: list[Any] = []
+
+    def second_approval() -> None:
+        try:
+            with connection.cursor() as cursor:  # this thread's own connection
+                cursor.execute("SET statement_timeout = '30s'")
+            answers.append(bob.post(f"/api/v1/approvals/{gate.pk}/approve", {}))
+        finally:
+            connections.close_all()
+
+    real = transitions.step_write
+
+    def intent_then_ask(write: Any) -> Any:
+        if write.step_id == "pay_out" and write.status == StepStatus.STARTED and not answers:
+            asking = threading.Thread(target=second_approval)
+            asking.start()
+            asking.join(timeout=120)
+            assert not asking.is_alive()
+        return real(write)
+
+    monkeypatch.setattr(transitions, "step_write", intent_then_ask)
+    outcome = run_execute(run_id=run.run_id, worker="worker-1", heartbeat=False)
+    assert outcome is not None and outcome.status == "succeeded", outcome
+    [answer] = answers
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["type"].endswith("/conflict"), answer.json()  # already approved
+    assert ProviderCharge.objects.count() == 1
+    assert Gate.objects.get(pk=gate.pk).status == "used"
