@@ -163,10 +163,13 @@ def steps_delete_archived(*, run_ids: Sequence[str], limit: int) -> int:
         # relation to a step is a settlement's (PROTECT), excluded here and enforced by its
         # constraint.
         settled = Settlement.objects.filter(step_row=OuterRef("pk"))
+        # No ORDER BY: "the first by id" made the planner walk the primary key of the whole
+        # table, filtering by run (2 s a batch at 5,000,000 steps); unordered, each run's rows
+        # come from its step_run_seq entries.
         first = (
             Step.objects.filter(run_id__in=archived)
             .filter(~Exists(settled))
-            .order_by("pk")
+            .order_by()
             .values("pk")[:limit]
         )
         deleted = Step.objects.filter(pk__in=Subquery(first))._raw_delete(Step.objects.db)

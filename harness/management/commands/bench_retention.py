@@ -46,16 +46,25 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--json", default="", help="add the figures to this file")
         parser.add_argument(
+            "--seeded",
+            action="store_true",
+            help="prune what an earlier run of this command seeded (and left) in this database",
+        )
+        parser.add_argument(
             "--from-start", action="store_true", help="each tick walks from the oldest run"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if Run.objects.exists():
+        if options["seeded"]:
+            left = Step.objects.count()
+            self.stdout.write(f"seeded before: {Run.objects.count()} runs, {left} steps left")
+        elif Run.objects.exists():
             raise CommandError("bench_retention needs an empty ledger (a throwaway database)")
-        t0 = time.monotonic()
-        rows = self._seed(options["runs"], options["steps_per_run"], options["seed"])
-        seeded = time.monotonic() - t0
-        self.stdout.write(f"seeded: {options['runs']} runs, {rows} steps in {seeded:.1f} s")
+        else:
+            t0 = time.monotonic()
+            rows = self._seed(options["runs"], options["steps_per_run"], options["seed"])
+            seeded = time.monotonic() - t0
+            self.stdout.write(f"seeded: {options['runs']} runs, {rows} steps in {seeded:.1f} s")
         directory = Path(tempfile.mkdtemp(prefix="bench-retention-"))
         try:
             self._prune(directory, options)
