@@ -20,8 +20,9 @@ SIGSTOPs its whole process group — a worker frozen mid-step, as by a VM pause,
 sends SIGCONT. The product's own points: ``engine.before_send`` (after an effect's intent
 committed, before
 the lease check), ``task.after_execute`` (a run's outcome committed, before the task returns and
-the broker acknowledges it) and ``notify.after_send`` (a notification received, not yet
-recorded).
+the broker acknowledges it), ``notify.after_send`` (a notification received, not yet
+recorded), ``claude.model.before_forward`` and ``claude.model.after_record`` (a Claude session's
+model request about to be forwarded; its answer recorded, not yet handed to the CLI).
 ``RUNLEDGER_KILL_SIGNAL=STOP`` freezes instead of killing (SIGSTOP, to the process or the
 group): a zombie that a test wakes later with SIGCONT, and that then goes on from the point as
 if nothing had happened — after another worker has taken its run over.

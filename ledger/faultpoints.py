@@ -4,7 +4,9 @@ The product marks a handful of places — ``engine.before_send`` (an effect's in
 before the lease check and the send), ``gate.after_use`` (an approval gate's approval used
 with the effect's intent, in one transaction, nothing sent yet), ``task.after_execute`` (a
 run's outcome committed, before the task returns), ``notify.after_send`` (a notification
-received, before it is recorded as sent) — and the example tools mark theirs
+received, before it is recorded as sent), ``claude.model.before_forward`` and
+``claude.model.after_record`` (a Claude session's model request about to leave for the model;
+its answer recorded, not yet handed to the CLI) — and the example tools mark theirs
 (``charge.after_effect`` …). ``point(name)`` does nothing unless a hook is installed; only
 the development equipment installs one (``harness.faults``: kill, freeze or call a test's
 function at a named point). Nothing here reads the environment.

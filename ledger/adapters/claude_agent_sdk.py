@@ -10,43 +10,52 @@
 
 What it does with the SDK's own extension points:
 
-- **Transcript** (``SessionStore``): ``LedgerSessionStore`` keeps every transcript line the CLI
-  writes in the ledger's database (``ClaudeSessionEntry``), bound to the run. The session id is
-  derived from the run id, so a resume on any machine (another process, another
-  ``CLAUDE_CONFIG_DIR``) resumes the same session from the database, never from local disk.
+- **Model requests** (``ledger.adapters.claude_model_proxy``): the CLI's Messages API requests
+  go through a loopback proxy the session owns (``ANTHROPIC_BASE_URL``). Each request of the
+  main conversation is a model step ``claude.model.<n>`` hashed over the request that matters:
+  recorded, it is answered from the ledger (a changed request is a stale step); new, it is
+  forwarded to the configured upstream, recorded whole, then answered. Side requests pass
+  through unrecorded.
 - **Tools**: the author's ``@tool`` functions are served to the CLI as in-process SDK MCP tools
   (``mcp__runledger__<name>``). A ``PreToolUse`` hook gives each call its step id
   (``claude.<n>.<tool>``: the n-th tool call of the session, in the order the model asked) and
   refuses arguments that are not JSON; the tool's handler passes the call through the ledger
   (``ctx.call``: a read executes then commits; an effect commits its intent, is sent with the
-  effect key as its idempotency key, then commits its result). On a resumed session a call the
-  ledger already holds is answered from the ledger (never sent again); a started effect is
-  reconciled through its lookup, or, without one, the ``PostToolUse`` hook stops the session and
-  the run waits for a person (``needs_attention``/reconciliation).
-- **Fork**: a run forked from another (``run_fork``) starts from a fork of the parent's session
-  (``fork_session_via_store``), cut after the tool result of the step it was forked at.
+  effect key as its idempotency key, then commits its result). A started effect is reconciled
+  through its lookup, or, without one, the ``PostToolUse`` hook stops the session and the run
+  waits for a person (``needs_attention``/reconciliation).
+- **Resume**: every execution runs the session again from its prompt, as the engine re-executes
+  an agent from the top: the recorded model answers and tool results replay, so the CLI walks
+  the same conversation to the first request the ledger does not hold, and goes on from there.
+  A fork (``run_fork``) is the same walk over the copied ledger.
+- **Transcript** (``SessionStore``): ``LedgerSessionStore`` keeps every transcript line the CLI
+  writes in the ledger's database (``ClaudeSessionEntry``), bound to the run, one session per
+  execution (the first one's id is ``session_id_for(run_id)``): what was said, off the node.
 
-Model requests are made by the CLI itself and are not ledger steps: on a resume the CLI asks the
-model again for the turns after the stored transcript (see docs/authors/claude-agent-sdk.md).
+A dry replay (the run page's preview) runs the CLI too, against the ledger only: the proxy
+answers from the ledger and forwards nothing, and no transcript is stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import logging
+import os
 import queue
+import shutil
 import tempfile
 import threading
 import uuid
+import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from ledger import canonical
+from ledger import canonical, faultpoints
+from ledger.adapters import claude_model_proxy as proxy
 from ledger.adapters import register_transcript
 from ledger.errors import AgentDefinitionError, NotJSON
 from ledger.registry import Tool
@@ -57,6 +66,7 @@ if TYPE_CHECKING:
 
 try:
     import claude_agent_sdk as sdk
+    import httpx
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
         "ledger.adapters.claude_agent_sdk needs the Claude Agent SDK: "
@@ -66,10 +76,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
 #: The SDK versions this adapter is written and tested against (the extra pins the same).
 SUPPORTED = ((0, 2, 184), (0, 3, 0))
 SERVER = "runledger"
-#: The prompt a resumed session is continued with (the stored transcript holds the first one).
+#: Unused since a resumed session runs again from its prompt (kept for old imports).
 RESUME_PROMPT = "Continue from where the conversation stopped; do not repeat finished tool calls."
-#: How long a tool call waits for the SDK to mirror the model's request for it to the store.
-MIRROR_WAIT = 10.0
 log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("7b1f3c0e-9a51-4d4e-8c1a-52f0c1a3d001")
 
@@ -163,20 +171,6 @@ class LedgerSessionStore:
         )
         return rows or None
 
-    def holds_tool_use(self, session_id: str, tool_use_id: str) -> bool:
-        """Whether this run's stored transcript of ``session_id`` holds the tool call."""
-        from ledger.models import ClaudeSessionEntry
-
-        recent = (
-            ClaudeSessionEntry.objects.filter(session_id=session_id, subpath="")
-            .order_by("-id")
-            .values_list("entry", flat=True)[:50]
-        )
-        return any(
-            block.get("type") == "tool_use" and block.get("id") == tool_use_id
-            for _entry, block in _blocks(list(recent))
-        )
-
     def _list_sessions(self, project_key: str) -> list[Any]:
         from django.db.models import Max
 
@@ -251,10 +245,23 @@ def transcript(run_id: str) -> list[dict[str, Any]]:
     """What was said in a run's Claude session(s), in order: one dict per message with
     ``role`` (user, assistant, tool), ``text``, ``time`` (ISO 8601, as the SDK stamped it)
     and ``step_id`` (the ledger step of a tool call or tool result; "" for plain text)."""
+    from django.db.models import Count, Max
+
     from ledger.models import ClaudeSessionEntry
 
-    entries = (
+    # Each execution runs the session again (replaying what the ledger holds), each in its own
+    # session: the one that got furthest (the most entries; the latest of equals) says it all.
+    sessions = (
         ClaudeSessionEntry.objects.filter(run_id=run_id, subpath="")
+        .values("session_id")
+        .annotate(n=Count("id"), last=Max("id"))
+        .order_by("-n", "-last")
+    )
+    shown = sessions.first()
+    entries = (
+        ClaudeSessionEntry.objects.filter(
+            run_id=run_id, subpath="", session_id=shown["session_id"] if shown else ""
+        )
         .order_by("id")
         .values_list("entry", flat=True)
     )
@@ -321,35 +328,6 @@ def _declared_name(wire_name: str) -> str:
     return wire_name[len(prefix) :] if wire_name.startswith(prefix) else ""
 
 
-def _blocks(entries: Sequence[Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(entry, content block) of every message entry of a stored transcript, in order."""
-    for entry in entries:
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
-            continue
-        for block in message["content"]:
-            if isinstance(block, dict):
-                yield entry, block
-
-
-def _completed_calls(entries: Sequence[Any]) -> list[tuple[str, dict[str, Any], str]]:
-    """The declared tool calls a stored transcript holds with their result, in the order the
-    model asked for them: (tool name, arguments, result text)."""
-    asked: list[tuple[str, str, dict[str, Any]]] = []
-    results: dict[str, str] = {}
-    for _entry, block in _blocks(entries):
-        if block.get("type") == "tool_use" and _declared_name(block.get("name", "")):
-            asked.append((block["id"], _declared_name(block["name"]), block.get("input", {})))
-        elif block.get("type") == "tool_result":
-            results[block.get("tool_use_id", "")] = _result_text(block)
-    done = []
-    for ident, name, args in asked:
-        if ident not in results:
-            break  # the first unanswered call: everything after it is for the model to redo
-        done.append((name, args, results[ident]))
-    return done
-
-
 # --- running a session through the ledger ----------------------------------------------------
 
 
@@ -365,52 +343,116 @@ class _Call:
     )
 
 
+@dataclasses.dataclass
+class _ModelCall:
+    """One request of the session's main conversation, from the proxy to the agent's thread."""
+
+    request: proxy.Forwarded
+    body: dict[str, Any]
+    done: concurrent.futures.Future[proxy.Answer] = dataclasses.field(
+        default_factory=concurrent.futures.Future
+    )
+
+
 class _Session:
     """The bridge between the SDK's event loop (its own thread) and the agent's thread, which
-    alone touches the run context: the loop asks, the agent's thread writes the ledger."""
+    alone touches the run context: the loop asks, the agent's thread writes the ledger.
 
-    def __init__(
-        self,
-        ctx: RunContext,
-        tools: Sequence[Tool],
-        first_call: int,
-        store: LedgerSessionStore,
-        session_id: str,
-    ) -> None:
+    Model requests and tool calls reach the agent's thread through one queue, in the order
+    the CLI makes them (it asks the model, runs the tools of the answer, asks again), so the
+    step chain is the conversation's order, the same on every execution.
+    """
+
+    def __init__(self, ctx: RunContext, tools: Sequence[Tool], *, dry: bool, upstream: str) -> None:
         self.ctx = ctx
-        self.store = store
-        self.session_id = session_id
+        self.dry = dry
+        self.upstream = upstream
         self.tools = {t.name: t for t in tools}
-        self.requests: queue.Queue[_Call | None] = queue.Queue()
+        self.requests: queue.Queue[_Call | _ModelCall | None] = queue.Queue()
         self.waiting: dict[str, deque[_Call]] = {}
         self.by_use: dict[str, _Call] = {}
-        self.next_call = first_call
+        self.next_call = 0
+        self.next_model = 0
+        self.asking = 0  # main-conversation requests in flight
         self.stopped: BaseException | None = None
+        self.upstream_errors: list[str] = []
         self.lock = threading.Lock()
 
     # In the agent's thread.
 
     def serve(self, worker: threading.Thread) -> None:
         """Run the ledger calls the session asks for until the session's thread ends."""
-        while True:
-            try:
-                call = self.requests.get(timeout=0.2)
-            except queue.Empty:
-                if not worker.is_alive():
+        with httpx.Client(timeout=httpx.Timeout(proxy.UPSTREAM_TIMEOUT, connect=30.0)) as client:
+            while True:
+                try:
+                    call = self.requests.get(timeout=0.2)
+                except queue.Empty:
+                    if not worker.is_alive():
+                        return
+                    continue
+                if call is None:
                     return
-                continue
-            if call is None:
-                return
-            if self.stopped is not None:
-                call.done.set_exception(self.stopped)
-                continue
-            try:
-                call.done.set_result(self.ctx.call(call.tool, step=call.step_id, **call.args))
-            except BaseException as exc:  # the run stops: after the session, not in the loop
-                self.stopped = exc
-                call.done.set_exception(exc)
+                if isinstance(call, _ModelCall):
+                    call.done.set_result(self._answer(call, client))
+                else:
+                    self._tool(call)
+
+    def _tool(self, call: _Call) -> None:
+        if self.stopped is not None:
+            call.done.set_exception(self.stopped)
+            return
+        try:
+            call.done.set_result(self.ctx.call(call.tool, step=call.step_id, **call.args))
+        except BaseException as exc:  # the run stops: after the session, not in the loop
+            self.stopped = exc
+            call.done.set_exception(exc)
+
+    def _answer(self, call: _ModelCall, client: httpx.Client) -> proxy.Answer:
+        """A main-conversation request as a model step ``claude.model.<n>``: answered from the
+        ledger when recorded (or refused as stale), else forwarded and, once whole, recorded."""
+        if self.stopped is not None:
+            return _stopped_answer(self.stopped)
+        step = f"claude.model.{self.next_model}"
+        inputs = proxy.request_that_matters(call.body, call.request.headers)
+        model = str(call.body.get("model", ""))
+        try:
+            if self.dry or self.ctx.recorded(step=step):
+                result = self.ctx.model_request(inputs, send=_never_sent, model=model, step=step)
+            else:
+                faultpoints.point("claude.model.before_forward")
+                answer = proxy.forward(self.upstream, call.request, client)
+                if not answer.complete:  # nothing is recorded; the CLI retries what it retries
+                    self.upstream_errors.append(answer.summary())
+                    if answer.status == 200:  # a cut-off stream: say so, as a retryable 502
+                        return proxy.error_answer(502, "api_error", answer.summary())
+                    return answer
+                record = answer.record()
+                result = self.ctx.model_request(
+                    inputs, send=lambda _request: record, model=model, step=step
+                )
+                faultpoints.point("claude.model.after_record")
+        except BaseException as exc:  # a stale step, a lost lease, the dry replay's end
+            self.stopped = exc
+            return _stopped_answer(exc)
+        self.next_model += 1
+        return proxy.Answer.recorded(result)
 
     # In the SDK's event loop.
+
+    async def on_step(self, request: proxy.Forwarded, body: dict[str, Any]) -> proxy.Answer:
+        self.asking += 1
+        try:
+            if self.asking > 1:
+                log.warning(
+                    "run %s: two model requests of the main conversation at once; their step "
+                    "ids follow the order they arrived in, which a resume may not repeat",
+                    self.ctx.run_id,
+                )
+            call = _ModelCall(request, body)
+            self.requests.put(call)
+            return await asyncio.wrap_future(call.done)
+        finally:
+            self.asking -= 1
 
     async def pre_tool_use(self, data: Any, tool_use_id: str | None, _ctx: Any) -> Any:
         name = _declared_name(data.get("tool_name", ""))
@@ -423,8 +465,6 @@ class _Session:
             args = canonical.normalize(args, step_id=f"claude.{name}")
         except NotJSON as exc:
             return _deny(f"{name}: the arguments are not JSON: {exc}")
-        if tool_use_id:
-            await self.mirrored(tool_use_id)
         with self.lock:
             call = _Call(f"claude.{self.next_call}.{name}", self.tools[name], args)
             self.next_call += 1
@@ -432,17 +472,6 @@ class _Session:
             if tool_use_id:
                 self.by_use[tool_use_id] = call
         return {}
-
-    async def mirrored(self, tool_use_id: str) -> None:
-        """Wait (up to MIRROR_WAIT seconds) until the store holds the model's tool call, so a
-        machine lost during the call resumes a transcript that asked for it: the SDK mirrors
-        the transcript in the background, and a SIGKILL loses what it had not flushed yet."""
-        deadline = asyncio.get_running_loop().time() + MIRROR_WAIT
-        while not await _in_thread(self.store.holds_tool_use, self.session_id, tool_use_id):
-            if asyncio.get_running_loop().time() > deadline:
-                log.warning("tool call %s not mirrored after %ss", tool_use_id, MIRROR_WAIT)
-                return
-            await asyncio.sleep(0.02)
 
     async def post_tool_use(self, data: Any, tool_use_id: str | None, _ctx: Any) -> Any:
         if self.stopped is not None and tool_use_id in self.by_use:
@@ -468,6 +497,18 @@ class _Session:
             return {"content": [{"type": "text", "text": canonical.dumps(value)}]}
 
         return handle
+
+
+def _never_sent(_request: dict[str, Any]) -> Any:
+    """The send of a step that must replay (or, in a dry replay, is only compared)."""
+    raise RuntimeError("runledger's model proxy: a recorded model step was about to be sent")
+
+
+def _stopped_answer(exc: BaseException) -> proxy.Answer:
+    # 400 invalid_request_error: the CLI does not retry it, and ends the session.
+    return proxy.error_answer(
+        400, "invalid_request_error", f"runledger stopped the run: {type(exc).__name__}: {exc}"
+    )
 
 
 def _signature(name: str, args: Any) -> str:
@@ -525,96 +566,90 @@ def _check_options(options: Any) -> None:
         raise AgentDefinitionError(f"the MCP server name {SERVER!r} is runledger's; rename yours")
 
 
+def upstream_of(options: Any) -> str:
+    """The Messages API the session's requests go to: the ``ANTHROPIC_BASE_URL`` of the
+    options' env, else of this process's environment, else Anthropic's."""
+    configured = (options.env or {}).get("ANTHROPIC_BASE_URL") or os.environ.get(
+        "ANTHROPIC_BASE_URL"
+    )
+    return str(configured or proxy.DEFAULT_UPSTREAM)
+
+
 def run_session(
     ctx: RunContext,
     prompt: str,
     *,
     tools: Sequence[Tool],
     options: Any = None,
-    resume_prompt: str = RESUME_PROMPT,
+    resume_prompt: str | None = None,
 ) -> dict[str, Any]:
     """Run a Claude Agent SDK session as (part of) this run and return its outcome:
-    ``{"text": <the final answer>, "session_id": ..., "turns": ...}``.
+    ``{"text": <the final answer>, "session_id": <the run's session id>, "turns": ...}``.
 
     ``tools`` are the run's ``@tool`` functions the model may call (served as in-process MCP
     tools); ``options`` the author's ``ClaudeAgentOptions`` (its ``session_store``, ``resume``,
-    ``session_id`` and ``fork_session`` belong to the adapter). A run that stops (a started
-    effect without a lookup, a stale step) raises as ``ctx.call`` does, after the session ended.
+    ``session_id`` and ``fork_session`` belong to the adapter). Every execution runs the
+    session from ``prompt``: the model's recorded answers and the recorded tool results replay
+    from the ledger, and only what the ledger does not hold is asked or done. A run that stops
+    (a started effect without a lookup, a stale step) raises as ``ctx.call`` does, after the
+    session ended.
     """
+    if resume_prompt is not None:
+        warnings.warn(
+            "run_session(resume_prompt=) is deprecated and ignored: a resumed session is run "
+            "again from its prompt, its model answers replayed from the ledger",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     check_tools(tools)
     opts = options if options is not None else sdk.ClaudeAgentOptions()
     _check_options(opts)
-    store = LedgerSessionStore(run_id=ctx.run_id)
+    dry = ctx.fencing_token is None  # a dry replay (the run page's preview) writes nothing
     cwd = str(opts.cwd or tempfile.gettempdir())
-    project = sdk.project_key_for_directory(cwd)
-    session_id = _session_for(ctx.run_id, store, cwd)
-    stored = store.load_sync({"project_key": project, "session_id": session_id}) or []
-
-    # Walk the ledger along the calls the transcript already answered (each replays), so the
-    # session's new calls continue the recorded step chain.
-    done = _completed_calls(stored)
-    by_name = {t.name: t for t in tools}
-    for i, (name, args, _text) in enumerate(done):
-        if name in by_name:
-            ctx.call(by_name[name], step=f"claude.{i}.{name}", **args)
-
-    bridge = _Session(ctx, tools, len(done), store, session_id)
-    server = sdk.create_sdk_mcp_server(
-        SERVER,
-        tools=[
-            sdk.SdkMcpTool(
-                name=t.name,
-                description=t.description or t.name,
-                input_schema=t.parameters(),
-                handler=bridge.handler(t),
-            )
-            for t in tools
-        ],
+    session_id = _dry_session(ctx.run_id) if dry else _execution_session(ctx.run_id)
+    bridge = _Session(ctx, tools, dry=dry, upstream=upstream_of(opts))
+    model_proxy = proxy.ModelProxy(
+        upstream=bridge.upstream,
+        tool_prefix=f"mcp__{SERVER}__",
+        on_step=bridge.on_step,
+        pass_through=not dry,
     )
-    hooks = dict(opts.hooks or {})
-    matcher = "|".join(f"mcp__{SERVER}__{t.name}" for t in tools)
-    hooks["PreToolUse"] = [
-        *hooks.get("PreToolUse", []),
-        sdk.HookMatcher(matcher=matcher, hooks=[bridge.pre_tool_use]),
-    ]
-    hooks["PostToolUse"] = [
-        *hooks.get("PostToolUse", []),
-        sdk.HookMatcher(matcher=matcher, hooks=[bridge.post_tool_use]),
-    ]
-    mcp = {**(opts.mcp_servers if isinstance(opts.mcp_servers, dict) else {}), SERVER: server}
-    allowed = [*opts.allowed_tools, *(f"mcp__{SERVER}__{t.name}" for t in tools)]
     home = tempfile.mkdtemp(prefix="runledger-claude-")  # this machine's var dir, thrown away
-    env = {"CLAUDE_CONFIG_DIR": home, **(opts.env or {})}
-    if stored:
-        session = {"resume": session_id}
-        text = resume_prompt
-    else:
-        session = {"session_id": session_id}
-        text = prompt
-    run_opts = dataclasses.replace(
+    env = {
+        "CLAUDE_CONFIG_DIR": home,
+        # No side requests (title generation, telemetry) unless the author asks for them.
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        **(opts.env or {}),
+    }
+    if dry and not any(
+        k in env or k in os.environ for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    ):
+        env["ANTHROPIC_API_KEY"] = "runledger-dry-replay"  # the CLI wants one; nothing is sent
+    store = {} if dry else {"session_store": LedgerSessionStore(run_id=ctx.run_id)}
+    base = dataclasses.replace(
         opts,
         cwd=cwd,
-        env=env,
-        hooks=hooks,
-        mcp_servers=mcp,
-        allowed_tools=allowed,
-        session_store=store,
+        hooks=_hooks(opts, bridge, tools),
+        mcp_servers=_servers(opts, bridge, tools),
+        allowed_tools=[*opts.allowed_tools, *(f"mcp__{SERVER}__{t.name}" for t in tools)],
         session_store_flush="eager",
-        **session,
+        session_id=session_id,
+        **store,
     )
     outcome: dict[str, Any] = {}
     failure: list[BaseException] = []
 
     async def converse() -> None:
-        async for message in sdk.query(prompt=text, options=run_opts):
-            if isinstance(message, sdk.ResultMessage):
-                outcome.update(
-                    text=message.result or "",
-                    session_id=message.session_id,
-                    turns=message.num_turns,
-                    is_error=message.is_error,
-                    subtype=message.subtype,
-                )
+        async with model_proxy.serving() as url:
+            run_opts = dataclasses.replace(base, env={**env, "ANTHROPIC_BASE_URL": url})
+            async for message in sdk.query(prompt=prompt, options=run_opts):
+                if isinstance(message, sdk.ResultMessage):
+                    outcome.update(
+                        text=message.result or "",
+                        turns=message.num_turns,
+                        is_error=message.is_error,
+                        subtype=message.subtype,
+                    )
 
     def in_thread() -> None:
         try:
@@ -630,104 +665,71 @@ def run_session(
         bridge.serve(worker)
     finally:
         worker.join(timeout=60)
-        with contextlib.suppress(OSError):
-            import shutil
-
-            shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     if bridge.stopped is not None:
         raise bridge.stopped
+    if outcome and not outcome.get("is_error"):
+        return {
+            "text": outcome["text"],
+            "session_id": session_id_for(ctx.run_id),
+            "turns": outcome["turns"],
+        }
+    why = f"; the last: {bridge.upstream_errors[-1]}" if bridge.upstream_errors else ""
     if failure:
-        raise failure[0]
+        raise RuntimeError(f"the Claude session failed: {failure[0]}{why}") from failure[0]
     if not outcome:
-        raise RuntimeError("the Claude session ended without a result message")
-    if outcome.get("is_error"):
-        raise RuntimeError(f"the Claude session ended with an error: {outcome.get('subtype')}")
-    return {"text": outcome["text"], "session_id": session_id, "turns": outcome["turns"]}
+        raise RuntimeError(f"the Claude session ended without a result message{why}")
+    raise RuntimeError(f"the Claude session ended with an error: {outcome.get('subtype')}{why}")
 
 
-def _session_for(run_id: str, store: LedgerSessionStore, cwd: str) -> str:
-    """The run's session id; a fork's first execution starts from a fork of its parent's."""
-    from ledger.models import ClaudeSessionEntry, Run
+def _hooks(opts: Any, bridge: _Session, tools: Sequence[Tool]) -> dict[Any, Any]:
+    hooks = dict(opts.hooks or {})
+    matcher = "|".join(f"mcp__{SERVER}__{t.name}" for t in tools)
+    hooks["PreToolUse"] = [
+        *hooks.get("PreToolUse", []),
+        sdk.HookMatcher(matcher=matcher, hooks=[bridge.pre_tool_use]),
+    ]
+    hooks["PostToolUse"] = [
+        *hooks.get("PostToolUse", []),
+        sdk.HookMatcher(matcher=matcher, hooks=[bridge.post_tool_use]),
+    ]
+    return hooks
 
-    bound = (
+
+def _servers(opts: Any, bridge: _Session, tools: Sequence[Tool]) -> dict[str, Any]:
+    server = sdk.create_sdk_mcp_server(
+        SERVER,
+        tools=[
+            sdk.SdkMcpTool(
+                name=t.name,
+                description=t.description or t.name,
+                input_schema=t.parameters(),
+                handler=bridge.handler(t),
+            )
+            for t in tools
+        ],
+    )
+    return {**(opts.mcp_servers if isinstance(opts.mcp_servers, dict) else {}), SERVER: server}
+
+
+def _execution_session(run_id: str) -> str:
+    """The session id of this execution of the run: the run's own (``session_id_for``) for
+    the first execution that stores a transcript, then one more per execution that did. Each
+    execution runs the session again from its prompt (replaying from the ledger), so each
+    writes its own transcript instead of appending the conversation again to the last one."""
+    from ledger.models import ClaudeSessionEntry
+
+    held = (
         ClaudeSessionEntry.objects.filter(run_id=run_id, subpath="")
         .values_list("session_id", flat=True)
-        .first()
+        .distinct()
+        .count()
     )
-    if bound:
-        return bound
-    run = (
-        Run.objects.filter(run_id=run_id)
-        .values("parent_id", "parent_kind", "forked_from_step_id")
-        .first()
-    )
-    if run and run["parent_kind"] == "fork" and run["parent_id"]:
-        parent = (
-            ClaudeSessionEntry.objects.filter(run_id=run["parent_id"], subpath="")
-            .values_list("session_id", flat=True)
-            .first()
-        )
-        if parent:
-            return _fork(run_id, parent, run["forked_from_step_id"], store, cwd)
-    return session_id_for(run_id)
+    return session_id_for(run_id) if held == 0 else str(uuid.uuid5(_NAMESPACE, f"{run_id}#{held}"))
 
 
-def _fork(
-    run_id: str, parent_session: str, step_id: str, store: LedgerSessionStore, cwd: str
-) -> str:
-    """Fork the parent's session after the tool result of ``step_id`` (the whole transcript
-    when the step is not one of its tool calls) into a session bound to ``run_id``."""
-    project = sdk.project_key_for_directory(cwd)
-    entries = store.load_sync({"project_key": project, "session_id": parent_session}) or []
-    cut = _entry_after_step(entries, step_id)
-    # The fork's entries are bound to the fork's run. Duck-typed: the SDK probes for the
-    # optional methods, which mypy's view of its Protocol does not allow for.
-    fork_store = cast(Any, LedgerSessionStore(run_id=run_id))
-
-    async def fork() -> str:
-        result = await sdk.fork_session_via_store(
-            fork_store, parent_session, directory=cwd, up_to_message_id=cut
-        )
-        return str(result.session_id)
-
-    return _run_async(fork)
-
-
-def _entry_after_step(entries: Sequence[Any], step_id: str) -> str | None:
-    """The uuid of the transcript entry holding the tool result of ``claude.<n>.<tool>``."""
-    parts = step_id.split(".")
-    if len(parts) < 3 or parts[0] != "claude" or not parts[1].isdigit():
-        return None
-    wanted = int(parts[1])
-    ids: list[str] = []
-    for entry, block in _blocks(entries):
-        if block.get("type") == "tool_use" and _declared_name(block.get("name", "")):
-            ids.append(block["id"])
-        elif (
-            block.get("type") == "tool_result"
-            and wanted < len(ids)
-            and block.get("tool_use_id") == ids[wanted]
-        ):
-            return str(entry["uuid"]) if entry.get("uuid") else None
-    return None
-
-
-def _run_async(make: Callable[[], Any]) -> Any:
-    box: list[Any] = []
-    errors: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            box.append(asyncio.run(make()))
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=go)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return box[0]
+def _dry_session(run_id: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"{run_id}#dry-replay"))
 
 
 __all__ = [

@@ -247,6 +247,14 @@ class RunContext:
             )
         )
 
+    def recorded(self, *, step: str) -> bool:
+        """Whether the ledger holds a succeeded row for ``step`` (under the current scope): a
+        call with that step id replays it, or is stale; it does not execute. Lets an adapter
+        that must fetch an answer before it can record it (a proxy that hands upstream errors
+        back unrecorded) know whether to fetch at all. Reads only."""
+        row = self._walk.live_row(".".join([*self._scope, step]))
+        return row is not None and row.status == StepStatus.SUCCEEDED
+
     def now(self, *, step: str | None = None) -> datetime:
         """The wall clock, recorded: a replay returns the first reading."""
         value = self._recorded(step, "now", lambda: self._clock().isoformat())

@@ -5,7 +5,8 @@ the CLI runs for real (its subprocess, its transcript, its hooks, its in-process
 Like ``tests.support.llm_wire``, its "model" decides each turn from the conversation it is sent:
 fetch every invoice the first prompt names (parallel tool calls), refund the first one's
 customer (``refund_charge``, an effect with a lookup), tell the team naming the charge id
-(``notify_team``, an effect without one), then answer in text. It records every request.
+(``notify_team``, an effect without one), then answer in text. It records every request it
+answers (``bodies``); ``fail(status, times)`` answers the next requests with an error instead.
 """
 
 from __future__ import annotations
@@ -125,6 +126,11 @@ def _handler(model: ClaudeWire) -> type[BaseHTTPRequestHandler]:
                 self.send_response(404)
                 self.end_headers()
                 return
+            with model.lock:
+                status = model.failures.pop(0) if model.failures else 0
+            if status:
+                self._fail(status)
+                return
             stop, content = model.reply(body)
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -172,6 +178,15 @@ def _handler(model: ClaudeWire) -> type[BaseHTTPRequestHandler]:
                 },
             )
             self._event("message_stop", {"type": "message_stop"})
+
+        def _fail(self, status: int) -> None:
+            kind = "overloaded_error" if status >= 500 else "invalid_request_error"
+            data = json.dumps({"type": "error", "error": {"type": kind, "message": "refused"}})
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
 
         def _event(self, name: str, data: dict[str, Any]) -> None:
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())

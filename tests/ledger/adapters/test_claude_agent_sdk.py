@@ -1,7 +1,9 @@
 """The Claude Agent SDK adapter (``ledger.adapters.claude_agent_sdk``) with the SDK's REAL
-bundled CLI, pointed at a loopback Messages API (``tests/support/llm_wire_claude.py``): its
-``SessionStore`` under the SDK's own conformance suite, tool calls through the ledger, a real
-Celery worker SIGKILLed between a tool's intent and its result, a fork, and the refusals.
+bundled CLI, pointed at a loopback Messages API (``tests/support/llm_wire_claude.py``) through
+the adapter's model proxy: its ``SessionStore`` under the SDK's own conformance suite, model
+requests and tool calls as ledger steps, a real Celery worker SIGKILLed between a tool's intent
+and its result, inside a model request and between two turns, a changed system prompt as a
+stale model step on the dashboard, upstream errors, a fork, and the refusals.
 
 Every test asserts the ledger, the stored transcript and the simulators' tables after the act.
 """
@@ -18,11 +20,15 @@ from django.db import connection
 
 pytest.importorskip("claude_agent_sdk")
 
+from html import unescape
+
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk.testing import run_session_store_conformance
+from django.test import Client
+from django.urls import reverse
 
 from harness.cluster import Cluster, wait_for
-from ledger import registry, transitions
+from ledger import canonical, registry, transitions
 from ledger.adapters import claude_agent_sdk as adapter
 from ledger.agents import agent, tool
 from ledger.errors import AgentDefinitionError
@@ -30,17 +36,24 @@ from ledger.examples.models import Notification, ProviderCharge
 from ledger.models import ClaudeSessionEntry, Run, Step
 from runs.operations.tasks import start_run
 from tests.support import claude_agents
+from tests.support.dashboard_runs import restore_roles, user_in
 from tests.support.llm_wire_claude import ClaudeWire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PROMPT = "Refund invoices inv_1001 and inv_1003."
 WAIT = 180  # seconds a condition may take on a loaded machine (a CLI start is ~1 s idle)
-EXPECTED = {
+EXPECTED = {  # in chain order: ask, do what the answer asks, ask again
+    "claude.model.0": ("model", "succeeded"),
     "claude.0.fetch_invoice": ("read", "succeeded"),
     "claude.1.fetch_invoice": ("read", "succeeded"),
+    "claude.model.1": ("model", "succeeded"),
     "claude.2.refund_charge": ("effect", "succeeded"),
+    "claude.model.2": ("model", "succeeded"),
     "claude.3.notify_team": ("effect", "succeeded"),
+    "claude.model.3": ("model", "succeeded"),
 }
+ONCE = {"fetch": 1, "refund": 1, "notify": 1, "answer": 1}  # each model request asked once
+TURNS = 5  # the CLI's num_turns of the uninterrupted session
 
 
 @pytest.fixture
@@ -57,13 +70,31 @@ def anyio_backend() -> str:
 
 
 def steps(run_id: str) -> dict[str, tuple[str, str]]:
-    return {s.step_id: (s.kind, s.status) for s in Step.objects.filter(run=run_id)}
+    rows = Step.objects.filter(run=run_id).order_by("seq")
+    return {s.step_id: (s.kind, s.status) for s in rows}
+
+
+def chain(run_id: str) -> list[str]:
+    """The step ids along the recorded path (next_step_id), from the first."""
+    rows = {s.step_id: s for s in Step.objects.filter(run=run_id)}
+    pointed = {s.next_step_id for s in rows.values()}
+    current = next((k for k in rows if k not in pointed), None)
+    out = []
+    while current is not None:
+        out.append(current)
+        current = rows[current].next_step_id
+    return out
 
 
 def answer(run_id: str) -> str:
     """What an uninterrupted run answers: the refund's charge id, named by the model."""
     charge = ProviderCharge.objects.get(idempotency_key=f"{run_id}:claude.2.refund_charge")
     return f"Refunded {charge.charge_id} and told the team."
+
+
+def uninterrupted(run_id: str) -> dict[str, Any]:
+    """The result an uninterrupted run of ``run_id`` has."""
+    return {"text": answer(run_id), "session_id": adapter.session_id_for(run_id), "turns": TURNS}
 
 
 # --- (a) the transcript: the SDK's SessionStore in the ledger's database ----------------------
@@ -104,13 +135,12 @@ def test_a_session_runs_its_reads_and_effects_through_the_ledger(
     run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded", outcome
-    assert outcome.result["text"] == answer(run.run_id)
-    assert outcome.result["session_id"] == adapter.session_id_for(run.run_id)
-    assert steps(run.run_id) == EXPECTED
+    assert outcome.result == uninterrupted(run.run_id)
+    assert steps(run.run_id) == EXPECTED and chain(run.run_id) == list(EXPECTED)
     refund = Step.objects.get(run=run.run_id, step_id="claude.2.refund_charge")
     assert refund.inputs == {"customer": "cus_ada", "amount_cents": 4200}
     assert ProviderCharge.objects.count() == Notification.objects.count() == 1
-    assert model.decisions() == {"fetch": 1, "refund": 1, "notify": 1, "answer": 1}
+    assert model.decisions() == ONCE
     said = adapter.transcript(run.run_id)
     assert said[0] == {
         "role": "user",
@@ -130,6 +160,106 @@ def test_a_session_runs_its_reads_and_effects_through_the_ledger(
         ("tool", "claude.3.notify_team"),
     ]
     assert said[-1]["role"] == "assistant" and said[-1]["text"] == answer(run.run_id)
+
+
+# --- the CLI's model requests as model steps (the adapter's proxy) ---------------------------
+
+
+def test_each_model_request_is_a_step_hashed_over_the_request_that_matters(
+    model: ClaudeWire, execute: Any
+) -> None:
+    run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
+    assert execute(run.run_id).status == "succeeded"
+    first = Step.objects.get(run=run.run_id, step_id="claude.model.0")
+    asked = model.bodies[0]
+    assert first.model_id == "claude-sonnet-4-5"
+    # What the model is asked, as the CLI sent it, less the per-execution noise.
+    request = first.inputs
+    assert request["messages"][0]["content"][-1]["text"] == PROMPT
+    assert request["tools"] == asked["tools"] and "metadata" in asked
+    assert "metadata" not in request and "claude-code-20250219" in request["betas"]
+    said = [b["text"] for b in request["system"]]
+    assert claude_agents.SYSTEM_PROMPT in said
+    assert not any(t.startswith("x-anthropic-billing-header") for t in said)
+    assert "Today's date is <date>." in canonical.dumps(request["messages"][0])
+    # The answer is recorded whole: the events the CLI was streamed.
+    events = [name for name, _data in first.result["events"]]
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert first.result["stream"] is True
+
+
+def test_a_run_executed_again_answers_every_model_request_from_the_ledger(
+    model: ClaudeWire, execute: Any
+) -> None:
+    run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
+    first = execute(run.run_id)
+    Run.objects.filter(pk=run.run_id).update(status="failed")
+    transitions.run_resume(run_id=run.run_id, by="test", reason="replay", seen_version=None)
+    again = execute(run.run_id, worker="worker-2")
+    assert again.status == "succeeded", again
+    assert again.result == first.result == uninterrupted(run.run_id)
+    # The second execution ran the CLI again from the prompt: every answer and every tool
+    # result came from the ledger; the model was asked nothing, nothing was sent again.
+    assert model.decisions() == ONCE
+    assert (again.replayed, again.executed) == (len(EXPECTED), 0)
+    assert ProviderCharge.objects.count() == Notification.objects.count() == 1
+    # Its own transcript (the second session) says the whole conversation again.
+    sessions = ClaudeSessionEntry.objects.values_list("session_id", flat=True).distinct()
+    assert len(set(sessions)) == 2
+    said = [m["step_id"] for m in adapter.transcript(run.run_id) if m["role"] == "tool"]
+    assert said == [k for k in EXPECTED if not k.startswith("claude.model")]
+
+
+def test_an_upstream_error_is_handed_to_the_cli_and_records_nothing(
+    model: ClaudeWire, execute: Any
+) -> None:
+    model.fail(400, times=5)  # more than the CLI's retries of it: the session ends
+    run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
+    outcome = execute(run.run_id)
+    assert outcome.status == "failed", outcome
+    error = str(Run.objects.get(pk=run.run_id).error)
+    assert "the model's API answered 400" in error and "refused" in error, error
+    assert not Step.objects.filter(run=run.run_id).exists()
+    assert model.bodies == [] and ProviderCharge.objects.count() == 0
+
+
+def test_an_overloaded_upstream_is_retried_by_the_cli_as_the_same_step(
+    model: ClaudeWire, execute: Any
+) -> None:
+    model.fail(529)  # overloaded: the CLI retries it after a short backoff
+    run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
+    outcome = execute(run.run_id)
+    assert outcome.status == "succeeded", outcome
+    assert steps(run.run_id) == EXPECTED and model.decisions() == ONCE
+    assert Step.objects.get(run=run.run_id, step_id="claude.model.0").attempt == 1
+
+
+def test_a_changed_system_prompt_between_crash_and_resume_is_a_stale_model_step_with_its_diff(
+    model: ClaudeWire, execute: Any, crash_at: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings, "RUNLEDGER_PREVIEW_SECONDS", 120.0, raising=False)
+    run = transitions.run_start(agent="claude_refund", inputs={"prompt": PROMPT})
+    crash_at("claude.model.after_record")  # the first answer recorded; then the crash
+    execute(run.run_id, crash_expected=True)
+    new_prompt = "You refund invoices for the billing team, and you are brief."
+    monkeypatch.setenv("RUNLEDGER_CLAUDE_SYSTEM_PROMPT", new_prompt)  # a deploy meanwhile
+    outcome = execute(run.run_id, worker="worker-2")
+    stopped = Run.objects.get(pk=run.run_id)
+    assert (outcome.status, stopped.reason) == ("needs_attention", "stale"), stopped.detail
+    assert stopped.blocked_step_id == "claude.model.0"
+    assert model.decisions() == {"fetch": 1}  # not asked again under the new prompt
+    assert ProviderCharge.objects.count() == 0
+    # The operator's stale page: the diff of the stored request and today's, the system prompt.
+    restore_roles()
+    client = Client()
+    client.force_login(user_in("operator"))
+    step = Step.objects.get(run=run.run_id, step_id="claude.model.0")
+    page = client.get(reverse("runs:stale", args=[run.run_id, step.pk]))
+    assert page.status_code == 200
+    text = unescape(page.content.decode())
+    diff = text.split('class="diff"', 1)[1].split("</pre>", 1)[0]
+    assert claude_agents.SYSTEM_PROMPT in diff and new_prompt in diff, diff
+    assert "metadata" not in diff and "device_id" not in text
 
 
 # --- (c) a fork of the run forks the session --------------------------------------------------
@@ -199,24 +329,48 @@ def kill_at(cluster: Cluster, point: str) -> str:
     return run.run_id
 
 
+def recovered_as_if_uninterrupted(run_id: str, model: ClaudeWire, cluster: Cluster) -> None:
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.resume_count) == ("succeeded", 1), cluster.log("rescuer")
+    # Each model request reached the model once across the crash (the rescuer's CLI walked
+    # the recorded ones from the ledger), each effect was sent once, and the run's output is
+    # an uninterrupted run's.
+    assert model.decisions() == ONCE, model.decisions()
+    assert ProviderCharge.objects.count() == 1 and Notification.objects.count() == 1
+    assert steps(run_id) == EXPECTED and chain(run_id) == list(EXPECTED)
+    assert run.result == uninterrupted(run_id)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 def test_a_worker_killed_after_the_refund_was_sent_recovers_it_through_its_lookup(
     cluster: Cluster, model: ClaudeWire
 ) -> None:
     run_id = kill_at(cluster, "charge.after_effect")
-    run = Run.objects.get(pk=run_id)
-    assert (run.status, run.resume_count) == ("succeeded", 1), cluster.log("rescuer")
-    # Sent once: the rescuer's session asked the model again for the refund, and the ledger
-    # answered it from the provider's lookup instead of charging twice.
-    assert ProviderCharge.objects.count() == 1 and Notification.objects.count() == 1
-    assert steps(run_id) == EXPECTED
-    assert run.result["text"] == answer(run_id)
-    # The rescuer resumed the dead worker's transcript from the database: the invoices were
-    # fetched (and the model asked to fetch them) once, on the first host.
-    assert model.decisions()["fetch"] == 1
+    recovered_as_if_uninterrupted(run_id, model, cluster)
+    # Sent once: the ledger answered the refund from the provider's lookup.
     refund = Step.objects.get(run=run_id, step_id="claude.2.refund_charge")
     assert refund.attempt == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_worker_killed_inside_a_model_request_does_not_ask_it_again(
+    cluster: Cluster, model: ClaudeWire
+) -> None:
+    # The second answer (the refund) is recorded; the CLI has not got it yet when all dies.
+    run_id = kill_at(cluster, "claude.model.after_record@2")
+    recovered_as_if_uninterrupted(run_id, model, cluster)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_worker_killed_between_two_turns_does_not_ask_the_finished_ones_again(
+    cluster: Cluster, model: ClaudeWire
+) -> None:
+    # The refund is done and recorded; the third request (for the notification) not yet sent.
+    run_id = kill_at(cluster, "claude.model.before_forward@3")
+    recovered_as_if_uninterrupted(run_id, model, cluster)
 
 
 @pytest.mark.slow
