@@ -45,6 +45,7 @@ __all__ = [
     "Agent",
     "ApiError",
     "AttemptFailure",
+    "Busy",
     "Client",
     "Conflict",
     "Execution",
@@ -288,6 +289,16 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     """409: the run id or idempotency key was used with other values, or the run moved on."""
+
+
+class Busy(Conflict):
+    """409 ``busy``: another writer held the run (its worker committing a step) past the
+    server's wait; nothing was changed. Send the same call again after ``retry_after`` seconds
+    (a change is not retried by the client: the caller decides)."""
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.problem.get("retry_after", 2))
 
 
 class RateLimited(ApiError):
@@ -635,7 +646,9 @@ def _error(answer: httpx.Response) -> ApiError:
             raise ValueError
     except ValueError:
         problem = {"title": answer.reason_phrase, "detail": answer.text[:500]}
-    if answer.status_code == 429 and "Retry-After" in answer.headers:
+    if answer.status_code in (409, 429) and "Retry-After" in answer.headers:
         problem = {**problem, "retry_after": answer.headers["Retry-After"]}
     cls = _ERRORS.get(answer.status_code, ApiError)
+    if cls is Conflict and str(problem.get("type", "")).endswith("/busy"):
+        cls = Busy
     return cls(answer.status_code, problem)

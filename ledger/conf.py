@@ -266,6 +266,16 @@ SETTINGS: tuple[Setting, ...] = (
         OPERATORS,
     ),
     Setting(
+        "RUNLEDGER_ACTION_LOCK_WAIT_SECONDS",
+        2.0,
+        "float",
+        "How long an operator's action (dashboard, API, command) waits for a run's row while "
+        "another writer holds it (its worker committing a step, another action, retention) "
+        "before it is refused as busy: nothing written, HTTP 409 `busy` with `Retry-After`. "
+        "Keep it below the web server's request timeout.",
+        OPERATORS,
+    ),
+    Setting(
         "RUNLEDGER_MAX_SETTLEMENT_RESULT_BYTES",
         65536,
         "int",

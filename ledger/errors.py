@@ -181,6 +181,20 @@ class Conflict(OperationError):
         super().__init__(message)
 
 
+class Busy(OperationError):
+    """Another writer held the run's row (its worker committing a step, another operator's
+    action, retention) for longer than the action may wait (``RUNLEDGER_ACTION_LOCK_WAIT_SECONDS``):
+    nothing was written; the same action can be tried again in ``retry_after`` seconds."""
+
+    def __init__(self, run_id: str, *, waited: float, retry_after: int = 2) -> None:
+        self.run_id, self.waited, self.retry_after = run_id, waited, retry_after
+        super().__init__(
+            f"run {run_id} is busy: another writer (its worker committing a step, or another "
+            f"action) held it for more than {waited:g} s; nothing was changed — try again in a "
+            "few seconds"
+        )
+
+
 class NotAllowed(OperationError):
     """The action does not apply to the run or step in its present state."""
 

@@ -543,11 +543,16 @@ class LiveSteps:
             raise
 
     def _intent_under_gate(self, call: Call, write: StepWrite, gate_id: int) -> int:
-        """The effect's intent and the use of its approval: one transaction, or neither."""
+        """The effect's intent and the use of its approval: one transaction, or neither.
+
+        The intent first: its fenced write takes the run row (FOR SHARE) before ``gate_use``
+        takes the gate's, the order of every other writer (an approver locks the run, then the
+        gate). The other way round, an approval asked while the worker sat between the two
+        deadlocked with it, and PostgreSQL broke the deadlock by failing the approval (a 503)."""
         with transaction.atomic():
+            pk: int = transitions.step_write(write)
             if not transitions.gate_use(gate_id=gate_id, digest=call.input_hash, now=write.now):
                 raise gate.required(call, why="; the approval was used or withdrawn meanwhile")
-            pk: int = transitions.step_write(write)
         faultpoints.point("gate.after_use")  # approval used, intent committed, nothing sent
         return pk
 

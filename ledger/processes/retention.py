@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage, storages
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -108,8 +109,8 @@ def prune_finished(
     finished_before: datetime,
     store: Storage,
     by: str,
-    batch: int = 1000,
-    runs_per_file: int = 500,
+    batch: int = 5000,
+    runs_per_file: int = 2000,
     max_runs: int | None = None,
     budget: float | None = None,
     from_mark: bool = False,
@@ -197,18 +198,51 @@ def write_archive(
         .annotate(n=Count("pk"))
         .values_list("run_id", "n")
     )
-    rows = Step.objects.filter(run_id__in=ids).order_by("run_id", "seq", "pk").values()
     digest = hashlib.sha256()
     with tempfile.TemporaryFile() as draft:
         hashing = _Hashing(draft, digest)
-        with gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0, compresslevel=6) as out:  # type: ignore[arg-type]
+        with gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0, compresslevel=1) as out:  # type: ignore[arg-type]
             header = {"archive": FORMAT, "runs": counts, "steps": sum(counts.values())}
             out.write(_line(header))
-            for row in rows.iterator(chunk_size=2000):
-                out.write(_line(dict(row)))
+            for chunk in _step_lines(ids):
+                out.write(chunk)
         draft.seek(0)
         name = store.save(archive_name(runs=runs, clock=clock), File(draft))
     return name, digest.hexdigest(), counts
+
+
+def _step_lines(run_ids: list[str]) -> Iterator[bytes]:
+    """The runs' step rows as JSON lines (bytes, in chunks), ordered by run, then ``seq``.
+
+    On PostgreSQL the server writes the lines (``row_to_json``) and streams them with COPY: no
+    row passes through the ORM (its converters and ``json.dumps`` were half the time of a
+    prune). CSV with a quote and a delimiter that JSON never holds unescaped (0x01, 0x02)
+    passes each line through as it is (COPY's text format would double every backslash)."""
+    order = ("run_id", "seq", "pk")
+    if connection.vendor != "postgresql":
+        rows = Step.objects.filter(run_id__in=run_ids).order_by(*order).values()
+        for row in rows.iterator(chunk_size=2000):
+            yield _line(dict(row))
+        return
+    table = connection.ops.quote_name(Step._meta.db_table)
+    columns = sorted(Step._meta.concrete_fields, key=lambda f: f.attname)
+    picked = ", ".join(
+        f"{connection.ops.quote_name(str(f.column))} AS {connection.ops.quote_name(f.attname)}"
+        for f in columns
+    )
+    query = (
+        f"COPY (SELECT row_to_json(s) FROM (SELECT {picked} FROM {table} "
+        "WHERE run_id = ANY(%s) ORDER BY run_id, seq, id) s) "
+        "TO STDOUT WITH (FORMAT csv, QUOTE E'\\x01', DELIMITER E'\\x02')"
+    )
+    pending = bytearray()  # COPY hands over a row at a time: gzip and hash them in bulk
+    with connection.cursor() as cursor, cursor.cursor.copy(query, (run_ids,)) as copy:
+        for data in copy:
+            pending += data
+            if len(pending) >= 1 << 18:
+                yield bytes(pending)
+                pending.clear()
+    yield bytes(pending)
 
 
 class _Hashing(io.RawIOBase):

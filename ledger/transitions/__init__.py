@@ -34,6 +34,7 @@ Imports ``ledger.models``, ``ledger.selectors`` and ``ledger.registry``; never t
 from __future__ import annotations
 
 from ledger.errors import (
+    Busy,
     Conflict,
     InvalidInput,
     NotAllowed,
@@ -114,6 +115,7 @@ __all__ = [
     "STEP_EDITABLE",
     "Actor",
     "BulkOutcome",
+    "Busy",
     "Conflict",
     "GateLink",
     "InvalidInput",

@@ -13,13 +13,13 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from ledger import canonical, signals
 from ledger.conf import conf
-from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
+from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
 from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
 from ledger.transitions import notify
@@ -192,11 +192,41 @@ def _iso(value: Any) -> str:
 # --- locks and checks ----------------------------------------------------------------------
 
 
+#: SQLSTATE of PostgreSQL's lock_not_available (a lock wait past ``lock_timeout``).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 def lock_run(run_id: str) -> Run:
     """The run row FOR UPDATE: every operator action and every engine write on the run
     (which takes it FOR SHARE) is serialized behind it. Always lock the run before its steps.
-    """
-    return Run.objects.select_for_update().get(pk=run_id)
+
+    Called by operator actions only (inside their transaction). On PostgreSQL the wait for the
+    row is bounded by ``RUNLEDGER_ACTION_LOCK_WAIT_SECONDS`` (``lock_timeout`` for this one
+    statement, the session's own restored after it): past it the action raises ``Busy`` and
+    its transaction writes nothing, instead of waiting behind the holder until the server's
+    own timeouts answer for it (an HTTP 503, a gunicorn worker killed). Once the run row is
+    held, every other writer of the run's rows queues behind it, so the action's later locks
+    do not wait long."""
+    if connection.vendor != "postgresql":
+        return Run.objects.select_for_update().get(pk=run_id)
+    wait = conf.RUNLEDGER_ACTION_LOCK_WAIT_SECONDS
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+            [f"{max(1, round(wait * 1000))}ms"],
+        )
+        (before, _) = cursor.fetchone()
+        restore = "SELECT set_config('lock_timeout', %s, true)"
+        try:
+            with transaction.atomic():  # a savepoint: a refused wait leaves a usable transaction
+                run = Run.objects.select_for_update().get(pk=run_id)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            cursor.execute(restore, [before])
+            raise Busy(run_id, waited=wait) from None
+        cursor.execute(restore, [before])
+    return run
 
 
 def lock_step(pk: int) -> Step:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
+from django.db import connection, transaction
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from ledger.models import (
     RetentionMark,
     Run,
     RunArchive,
+    Settlement,
     Step,
 )
 
@@ -55,30 +56,65 @@ def runs_archive_record(
         )
         recorded = sorted(run_id for run_id, version in locked if versions[run_id] == version)
         RunArchive.objects.filter(pk__in=recorded).delete()  # an earlier archive, now stale
-        RunArchive.objects.bulk_create(
-            RunArchive(
-                run_id=run_id,
-                location=location,
-                sha256=sha256,
-                steps=steps.get(run_id, 0),
-                run_version=versions[run_id],
-                archived_at=now,
-                archived_by=by,
-            )
-            for run_id in recorded
-        )
-        AuditEvent.objects.bulk_create(
-            AuditEvent(
-                actor=by,
-                at=now,
-                action=AuditAction.RUN_ARCHIVE,
-                run_id=run_id,
-                after=_details(location, sha256, steps.get(run_id, 0)),
-                reason=reason,
-            )
-            for run_id in recorded
-        )
+        rows = [(run_id, steps.get(run_id, 0), versions[run_id]) for run_id in recorded]
+        record = _record_sql if connection.vendor == "postgresql" else _record_orm
+        record(rows, location=location, sha256=sha256, by=by, reason=reason, now=now)
     return recorded
+
+
+def _record_sql(
+    rows: list[tuple[str, int, int]],
+    *,
+    location: str,
+    sha256: str,
+    by: str,
+    reason: str,
+    now: datetime,
+) -> None:
+    """The archive and audit rows of a batch in two INSERT … SELECT over arrays: a handful of
+    parameters instead of eight or nine a row (ORM bulk inserts of 500 runs spent more time
+    binding parameters in Python than PostgreSQL spent inserting)."""  # fmt: skip
+    if not rows:
+        return
+    run_ids, counts, run_versions = (list(column) for column in zip(*rows, strict=True))
+    batch = "unnest(%s::varchar[], %s::integer[], %s::integer[]) AS b(run_id, steps, version)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {RunArchive._meta.db_table} (run_id, location, sha256, steps, deleted,"
+            " kept, run_version, archived_at, archived_by)"
+            f" SELECT b.run_id, %s, %s, b.steps, 0, 0, b.version, %s, %s FROM {batch}",
+            [location, sha256, now, by, run_ids, counts, run_versions],
+        )
+        cursor.execute(
+            f"INSERT INTO {AuditEvent._meta.db_table} (actor, at, action, run_id, step_id,"
+            " before, after, reason)"
+            " SELECT %s, %s, %s, b.run_id, '', NULL,"
+            " jsonb_build_object('location', %s::text, 'sha256', %s::text, 'steps', b.steps),"
+            f" %s FROM {batch}",
+            [by, now, AuditAction.RUN_ARCHIVE.value, location, sha256, reason, run_ids, counts,
+             run_versions],
+        )  # fmt: skip
+
+
+def _record_orm(
+    rows: list[tuple[str, int, int]],
+    *,
+    location: str,
+    sha256: str,
+    by: str,
+    reason: str,
+    now: datetime,
+) -> None:
+    RunArchive.objects.bulk_create(
+        RunArchive(run_id=run_id, location=location, sha256=sha256, steps=steps,
+                   run_version=version, archived_at=now, archived_by=by)
+        for run_id, steps, version in rows
+    )  # fmt: skip
+    AuditEvent.objects.bulk_create(
+        AuditEvent(actor=by, at=now, action=AuditAction.RUN_ARCHIVE, run_id=run_id,
+                   after=_details(location, sha256, steps), reason=reason)
+        for run_id, steps, _ in rows
+    )  # fmt: skip
 
 
 def run_archive_record(
@@ -122,16 +158,22 @@ def steps_delete_archived(*, run_ids: Sequence[str], limit: int) -> int:
         )
         if not archived:
             return 0
-        ids = list(
-            Step.objects.filter(run_id__in=archived, settlements__isnull=True)
-            .order_by("pk")
-            .values_list("pk", flat=True)[:limit]
+        # One DELETE of the first ``limit`` deletable rows, chosen in the statement itself (no
+        # round trip of their ids), without the collector's loading of every row: the only
+        # relation to a step is a settlement's (PROTECT), excluded here and enforced by its
+        # constraint.
+        settled = Settlement.objects.filter(step_row=OuterRef("pk"))
+        # No ORDER BY: "the first by id" made the planner walk the primary key of the whole
+        # table, filtering by run (2 s a batch at 5,000,000 steps); unordered, each run's rows
+        # come from its step_run_seq entries.
+        first = (
+            Step.objects.filter(run_id__in=archived)
+            .filter(~Exists(settled))
+            .order_by()
+            .values("pk")[:limit]
         )
-        if ids:
-            # One DELETE, without the collector's loading of every row: the only relation to a
-            # step is a settlement's (PROTECT), excluded above and enforced by its constraint.
-            Step.objects.filter(pk__in=ids)._raw_delete(Step.objects.db)
-        if len(ids) < limit:
+        deleted = Step.objects.filter(pk__in=Subquery(first))._raw_delete(Step.objects.db)
+        if deleted < limit:
             left = (
                 Step.objects.filter(run_id=OuterRef("pk"))
                 .order_by()
@@ -140,9 +182,8 @@ def steps_delete_archived(*, run_ids: Sequence[str], limit: int) -> int:
                 .values("n")
             )
             kept = Coalesce(Subquery(left, output_field=IntegerField()), Value(0))
-            RunArchive.objects.filter(pk__in=archived).update(kept=kept)
-            RunArchive.objects.filter(pk__in=archived).update(deleted=F("steps") - F("kept"))
-    return len(ids)
+            RunArchive.objects.filter(pk__in=archived).update(kept=kept, deleted=F("steps") - kept)
+    return deleted
 
 
 def retention_mark_advance(

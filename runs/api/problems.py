@@ -26,7 +26,7 @@ from ninja.errors import (
 )
 
 from ledger import api as ledger_api
-from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
+from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ def refusal(exc: Exception) -> Problem:
         return Problem(422, "unknown-agent", "Unknown agent", str(exc))
     if isinstance(exc, SelfApproval):
         return Problem(403, "self-approval", "A different person must approve", str(exc))
+    if isinstance(exc, Busy):
+        return busy(str(exc), retry_after=exc.retry_after)
     if isinstance(exc, Conflict):
         return Problem(409, "conflict", "Conflict", str(exc), current=exc.current)
     if isinstance(exc, NotAllowed):
@@ -117,6 +119,14 @@ def refusal(exc: Exception) -> Problem:
     if isinstance(exc, InvalidInput | NotJSON):
         return Problem(422, "invalid-input", "Invalid input", str(exc))
     raise exc
+
+
+def busy(detail: str, *, retry_after: int = 2) -> Problem:
+    """409 ``busy``: the run's row was held by another writer past the action's wait; nothing
+    was written and the same request can be sent again after ``Retry-After`` seconds."""
+    return Problem(
+        409, "busy", "Busy: try again", detail, headers={"Retry-After": str(retry_after)}
+    )
 
 
 def _validation(exc: ValidationError) -> Problem:
@@ -188,8 +198,14 @@ def _problem_for(exc: Exception) -> Problem:
         from django.conf import settings
 
         return too_large(settings.RUNLEDGER_API_MAX_BODY_BYTES)
-    if isinstance(exc, ledger_api.UnknownAgent | Conflict | NotAllowed | InvalidInput | NotJSON):
+    if isinstance(
+        exc, ledger_api.UnknownAgent | Busy | Conflict | NotAllowed | InvalidInput | NotJSON
+    ):
         return refusal(exc)
+    if isinstance(exc, DatabaseError) and _sqlstate(exc) in LOCK_WAITS:
+        log.warning("API: a lock wait refused (%s): answered busy", _sqlstate(exc))
+        return busy("the run is busy (another writer holds its rows); nothing was changed — "
+                    "try again in a few seconds")  # fmt: skip
     if isinstance(exc, DatabaseError):
         log.exception("API: the database failed")
         return Problem(
@@ -201,3 +217,12 @@ def _problem_for(exc: Exception) -> Problem:
         )
     log.exception("API: unexpected error")
     return Problem(500, "internal", "Internal error", "an unexpected error; it was logged")
+
+
+#: A lock wait past ``lock_timeout`` (55P03) and a deadlock PostgreSQL broke (40P01): the
+#: transaction was rolled back whole, so the request can simply be sent again.
+LOCK_WAITS = frozenset({"55P03", "40P01"})
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc.__cause__, "sqlstate", None)

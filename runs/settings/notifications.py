@@ -99,7 +99,7 @@ RUNLEDGER_PRUNE_BUDGET_SECONDS = env.int(
 )
 RUNLEDGER_PRUNE_RUNS_PER_FILE = env.int(
     "RUNLEDGER_PRUNE_RUNS_PER_FILE",
-    500,
+    2000,
     section=sections.RETENTION,
     doc="How many runs' step rows go into one archive file (one upload to a bucket).",
 )

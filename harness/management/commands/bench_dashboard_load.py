@@ -205,7 +205,12 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"{'page':<32} {'n':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
         for page, values in [*sorted(timings.items()), ("all pages", everything)]:
-            q = statistics.quantiles(values, n=100, method="inclusive")
+            # One sample (a page so slow that a client reached it once) is its own quantiles.
+            q = (
+                statistics.quantiles(values, n=100, method="inclusive")
+                if len(values) > 1
+                else values * 99
+            )
             self.stdout.write(
                 f"{page:<32} {len(values):>6} {q[49]:>8.1f} {q[94]:>8.1f} {q[98]:>8.1f}"
             )

@@ -40,20 +40,31 @@ class Command(BaseCommand):
         parser.add_argument("--runs", type=int, default=200_000)
         parser.add_argument("--steps-per-run", type=int, default=5)
         parser.add_argument("--budget", type=float, default=60.0, help="seconds per tick")
-        parser.add_argument("--runs-per-file", type=int, default=500)
+        parser.add_argument("--runs-per-file", type=int, default=2000)
+        parser.add_argument("--batch", type=int, default=5000, help="rows deleted per commit")
         parser.add_argument("--max-ticks", type=int, default=100)
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--json", default="", help="add the figures to this file")
+        parser.add_argument(
+            "--seeded",
+            action="store_true",
+            help="prune what an earlier run of this command seeded (and left) in this database",
+        )
         parser.add_argument(
             "--from-start", action="store_true", help="each tick walks from the oldest run"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if Run.objects.exists():
+        if options["seeded"]:
+            left = Step.objects.count()
+            self.stdout.write(f"seeded before: {Run.objects.count()} runs, {left} steps left")
+        elif Run.objects.exists():
             raise CommandError("bench_retention needs an empty ledger (a throwaway database)")
-        t0 = time.monotonic()
-        rows = self._seed(options["runs"], options["steps_per_run"], options["seed"])
-        seeded = time.monotonic() - t0
-        self.stdout.write(f"seeded: {options['runs']} runs, {rows} steps in {seeded:.1f} s")
+        else:
+            t0 = time.monotonic()
+            rows = self._seed(options["runs"], options["steps_per_run"], options["seed"])
+            seeded = time.monotonic() - t0
+            self.stdout.write(f"seeded: {options['runs']} runs, {rows} steps in {seeded:.1f} s")
         directory = Path(tempfile.mkdtemp(prefix="bench-retention-"))
         try:
             self._prune(directory, options)
@@ -63,15 +74,17 @@ class Command(BaseCommand):
     def _prune(self, directory: Path, options: dict[str, Any]) -> None:
         store = retention.DirectoryStorage(location=directory)
         cutoff = timezone.now() - timedelta(days=30)
-        total, started, ticks = 0, time.monotonic(), []
+        total, started, ticks, firsts = 0, time.monotonic(), [], []
         for tick in range(options["max_ticks"]):
             t = time.monotonic()
             mark = None if options["from_start"] else selectors.retention_mark()
             selectors.runs_to_prune(finished_before=cutoff, limit=1, after=mark)
             first_query = time.monotonic() - t
+            firsts.append(first_query)
             done = retention.prune_finished(
                 finished_before=cutoff, store=store, by="bench", budget=options["budget"],
-                runs_per_file=options["runs_per_file"], from_mark=not options["from_start"],
+                runs_per_file=options["runs_per_file"], batch=options["batch"],
+                from_mark=not options["from_start"],
             )  # fmt: skip
             total += done.runs
             ticks.append(done.seconds)
@@ -86,13 +99,30 @@ class Command(BaseCommand):
         elapsed = time.monotonic() - started
         size = sum(p.stat().st_size for p in directory.rglob("*.jsonl.gz"))
         left = Step.objects.count()
-        self.stdout.write(f"runs_pruned: {total} runs")
-        self.stdout.write(f"steps_left: {left} rows")
-        self.stdout.write(f"prune_rate: {total / elapsed:.0f} runs/s")
-        self.stdout.write(f"prune_time: {elapsed:.1f} s")
-        self.stdout.write(f"tick_max: {max(ticks):.1f} s (budget {options['budget']:.0f} s)")
-        self.stdout.write(f"archive_size: {size / 1e6:.1f} MB")
-        self.stdout.write(f"archives: {RunArchive.objects.count()} runs")
+        figures = {
+            "runs_pruned": (total, "runs"),
+            "steps_left": (left, "rows"),
+            "prune_rate": (total / elapsed, "runs/s"),
+            "prune_time": (elapsed, "s"),
+            "ticks": (len(ticks), "ticks"),
+            "tick_max": (max(ticks), f"s (budget {options['budget']:.0f} s)"),
+            "first_query_first_tick": (firsts[0] * 1000, "ms"),
+            "first_query_last_tick": (firsts[-1] * 1000, "ms"),
+            "first_query_max": (max(firsts) * 1000, "ms"),
+            "archive_size": (size / 1e6, "MB"),
+            "archives": (RunArchive.objects.count(), "runs"),
+        }
+        for name, (value, unit) in figures.items():
+            shown = f"{value:.0f}" if isinstance(value, int) or value >= 100 else f"{value:.1f}"
+            self.stdout.write(f"{name}: {shown} {unit}")
+        if options["json"]:
+            from harness.bench.results import merge_json
+
+            merge_json(
+                Path(options["json"]),
+                f"retention_{options['runs']}",
+                {name: {"value": v, "unit": u} for name, (v, u) in figures.items()},
+            )
 
     def _seed(self, runs: int, per_run: int, seed: int) -> int:
         rng = random.Random(seed)

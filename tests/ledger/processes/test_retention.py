@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +260,43 @@ def test_a_tick_from_the_mark_starts_past_the_runs_already_pruned(execute, clock
 
     done = retention.prune_finished(finished_before=cutoff, store=store, by="prune_runs")
     assert done.runs == 1 and not Step.objects.filter(run__in=runs).exists()
+
+
+HOSTILE = 'back\\slash "quoted" new\nline tab\t \x01\x02 <b>é</b> 💥 \\u0000 , ;'
+
+
+def test_an_archive_holds_every_column_of_every_row_exactly_whatever_the_text(
+    execute, clock, tmp_path
+) -> None:
+    """The archive's lines come from PostgreSQL (row_to_json through COPY): backslashes,
+    quotes, newlines, tabs and the bytes COPY's CSV uses as its quote and delimiter come back
+    as they were stored, and every column is there by name."""
+    old = finished_survey(execute, clock, days_ago=40, records=3)
+    first = Step.objects.filter(run=old).order_by("seq").first()
+    assert first is not None
+    Step.objects.filter(pk=first.pk).update(
+        result={"text": HOSTILE, HOSTILE: [HOSTILE, 1.5, None, True]},
+        error=HOSTILE,
+        inputs={"q": HOSTILE},
+    )
+    before = {row["id"]: row for row in Step.objects.filter(run=old).values()}
+    store = retention.DirectoryStorage(location=tmp_path)
+    done = retention.prune_finished(
+        finished_before=timezone.now() - timedelta(days=30), store=store, by="test"
+    )
+    assert done.runs == 1 and not Step.objects.filter(run=old).exists()
+
+    rows = retention.read_archive(tmp_path / RunArchive.objects.get(pk=old.run_id).location)
+    assert next(rows)["steps"] == len(before)
+    archived = list(rows)
+    assert [row["id"] for row in archived] == sorted(before, key=lambda pk: before[pk]["seq"])
+    for row in archived:
+        stored = before[row["id"]]
+        assert set(row) == set(stored)
+        for name, value in stored.items():
+            if hasattr(value, "isoformat"):
+                assert datetime.fromisoformat(row[name]) == value, name
+            else:
+                assert row[name] == value, name
+    assert archived[0]["result"][HOSTILE] == [HOSTILE, 1.5, None, True]
+    assert archived[0]["error"] == HOSTILE

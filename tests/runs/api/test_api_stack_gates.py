@@ -77,8 +77,8 @@ def test_a_gated_effect_is_approved_through_the_api_by_a_person_and_sent_once(
         done = app.wait(run.run_id, timeout=WAIT)
         assert done.status == "succeeded", (done, stack.log("w1"))
         assert done.result["paid"] is True
-        # A second approval is refused. (Asked while the resumed run executes, it can wait on
-        # the run row's lock past lock_timeout and answer 503 instead: asked after the run.)
+        # A second approval is refused (asked while the resumed run executes, it is a 409
+        # too: `conflict`, or `busy` while the worker holds the run's row; test_api_busy.py).
         with pytest.raises(rl.Conflict):
             approver.approve(gate.id, "twice")
     charge = ProviderCharge.objects.get()  # the effect happened once

@@ -45,9 +45,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--archive-dir", default=None, help="a local directory instead of the archive store"
         )
-        parser.add_argument("--batch", type=int, default=1000, help="rows deleted per commit")
+        parser.add_argument("--batch", type=int, default=5000, help="rows deleted per commit")
         parser.add_argument(
-            "--runs-per-file", type=int, default=500, help="runs archived in one file"
+            "--runs-per-file", type=int, default=2000, help="runs archived in one file"
         )
         parser.add_argument("--max-runs", type=int, default=None, help="default: all of them")
         parser.add_argument(
