@@ -47,6 +47,11 @@ def _refused(request: HtmxHttpRequest, run: Run, exc: transitions.OperationError
 @permission_any(*HAND)
 def take(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_for(request, run_id, perm=HAND)
+    if "seen_holder" not in request.POST:
+        # The page's form always says whom it showed holding the run (empty: nobody); a POST
+        # without it did not come from that form, and takes nothing.
+        exc = transitions.InvalidInput("the form must say who you saw on the run (seen_holder)")
+        return _refused(request, run, exc)
     seen = str(request.POST.get("seen_holder", ""))[:150]
     try:
         _handover, changed = run_take(run_id=run.run_id, by=request.user, seen_holder=seen)

@@ -49,6 +49,10 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("get", "/api/v1/webhooks"): {"viewer", "operator", "approver"},
     ("post", "/api/v1/webhooks"): {"operator"},
     ("delete", "/api/v1/webhooks/{subscription_id}"): {"operator"},
+    ("get", "/api/v1/runs/{run_id}/handover"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/runs/{run_id}/take"): {"operator"},
+    ("post", "/api/v1/runs/{run_id}/release"): {"operator"},
+    ("post", "/api/v1/runs/{run_id}/notes"): {"operator"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -63,6 +67,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/api/v1/pauses": {"scope": "tool", "target": "send_email", "reason": "provider down"},
     "/lift": {"reason": "provider back", "expected": 0},
     "/api/v1/webhooks": {"url": "http://127.0.0.1:9/hooks", "agent": "refund"},
+    "/take": {"seen_holder": ""},
+    "/notes": {"text": "looked at it", "key": "role-test"},
 }
 
 

@@ -80,6 +80,6 @@ def test_the_run_page_lists_each_attempt_with_its_traceback_escaped(retried_run)
     assert html.count('<li class="failure">') == 2
     assert "QuotaExceeded: &lt;b&gt;quota&lt;/b&gt; of acct_7 exceeded (call 2)" in html
     assert "<b>quota</b>" not in html
-    assert "next attempt at 12:00:00.250000 (after 0.250s)" in html
+    assert "next attempt at 12:00:00.250000 UTC (after 0.250s)" in html  # the reader's zone
     assert '<details class="traceback"><summary>traceback</summary>' in html
     assert "in _ask_the_ledger_service" in html
