@@ -213,3 +213,21 @@ def test_the_triggers_keep_effect_and_failed_steps_words_once(execute, crash_at,
         assert Run.objects.get(pk=run.run_id).search_steps == expected
     for run in runs[:2]:  # they have reads and model calls, and those were left out
         assert Step.objects.filter(run_id=run.run_id).exclude(kind="effect").filter(error="")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the triggers of migration 0018")
+def test_the_sweep_folds_the_steps_words_so_an_effect_key_is_found(execute, clock) -> None:
+    """The triggers only append to ``ledger_runsearchdelta``; a pass of the sweep moves the
+    words into the run, after which the effect key finds it through the run's text alone."""
+    from ledger.processes import sweep
+
+    refund = succeeded_run(execute, invoice="inv_1004")
+    effect = Step.objects.filter(run_id=refund.run_id, kind="effect").order_by("seq").last()
+    assert effect is not None and effect.effect_key
+    assert RunSearchDelta.objects.filter(run_id=refund.run_id).exists()
+    assert effect.effect_key not in Run.objects.get(pk=refund.run_id).search_steps
+    sweep.runs_sweep(clock=clock)
+    assert not RunSearchDelta.objects.filter(run_id=refund.run_id).exists()
+    assert effect.effect_key in Run.objects.get(pk=refund.run_id).search_steps
+    flt = selectors.RunFilter(search=effect.effect_key)  # no fold here: the sweep's is enough
+    assert refund.run_id in {r.run_id for r in selectors.runs_page(flt=flt, now=clock()).runs}
