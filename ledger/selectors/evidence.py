@@ -140,9 +140,22 @@ def gate_sources(*, gate: Gate) -> list[tuple[str, Any]]:
     return sources
 
 
-def gate_reads(*, gate: Gate) -> list[tuple[str, Any]]:
-    """The run's reads a gate's page shows beside its arguments (label, result)."""
-    return gate_sources(gate=gate)[1:]
+def last_lookup_answers(*, steps: list[Step]) -> dict[tuple[str, str], dict[str, Any]]:
+    """:func:`last_lookup_answer` for many steps in one query, by (run_id, step_id); a step
+    nobody asked is absent."""
+    if not steps:
+        return {}
+    wanted = {(s.run_id, s.step_id) for s in steps}
+    events = AuditEvent.objects.filter(
+        run_id__in={r for r, _ in wanted},
+        step_id__in={s for _, s in wanted},
+        action=AuditAction.RECONCILE_LOOKUP,
+    ).order_by("at", "id")  # the newest last: it wins
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events.only("run_id", "step_id", "after"):
+        if (e.run_id, e.step_id) in wanted:
+            out[(e.run_id, e.step_id)] = e.after if isinstance(e.after, dict) else {}
+    return out
 
 
 def last_lookup_answer(*, step: Step) -> dict[str, Any]:

@@ -16,23 +16,6 @@ from ledger.models import AuditAction, AuditEvent, Pause, Run, Step
 #: Characters of a step's inputs shown on the run page; the step's own page has them all.
 INPUTS_HEAD_CHARS = 2_000
 
-#: The people's acts a run's header tells (the audit section below lists every event).
-STORY_ACTIONS = (
-    AuditAction.RUN_CANCEL,
-    AuditAction.RUN_CLEAN,
-    AuditAction.RUN_FORK,
-    AuditAction.RUN_RESUME,
-    AuditAction.RUN_RETRY,
-    AuditAction.PAUSE,
-    AuditAction.UNPAUSE,
-    AuditAction.SETTLEMENT_APPLY,
-    AuditAction.SETTLEMENT_APPROVE,
-    AuditAction.STALE_ACCEPT,
-    AuditAction.REEXECUTE_FROM,
-    AuditAction.GATE_APPROVE,
-    AuditAction.GATE_REJECT,
-)
-
 
 @dataclass(frozen=True)
 class InputsHead:
@@ -87,11 +70,26 @@ LABELS = {
     AuditAction.GATE_REJECT: "rejected a gate",
 }
 
+#: The people's acts a run's header tells (the audit section below lists every event).
+STORY_ACTIONS = tuple(LABELS)
+
 
 def _other(event: AuditEvent) -> str:
     after = event.after if isinstance(event.after, dict) else {}
     other = after.get("other_run_id")
     return other if isinstance(other, str) else ""
+
+
+def _act(event: AuditEvent, label: str) -> Act:
+    return Act(
+        action=event.action,
+        label=label,
+        actor=event.actor,
+        at=event.at,
+        reason=event.reason,
+        other_run_id=_other(event),
+        step_id=event.step_id,
+    )
 
 
 def run_acts(*, run_id: str, limit: int = 10) -> list[Act]:
@@ -102,25 +100,18 @@ def run_acts(*, run_id: str, limit: int = 10) -> list[Act]:
     out = []
     for e in events:
         label = LABELS.get(AuditAction(e.action), e.action)
-        if e.action == AuditAction.RUN_FORK and _other(e) and _other(e) != run_id:
-            before = e.before if isinstance(e.before, dict) else {}
-            if before.get("parent_run_id") != run_id:
-                label = "forked it from its parent"
-        if e.action == AuditAction.RUN_CLEAN:
-            before = e.before if isinstance(e.before, dict) else {}
-            if "replaces" in before:
-                label = "started it as a clean run"
-        out.append(
-            Act(
-                action=e.action,
-                label=label,
-                actor=e.actor,
-                at=e.at,
-                reason=e.reason,
-                other_run_id=_other(e),
-                step_id=e.step_id,
-            )
-        )
+        before = e.before if isinstance(e.before, dict) else {}
+        other = _other(e)
+        if (
+            e.action == AuditAction.RUN_FORK
+            and other
+            and other != run_id
+            and before.get("parent_run_id") != run_id
+        ):
+            label = "forked it from its parent"
+        if e.action == AuditAction.RUN_CLEAN and "replaces" in before:
+            label = "started it as a clean run"
+        out.append(_act(e, label))
     return out
 
 
@@ -144,19 +135,9 @@ def cancelled_by(*, run: Run) -> Act | None:
             if not isinstance(step, dict) or step.get("status") != "abandoned":
                 continue
             label = "abandoned its step and so cancelled it"
-        elif e.action == AuditAction.RUN_CLEAN:
-            label = "replaced it by a clean run"
         else:
-            label = "cancelled it"
-        return Act(
-            action=e.action,
-            label=label,
-            actor=e.actor,
-            at=e.at,
-            reason=e.reason,
-            other_run_id=_other(e),
-            step_id=e.step_id,
-        )
+            label = LABELS[AuditAction(e.action)]  # "cancelled it" / "replaced it by a clean run"
+        return _act(e, label)
     return None
 
 

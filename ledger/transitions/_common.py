@@ -216,16 +216,15 @@ def lock_run(run_id: str) -> Run:
             [f"{max(1, round(wait * 1000))}ms"],
         )
         (before, _) = cursor.fetchone()
-        restore = "SELECT set_config('lock_timeout', %s, true)"
         try:
             with transaction.atomic():  # a savepoint: a refused wait leaves a usable transaction
                 run = Run.objects.select_for_update().get(pk=run_id)
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
-            cursor.execute(restore, [before])
             raise Busy(run_id, waited=wait) from None
-        cursor.execute(restore, [before])
+        finally:  # whatever happened, the session's own lock_timeout again
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])
     return run
 
 

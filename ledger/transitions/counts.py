@@ -20,10 +20,16 @@ ON CONFLICT (status, reason) DO UPDATE SET n = ledger_runstatuscount.n + EXCLUDE
 """
 
 
-def fold_status_counts() -> int:
-    """Fold the pending deltas into the totals; the number of (status, reason) rows touched."""
+def run_fold(sql: str) -> int:
+    """One fold statement in its own transaction (PostgreSQL only; elsewhere a no-op): the
+    number of total rows it touched."""
     if connection.vendor != "postgresql":
         return 0
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(FOLD)
+        cur.execute(sql)
         return max(cur.rowcount, 0)
+
+
+def fold_status_counts() -> int:
+    """Fold the pending deltas into the totals; the number of (status, reason) rows touched."""
+    return run_fold(FOLD)

@@ -8,7 +8,7 @@ snapshot) sees every change once. PostgreSQL only; elsewhere a no-op.
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+from ledger.transitions.counts import run_fold
 
 FOLD = """
 WITH moved AS (DELETE FROM ledger_runtrenddelta RETURNING hour, agent, status, bucket, n),
@@ -22,8 +22,4 @@ ON CONFLICT (hour, agent, status, bucket) DO UPDATE SET n = ledger_runtrendhour.
 
 def fold_trends() -> int:
     """Fold the pending trend deltas into the hourly totals; the number of hour rows touched."""
-    if connection.vendor != "postgresql":
-        return 0
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(FOLD)
-        return max(cur.rowcount, 0)
+    return run_fold(FOLD)

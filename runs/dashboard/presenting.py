@@ -361,13 +361,23 @@ class QueueRow:
 def queue_rows(items: list[selectors.QueueItem]) -> list[QueueRow]:
     """The queue's rows; a row with an open proposal carries its result (pretty, capped) and
     what in it disagrees with the step's inputs and the lookup's last answer."""
+    proposed = [i for i in items if i.proposal is not None and i.proposal.result is not None]
+    # Two queries for the page, not two a row: the lookups' last answers, and the inputs the
+    # queue's own query leaves out.
+    answers = evidence.last_lookup_answers(steps=[i.step for i in proposed])
+    inputs = dict(
+        Step.objects.filter(pk__in=[i.step.pk for i in proposed]).values_list("pk", "inputs")
+    )
+    for i in proposed:
+        if i.step.pk in inputs:
+            i.step.inputs = inputs[i.step.pk]
     rows = []
     for item in items:
         row = QueueRow(item=item)
         proposal = item.proposal
         if proposal is not None and proposal.result is not None:
             row.result_text = pretty_capped(proposal.result, limit=1_500)
-            answer = evidence.last_lookup_answer(step=item.step)
+            answer = answers.get((item.step.run_id, item.step.step_id), {})
             row.contradictions = settlement_contradictions(
                 result=proposal.result, step=item.step, lookup_answer=answer
             )

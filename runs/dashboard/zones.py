@@ -63,7 +63,10 @@ def zone_of(request: HttpRequest) -> str:
     session = getattr(request, "session", None)
     name = session.get(SESSION_KEY) if session is not None else None
     if not isinstance(name, str):
-        name = stored_zone(user.pk)  # not written back: a read never saves the session
+        # Not written back (a read never saves the session); kept for the rest of this
+        # request, so the middleware and the context processor ask the database once.
+        name = getattr(request, "_runledger_stored_zone", None) or stored_zone(user.pk)
+        request._runledger_stored_zone = name  # type: ignore[attr-defined]
     return name if name in known_zones() else DEFAULT_ZONE
 
 

@@ -57,7 +57,6 @@ def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
     page = min(page, 10_000)  # bounded: an OFFSET deeper than this is never useful
     items = selectors.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
     context = {
-        "items": items[:QUEUE_PAGE],
         "rows": presenting.queue_rows(items[:QUEUE_PAGE]),
         "page": page,
         "more": len(items) > QUEUE_PAGE,
@@ -145,7 +144,7 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
     flagged = presenting.settlement_contradictions(
         result=data["parsed_result"],
         step=step,
-        lookup_answer=evidence_of_lookup(step),
+        lookup_answer=last_lookup_answer(step=step),
     )
     if flagged and not data["acknowledge"]:
         # Shown before anything is proposed: the proposer checks, then ticks and sends again.
@@ -174,11 +173,6 @@ def settle_propose(request: HtmxHttpRequest, run_id: str, pk: int) -> HttpRespon
         "It waits for a different person with the approver role.",
     )
     return redirect("runs:settle", run_id=run_id, pk=pk)
-
-
-def evidence_of_lookup(step: Step) -> dict[str, Any]:
-    """The lookup's last answer for ``step`` (what the settle page shows as evidence)."""
-    return last_lookup_answer(step=step)
 
 
 def _refused(
@@ -234,7 +228,7 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     flagged = presenting.settlement_contradictions(
         result=settlement.result,
         step=settlement.step_row,
-        lookup_answer=evidence_of_lookup(settlement.step_row),
+        lookup_answer=last_lookup_answer(step=settlement.step_row),
     )
     if flagged and not form.cleaned_data["acknowledge"]:
         # The same check the page showed, made again on the server: an approval of a result

@@ -31,7 +31,6 @@ WIDTH, HEIGHT, LEFT, TOP, BOTTOM = 720, 220, 44, 10, 34
 class Bar:
     x: float
     width: float
-    label: str
     title: str
     parts: list[dict[str, Any]] = field(default_factory=list)
     tick: str = ""
@@ -52,7 +51,6 @@ def chart(trend: Trend) -> dict[str, Any]:
         bar = Bar(
             x=round(LEFT + i * slot + 1, 1),
             width=round(max(slot - 2, 1), 1),
-            label=local.strftime(fmt),
             title=f"{local:%Y-%m-%d %H:%M} {local.tzname()}: {counts}",
             tick=local.strftime(fmt) if i % every == 0 else "",
         )
