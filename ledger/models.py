@@ -154,6 +154,10 @@ class Step(models.Model):
         ]
         indexes = [
             models.Index(fields=["run", "seq"], name="step_run_seq"),
+            # The transcripts' reads (migration 0021).
+            models.Index(
+                fields=["run", "seq"], name="step_run_model", condition=models.Q(kind="model")
+            ),
             models.Index(
                 fields=["status", "kind", "updated_at"],
                 name="step_started_effects",

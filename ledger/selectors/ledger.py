@@ -18,29 +18,34 @@ _STEP_COLUMNS = (
 
 
 def load_steps(run_id: str) -> dict[str, StepRow]:
-    """The run's whole ledger in one query, by step id."""
+    """The run's whole ledger in one query, by step id.
+
+    The columns come in ``StepRow``'s field order and each row is built positionally: a
+    10,000-step resume or dry replay builds 10,000 of them (keywords cost ~1 µs a row more).
+    """
     with connection.cursor() as cur:
         cur.execute(f"SELECT {_STEP_COLUMNS} FROM ledger_step WHERE run_id = %s", [run_id])
         rows = cur.fetchall()
-    steps = {}
-    for r in rows:
-        steps[r[1]] = StepRow(
-            pk=r[0],
-            step_id=r[1],
-            input_hash=r[2],
-            status=r[3],
-            result=_load_json(r[4]),
-            next_step_id=r[5],
-            attempt=r[6],
-            effect_key=r[7],
-            kind=r[8],
-            tool=r[9],
-            seq=r[10],
-            errors=_load_json(r[11]) or [],
-            expires_at=_load_dt(r[12]),
-            settled_by=r[13] or "",
+    load, when = _load_json, _load_dt
+    return {
+        r[1]: StepRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            load(r[4]),
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[10],
+            load(r[11]) or [],
+            when(r[12]),
+            r[13] or "",
         )
-    return steps
+        for r in rows
+    }
 
 
 def _load_json(value: Any) -> Any:
@@ -56,6 +61,8 @@ def _load_dt(value: Any) -> datetime | None:
     """A timestamp from either database, timezone-aware (SQLite hands back naive UTC)."""
     if value is None:
         return None
+    if type(value) is datetime and value.tzinfo is not None:
+        return value
     parsed = value if isinstance(value, datetime) else parse_datetime(value)
     if parsed is not None and parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import TextField
 from django.db.models.functions import Cast, Left, Length
@@ -27,18 +28,20 @@ class InputsHead:
         return self.length > len(self.text)
 
 
-def step_inputs_heads(
-    *, run_id: str, pks: list[int], limit: int = INPUTS_HEAD_CHARS
-) -> dict[int, InputsHead]:
-    """pk → the head of that step's stored inputs as JSON text; the database cuts it, so a
-    step with large inputs costs ``limit`` characters, not its size."""
+def inputs_head_annotations(limit: int = INPUTS_HEAD_CHARS) -> dict[str, Any]:
+    """The annotations that read the head of each step's stored inputs as JSON text
+    (``inputs_head``) and the whole text's length (``inputs_length``): the database cuts it,
+    so a step with large inputs costs ``limit`` characters, not its size."""
     text = Cast("inputs", output_field=TextField())
-    rows = (
-        Step.objects.filter(run_id=run_id, pk__in=pks)
-        .annotate(inputs_head=Left(text, limit), inputs_length=Length(text))
-        .values_list("pk", "inputs_head", "inputs_length")
-    )
-    return {pk: InputsHead(head or "", length or 0) for pk, head, length in rows}
+    return {"inputs_head": Left(text, limit), "inputs_length": Length(text)}
+
+
+def inputs_heads(steps: list[Step]) -> dict[int, InputsHead]:
+    """pk → the head of that step's inputs, from steps read with ``inputs_head_annotations``."""
+    return {
+        s.pk: InputsHead(getattr(s, "inputs_head", None) or "", getattr(s, "inputs_length", 0) or 0)
+        for s in steps
+    }
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Exists
+
 from ledger.models import Step
 
 #: Most rows of loop steps a transcript reads (a turn is one row plus one per tool call).
@@ -13,8 +15,16 @@ _FIELDS = ("pk", "step_id", "kind", "status", "result", "settled_by", "error", "
 
 def loop_rows(*, run_id: str) -> list[dict[str, Any]]:
     """The run's rows whose step id has a ``.turn.`` part, in execution order, without their
-    inputs (a turn's inputs hold the whole conversation so far: quadratic in the turns)."""
-    rows = Step.objects.filter(run_id=run_id, step_id__contains=".turn.").order_by("seq")
+    inputs (a turn's inputs hold the whole conversation so far: quadratic in the turns).
+    A run without a model turn has none: the query's one-time condition asks the model
+    steps' index (``step_run_model``) first, instead of every row of a long run being read for
+    a ``.turn.`` part it does not have."""
+    turns = Step.objects.filter(run_id=run_id, kind="model", step_id__contains=".turn.")
+    rows = (
+        Step.objects.filter(run_id=run_id, step_id__contains=".turn.")
+        .filter(Exists(turns))
+        .order_by("seq")
+    )
     return list(rows.values(*_FIELDS)[:TRANSCRIPT_ROWS])
 
 

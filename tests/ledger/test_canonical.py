@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -191,3 +192,42 @@ def test_the_standard_encoder_alone_gives_the_same_text(monkeypatch) -> None:
     with_orjson = canonical.canonical(value)
     monkeypatch.setattr(canonical, "USE_ORJSON", False)
     assert canonical.canonical(value) == with_orjson
+
+
+_JSON_TEXT = _any_json.map(lambda v: json.dumps(v, ensure_ascii=False)) | _any_json.map(
+    lambda v: json.dumps(v, sort_keys=True)
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_JSON_TEXT)
+def test_orjson_decodes_stored_text_as_the_standard_decoder_does(text) -> None:
+    """``loads`` by orjson equals ``json`` with sorted keys: same values, same types (a big
+    integer stays an int), same key order at every depth."""
+    expected = canonical._DECODER.decode(text)
+    got = canonical.loads(text)
+    assert _typed(got) == _typed(expected)
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8 bytes
+        return
+    assert _typed(canonical.loads(raw)) == _typed(expected)
+
+
+def _typed(value: object) -> object:
+    """The value with each object's key order and each scalar's type made visible to ==."""
+    if isinstance(value, dict):
+        return ["{", *[(k, _typed(v)) for k, v in value.items()]]
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return (type(value).__name__, value)
+
+
+def test_a_big_integer_is_decoded_as_an_integer() -> None:
+    assert canonical.loads('{"n": 18446744073709551616, "b": [-9223372036854775809]}') == {
+        "b": [-(2**63) - 1],
+        "n": 2**64,
+    }
+    assert type(canonical.loads("[18446744073709551616]")[0]) is int

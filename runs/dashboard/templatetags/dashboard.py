@@ -95,6 +95,21 @@ def breakable(value: object) -> str:
     return mark_safe(_BREAK_AFTER.sub(r"\1<wbr>", text))
 
 
+@register.simple_tag
+def result_head(head: str | None, truncated: bool, url: str, pk: int) -> str:
+    """A step's result head (``breakable``, ``…`` when cut) and its "expand" link, which swaps
+    the whole result into ``#result-<pk>``; "—" when the step has no result."""
+    if head is None:
+        return mark_safe('<span class="muted">—</span>')
+    more = "…" if truncated else ""
+    url = escape(url)
+    return mark_safe(  # head through breakable (escaped), url escaped, pk an int
+        f'<code class="json head">{breakable(head)}{more}</code>\n'
+        f'<a class="small expand" href="{url}"\n'
+        f'   hx-get="{url}" hx-target="#result-{int(pk)}" hx-swap="innerHTML">expand</a>'
+    )
+
+
 @register.filter
 def turn_anchor(step_id: str) -> str:
     """The step id of the tool-use loop turn a step belongs to, or "" (not a loop step)."""

@@ -19,6 +19,7 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -31,7 +32,12 @@ from ledger.selectors import story
 from runs.dashboard import presenting
 from runs.dashboard.handover import handover_context
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
-from runs.dashboard.models import EXPORT_LEDGER, VIEW_DASHBOARD
+from runs.dashboard.models import (
+    APPROVE_SETTLEMENTS,
+    EXPORT_LEDGER,
+    OPERATE_RUNS,
+    VIEW_DASHBOARD,
+)
 
 #: Audit events shown on a run page (the audit page has them all).
 RUN_AUDIT_SHOWN = 20
@@ -62,7 +68,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
     pages = max(math.ceil(table.total / per_page), 1)
     number = table.number
     start = (number - 1) * per_page
-    steps = selectors.steps_for_page(run_id=run.run_id, pks=table.pks)
+    steps = selectors.steps_for_page(run_id=run.run_id, pks=table.pks, with_inputs_head=True)
     preview = presenting.compute_preview(run) if compare else None
     views = presenting.step_views(
         steps,
@@ -71,7 +77,9 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         preview=preview,
         limit=selectors.RESULT_HEAD_CHARS,
     )
-    presenting.with_inputs(views, story.step_inputs_heads(run_id=run.run_id, pks=table.pks))
+    presenting.with_inputs(views, story.inputs_heads(steps))
+    presenting.with_row_urls(views, run.run_id)
+    user = request.user
     blocked_page = None
     if run.blocked_step_id in table.positions:
         blocked_page = table.positions[run.blocked_step_id] // per_page + 1
@@ -92,6 +100,10 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         # While a worker has the run, the table follows it (the header does too).
         "active": run.status in ACTIVE_STATUSES,
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
+        # Asked once for the page, not in each row.
+        "can_operate": user.has_perm(OPERATE_RUNS),
+        "can_settle": user.has_perm(OPERATE_RUNS) or user.has_perm(APPROVE_SETTLEMENTS),
+        "fork_url": reverse("runs:fork", args=[run.run_id]),
     }
 
 

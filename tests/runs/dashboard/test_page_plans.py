@@ -54,6 +54,9 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("list, run id without run_", f"/?q={other[4:]}", {}),
         ("list, part of a run id", f"/?q={other[8:18]}", {}),
         ("list, effect step id and title word", "/?q=refund_charge+cus_0042", {}),
+        # Most runs have it: the page comes from the newest runs' window (runs_page).
+        ("list, a common word", "/?q=refund", {}),
+        ("list, a common word, next page", "/?q=refund&after=CURSOR", {}),
         ("audit, run filter by title words", "/audit/?run=cus_0042+refund", {}),
         ("audit, run filter by part of an id", f"/audit/?run={other[4:14]}", {}),
         ("list, on it: nobody's", "/?taken=nobody", {}),
@@ -85,6 +88,8 @@ def _plans(sqls: list[str]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("case", PAGE_NAMES)
 def test_page_queries_use_indexes(case: str, seeded: dict[str, str]) -> None:
     name, url, headers = next(p for p in _pages(seeded) if p[0] == case)
+    if "CURSOR" in url:
+        url = url.replace("CURSOR", _second_page_cursor("refund"))
     client = Client()
     client.force_login(user_in("operator"))
     with connection.cursor() as cur:
@@ -170,3 +175,72 @@ def test_the_seed_writes_the_steps_words_as_the_triggers_do(seeded: dict[str, st
         assert cur.fetchone()[0] == 0
         cur.execute("SELECT count(*) FROM ledger_run WHERE search_steps <> ''")
         assert cur.fetchone()[0] > 100
+
+
+def test_the_transcripts_read_a_runs_model_steps_by_their_index(seeded: dict[str, str]) -> None:
+    """The transcripts' reads of a run's model steps (the tool-use loop's "any model step?",
+    PydanticAI's turns) are scans of ``step_run_model`` (migration 0021), not of every row of
+    the run: on a 10,000-step run the index answers from the model steps alone."""
+    from ledger.selectors import transcript
+
+    big = seeded["big"]
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE ledger_step")
+    with CaptureQueriesContext(connection) as captured:
+        transcript.loop_rows(run_id=big)
+        transcript.pydantic_ai_turns(big)
+    sqls = [q["sql"] for q in captured.captured_queries if '"kind" = ' in q["sql"]]
+    assert len(sqls) >= 2, captured.captured_queries
+    for sql, plan in _plans(sqls):
+        assert "step_run_model" in plan, f"{sql}\n{plan}"
+
+
+def _second_page_cursor(text: str) -> str:
+    from django.conf import settings
+    from django.utils import timezone
+
+    from ledger import selectors
+
+    flt = selectors.RunFilter(search=text)
+    page = selectors.runs_page(flt=flt, now=timezone.now(), limit=settings.RUNLEDGER_RUNS_PER_PAGE)
+    assert page.next_cursor is not None, f"{text!r} finds one page only"
+    return page.next_cursor.encode()
+
+
+def _all_pages(text: str, limit: int) -> list[str]:
+    from django.utils import timezone
+
+    from ledger import selectors
+
+    flt, now = selectors.RunFilter(search=text), timezone.now()
+    out, after = [], None
+    while True:
+        page = selectors.runs_page(flt=flt, now=now, after=after, limit=limit)
+        out += [r.run_id for r in page.runs]
+        if page.next_cursor is None:
+            return out
+        after = page.next_cursor
+
+
+@pytest.mark.parametrize("window", [1, 7, 60, 2_000])
+def test_a_word_searchs_pages_are_the_same_through_the_window_or_the_index(
+    window: int, seeded: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runs_page`` filters the newest ``SEARCH_WINDOW`` runs row by row before it asks the
+    trigram index: every page, walked by its cursors, holds what the index alone gives, in
+    the same order, whether the window fills a page, falls short of it, or is the rest."""
+    from django.utils import timezone
+
+    from ledger import selectors
+    from ledger.selectors import runs as runs_selectors
+
+    monkeypatch.setattr(runs_selectors, "SEARCH_WINDOW", window)
+    now = timezone.now()
+    for text in [*WORD_SEARCHES, "refund", "nothing_like_this"]:
+        expected = list(
+            selectors.runs_filtered(flt=selectors.RunFilter(search=text), now=now)
+            .order_by("-created_at", "-run_id")
+            .values_list("run_id", flat=True)
+        )
+        for limit in (3, 50):
+            assert _all_pages(text, limit) == expected, (text, window, limit)
