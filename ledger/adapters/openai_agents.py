@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import inspect
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
@@ -40,7 +39,7 @@ from ledger.adapters._bridge import Bridge
 from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
-from ledger.registry import Tool
+from ledger.registry import Tool, require_idempotency_key
 from ledger.states import StepKind
 
 try:
@@ -104,15 +103,8 @@ def function_tool(effect: Tool, *, needs_approval: bool = False) -> FunctionTool
             f"function_tool() takes a runledger @tool, not {effect!r}; plain functions take the "
             "SDK's own @function_tool (a read step under run())"
         )
-    if (
-        effect.kind == StepKind.EFFECT
-        and "idempotency_key" not in inspect.signature(effect.fn).parameters
-    ):
-        raise AgentDefinitionError(
-            f"effect tool {effect.name!r} has no idempotency_key parameter: add a keyword "
-            "parameter idempotency_key and pass it to the service, so a retried call is the "
-            "same call"
-        )
+    if effect.kind == StepKind.EFFECT:
+        require_idempotency_key(effect.name, effect.fn)
     if needs_approval and effect.kind != StepKind.EFFECT:
         raise AgentDefinitionError(
             f"tool {effect.name!r}: needs_approval is runledger's approval gate, which only "

@@ -45,7 +45,7 @@ from ledger import canonical, faultpoints
 from ledger.adapters import _bridge, register_transcript
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
-from ledger.registry import Tool
+from ledger.registry import Tool, require_idempotency_key
 from ledger.schemas import HIDDEN_PARAMS
 
 SUPPORTED = (2, 3)  # pydantic-ai >= 2, < 3
@@ -191,13 +191,8 @@ def check_tools(tools: Sequence[Tool]) -> None:
                 f"run_agent(tools=...) takes ledger @tool functions, not {tool!r}: declare it "
                 "with @tool(kind='read') or @tool(kind='effect', reconcile=...)"
             )
-        names = set(inspect.signature(tool.fn).parameters)
-        if tool.kind == "effect" and "idempotency_key" not in names:
-            raise AgentDefinitionError(
-                f"effect tool {tool.name!r} has no idempotency_key parameter: add a keyword "
-                "parameter idempotency_key and pass it to the service, so a retried call is "
-                "the same call"
-            )
+        if tool.kind == "effect":
+            require_idempotency_key(tool.name, tool.fn)
 
 
 Approver = Callable[[str, dict[str, Any]], bool]
