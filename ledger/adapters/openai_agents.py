@@ -204,30 +204,22 @@ def transcript(run_id: str) -> list[dict[str, Any]]:
     message, tool call and handoff the model answered, in the ledger's order (``time`` is when
     the step finished). Read from the ledger, so it survives the worker that ran it.
     """
-    from ledger.models import Step
+    from ledger.selectors.transcript import openai_agents_turns
 
     said: list[dict[str, Any]] = []
-    seen_input = 0
-    # The adapter's own model steps only, chosen by the database: a long run of other model
-    # steps (a survey's summaries) is not loaded and decoded to be skipped.
-    rows = Step.objects.filter(
-        run_id=run_id, kind=StepKind.MODEL, status="succeeded", inputs__adapter="openai-agents"
-    ).only("step_id", "inputs", "result", "finished_at")
-    for row in rows.order_by("seq"):
-        inputs, result = row.inputs or {}, row.result or {}
-        when = row.finished_at.isoformat() if row.finished_at else None
-        items = inputs.get("input")
-        items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
-        for item in items[seen_input:]:
-            if isinstance(item, dict) and item.get("role") == "user":
-                said.append(_said("user", _text(item.get("content")), when, row.step_id))
-        seen_input = len(items) + len(result.get("output") or [])
-        for item in result.get("output") or []:
+    # One query for the run: the adapter's own model steps, chosen by the database (a long run
+    # of other model steps is not loaded to be skipped), each with the user messages its input
+    # adds, not the whole input (which repeats the conversation so far).
+    for row in openai_agents_turns(run_id):
+        when = row["finished_at"].isoformat() if row["finished_at"] else None
+        for content in row["users"]:
+            said.append(_said("user", _text(content), when, row["step_id"]))
+        for item in row["output"]:
             if item.get("type") == "message":
-                said.append(_said("assistant", _text(item.get("content")), when, row.step_id))
+                said.append(_said("assistant", _text(item.get("content")), when, row["step_id"]))
             elif item.get("type") == "function_call":
                 text = f"{item.get('name')}({item.get('arguments')})"
-                said.append(_said("tool_call", text, when, row.step_id))
+                said.append(_said("tool_call", text, when, row["step_id"]))
     return said
 
 
