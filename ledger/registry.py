@@ -192,6 +192,18 @@ class Agent:
         return hash_text(source)[:16]
 
 
+def require_idempotency_key(name: str, fn: Callable[..., Any]) -> None:
+    """Refuse effect tool ``name`` unless ``fn`` accepts ``idempotency_key`` (the step's effect
+    key, which the engine passes and the service must be given). The one check ``@tool`` and the
+    framework adapters make of an effect."""
+    if "idempotency_key" not in inspect.signature(fn).parameters:
+        raise AgentDefinitionError(
+            f"effect tool {name!r} has no idempotency_key parameter: add a keyword parameter "
+            "'*, idempotency_key: str' (the engine passes the step's effect key) and pass it "
+            "to the service, so a retried call is the same call"
+        )
+
+
 _agents: dict[str, Agent] = {}
 _tools: dict[str, Tool] = {}
 _import_errors: dict[str, str] = {}
@@ -252,10 +264,8 @@ def tool(
             raise AgentDefinitionError(
                 f"tool {tool_name!r}: parameter name {reserved[0]!r} is reserved"
             )
-        if kind == "effect" and "idempotency_key" not in params:
-            raise AgentDefinitionError(
-                f"effect tool {tool_name!r} must accept idempotency_key= (the step's effect key)"
-            )
+        if kind == "effect":
+            require_idempotency_key(tool_name, fn)
         if kind != "effect" and reconcile is not None:
             raise AgentDefinitionError(f"tool {tool_name!r}: only effects have a reconcile")
         if kind != "effect" and "fencing_token" in params:

@@ -10,6 +10,8 @@ The run page shows the entries of every registered renderer beside the step chai
 from __future__ import annotations
 
 import importlib
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,10 @@ Entry = dict[str, Any]
 Renderer = Callable[[str], list[Entry]]
 
 _renderers: dict[str, Renderer] = {}
+#: Each known module's import, tried once a process: True when it imported, False when not.
+_imported: dict[str, bool] = {}
+_importing = threading.Lock()
+log = logging.getLogger(__name__)
 
 #: The adapter modules the run page asks for a transcript (imported lazily, each may be absent).
 KNOWN = (
@@ -34,12 +40,31 @@ def register_transcript(framework: str, renderer: Renderer) -> None:
 
 
 def renderers() -> dict[str, Renderer]:
+    """The registered renderers, after trying each ``KNOWN`` module's import once a process.
+
+    A module that fails is left out and not tried again: an absent extra (``ImportError``)
+    silently, anything else (``AgentDefinitionError`` for an SDK outside the pinned range, an
+    error in the SDK's own import) with one warning. Never raises: the run page shows the other
+    frameworks' transcripts."""
     for module in KNOWN:
+        if module not in _imported:
+            _import_once(module)
+    return dict(_renderers)
+
+
+def _import_once(module: str) -> None:
+    with _importing:
+        if module in _imported:
+            return
         try:
             importlib.import_module(module)
         except ImportError:
-            continue
-    return dict(_renderers)
+            _imported[module] = False
+        except Exception:
+            _imported[module] = False
+            log.warning("%s failed to import; its transcripts are not shown", module, exc_info=True)
+        else:
+            _imported[module] = True
 
 
 def transcripts(run_id: str) -> dict[str, list[Entry]]:

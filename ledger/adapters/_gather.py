@@ -13,6 +13,9 @@ it, a concurrency limit, a barrier tool) would keep the others waiting forever, 
 calls are also let go once the loop has turned ``IDLE_TURNS`` times without a new arrival: they
 then run as a fan-out of their own, still in the model's order. Either way the chain of steps
 is the same, because the siblings are chained in the order of their step ids.
+
+``run_calls`` is what a dispatch does with a batch on the run's thread: the calls as one
+``ctx.parallel`` fan-out, then those behind an approval gate one at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger.engine import RunContext
+    from ledger.registry import Tool
 
 #: How many turns of the event loop a held call waits for its siblings that were expected but
 #: have not arrived (tasks the framework created together arrive within a few turns).
@@ -108,3 +115,48 @@ class Gather:
         for held in batch:
             if not held.future.done():
                 held.future.set_result(outcomes[held.index])
+
+
+# --- a batch on the run's thread -----------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    """One durable tool call of an answer (a ``Held`` call's payload): the ledger tool and the
+    model's arguments."""
+
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+def run_calls(
+    ctx: RunContext,
+    batch: list[Held],
+    *,
+    prefix: str,
+    max_workers: int,
+    gated: Callable[[ToolCall], bool],
+    call_gated: Callable[[ToolCall, str], Any] | None = None,
+) -> dict[int, Any]:
+    """On the run's thread: the batch's outcomes by index. The calls not ``gated`` run as one
+    ``ctx.parallel`` fan-out, steps ``<prefix>.tools.<i>.<tool>`` (``i``: the call's place in
+    the answer); then each gated call in the answer's order, ``call_gated(call, step_id)``
+    (default: ``ctx.call`` of the tool at that step behind runledger's approval gate)."""
+    behind = {h.index for h in batch if gated(h.payload)}
+    plain = [h for h in batch if h.index not in behind]
+    out: dict[int, Any] = {}
+    if plain:
+        keys = {h.index: f"{h.index}.{h.payload.tool.name}"[:100] for h in plain}
+        branches = {keys[h.index]: (h.payload.tool, h.payload.arguments) for h in plain}
+        done = ctx.parallel(branches, step=f"{prefix}.tools", max_workers=max_workers)
+        out.update({index: done[key] for index, key in keys.items()})
+    for held in batch:
+        if held.index not in behind:
+            continue
+        call: ToolCall = held.payload
+        step = f"{prefix}.tools.{held.index}.{call.tool.name}"
+        if call_gated is not None:
+            out[held.index] = call_gated(call, step)
+        else:
+            out[held.index] = ctx.call(call.tool, step=step, approval=True, **call.arguments)
+    return out

@@ -58,7 +58,7 @@ from ledger import canonical, faultpoints
 from ledger.adapters import claude_model_proxy as proxy
 from ledger.adapters import register_transcript
 from ledger.errors import AgentDefinitionError, NotJSON
-from ledger.registry import Tool
+from ledger.registry import Tool, require_idempotency_key
 from ledger.states import StepKind
 
 if TYPE_CHECKING:
@@ -546,13 +546,7 @@ def check_tools(tools: Sequence[Tool]) -> None:
             raise AgentDefinitionError(f"tool {t.name!r} is given twice")
         seen.add(t.name)
         if t.kind == StepKind.EFFECT:
-            import inspect
-
-            if "idempotency_key" not in inspect.signature(t.fn).parameters:
-                raise AgentDefinitionError(
-                    f"effect tool {t.name!r} has no idempotency_key parameter: add "
-                    "'*, idempotency_key: str' and pass it to the downstream system"
-                )
+            require_idempotency_key(t.name, t.fn)
 
 
 def _check_options(options: Any) -> None:

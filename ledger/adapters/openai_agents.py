@@ -27,22 +27,19 @@ read steps (``<step>.guardrail.<where>.<agent>.<name>``) and replayed, not re-de
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import dataclasses
-import inspect
 import json
-import queue
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 from ledger import canonical, faultpoints
 from ledger.adapters import register_transcript
-from ledger.adapters._gather import Gather, Held
+from ledger.adapters._bridge import Bridge
+from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
-from ledger.registry import Tool
+from ledger.registry import Tool, require_idempotency_key
 from ledger.states import StepKind
 
 try:
@@ -106,15 +103,8 @@ def function_tool(effect: Tool, *, needs_approval: bool = False) -> FunctionTool
             f"function_tool() takes a runledger @tool, not {effect!r}; plain functions take the "
             "SDK's own @function_tool (a read step under run())"
         )
-    if (
-        effect.kind == StepKind.EFFECT
-        and "idempotency_key" not in inspect.signature(effect.fn).parameters
-    ):
-        raise AgentDefinitionError(
-            f"effect tool {effect.name!r} has no idempotency_key parameter: add a keyword "
-            "parameter idempotency_key and pass it to the service, so a retried call is the "
-            "same call"
-        )
+    if effect.kind == StepKind.EFFECT:
+        require_idempotency_key(effect.name, effect.fn)
     if needs_approval and effect.kind != StepKind.EFFECT:
         raise AgentDefinitionError(
             f"tool {effect.name!r}: needs_approval is runledger's approval gate, which only "
@@ -214,100 +204,42 @@ def transcript(run_id: str) -> list[dict[str, Any]]:
     message, tool call and handoff the model answered, in the ledger's order (``time`` is when
     the step finished). Read from the ledger, so it survives the worker that ran it.
     """
-    from ledger.models import Step
+    from ledger.selectors.transcript import openai_agents_turns
 
     said: list[dict[str, Any]] = []
-    seen_input = 0
-    # The adapter's own model steps only, chosen by the database: a long run of other model
-    # steps (a survey's summaries) is not loaded and decoded to be skipped.
-    rows = Step.objects.filter(
-        run_id=run_id, kind=StepKind.MODEL, status="succeeded", inputs__adapter="openai-agents"
-    ).only("step_id", "inputs", "result", "finished_at")
-    for row in rows.order_by("seq"):
-        inputs, result = row.inputs or {}, row.result or {}
-        when = row.finished_at.isoformat() if row.finished_at else None
-        items = inputs.get("input")
-        items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
-        for item in items[seen_input:]:
-            if isinstance(item, dict) and item.get("role") == "user":
-                said.append(_said("user", _text(item.get("content")), when, row.step_id))
-        seen_input = len(items) + len(result.get("output") or [])
-        for item in result.get("output") or []:
+    # One query for the run: the adapter's own model steps, chosen by the database (a long run
+    # of other model steps is not loaded to be skipped), each with the user messages its input
+    # adds, not the whole input (which repeats the conversation so far).
+    for row in openai_agents_turns(run_id):
+        when = row["finished_at"].isoformat() if row["finished_at"] else None
+        for content in row["users"]:
+            said.append(_said("user", _text(content), when, row["step_id"]))
+        for item in row["output"]:
             if item.get("type") == "message":
-                said.append(_said("assistant", _text(item.get("content")), when, row.step_id))
+                said.append(_said("assistant", _text(item.get("content")), when, row["step_id"]))
             elif item.get("type") == "function_call":
                 text = f"{item.get('name')}({item.get('arguments')})"
-                said.append(_said("tool_call", text, when, row.step_id))
+                said.append(_said("tool_call", text, when, row["step_id"]))
     return said
 
 
 # --- the bridge between the SDK's event loop and the worker's thread ------------------------
 
 
-class _Aborted(Exception):
-    """A ledger call refused because an earlier one stopped the run."""
-
-
-class _Bridge:
-    """Runs the SDK on an event loop in a helper thread; runs ledger calls in this thread."""
+class _Bridge(Bridge):
+    """Runs the SDK on an event loop in a helper thread (``ledger.adapters._bridge``; a call
+    whose ledger work raised is given that error); runs ledger calls in this thread."""
 
     def __init__(self, ctx: RunContext, *, step: str, max_workers: int = 4) -> None:
+        super().__init__(name="runledger-openai-agents", hand_back=True)
         self.ctx = ctx
         self.step = step
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._work: queue.Queue[Any] = queue.Queue()
-        self._fatal: BaseException | None = None
         self.calls: dict[str, tuple[str, int, str]] = {}  # call id -> (model step, i, name)
         self.max_workers = max_workers
         self.gather = Gather(self._dispatch)
 
     def run(self, start: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        outcome: dict[str, Any] = {}
-
-        def sdk_thread() -> None:
-            loop = asyncio.new_event_loop()
-            self.loop = loop
-            try:
-                outcome["result"] = loop.run_until_complete(_SCOPE_RUN(start, (self.step, [0])))
-            except BaseException as exc:  # handed to the worker's thread
-                outcome["error"] = exc
-            finally:
-                self._work.put(None)
-                loop.close()
-
-        thread = threading.Thread(target=sdk_thread, name="runledger-openai-agents", daemon=True)
-        thread.start()
-        while (item := self._work.get()) is not None:
-            work, future = item
-            if not future.set_running_or_notify_cancel():
-                continue  # the SDK gave up on it (a sibling failed): nothing is written
-            if self._fatal is not None:
-                future.set_exception(_Aborted("the run stopped at an earlier step"))
-                continue
-            try:
-                future.set_result(work())
-            except (
-                BaseException
-            ) as exc:  # a ledger outcome: it stops the run, whatever the SDK does
-                self._fatal = exc
-                future.set_exception(exc)
-        thread.join()
-        if self._fatal is not None:
-            raise self._fatal
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["result"]
-
-    async def ledger(self, work: Callable[[], Any]) -> Any:
-        """Run ``work`` (a ledger call) in the worker's thread; await its result."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._work.put((work, future))
-        return await asyncio.wrap_future(future)
-
-    def on_loop(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        """From the worker's thread: run ``coroutine`` on the SDK's loop and wait for it."""
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return self.serve(_SCOPE_RUN(start, (self.step, [0])))
 
     # the tool calls of one answer: gathered into one fan-out
     def answered(self, model_step: str, output: list[dict[str, Any]], durable: set[str]) -> None:
@@ -324,39 +256,28 @@ class _Bridge:
 
     async def tool_call(self, model_step: str, index: int, call: _ToolCall) -> Any:
         """Hold ``call`` until the answer's other durable calls are here; run them as one
-        fan-out (``_run_calls``); return this call's result."""
+        fan-out (``run_calls``: steps ``<model step>.tools.<i>.<name>``, those behind an
+        approval gate after it, one at a time); return this call's result."""
         return await self.gather.call(model_step, index, call)
 
     async def _dispatch(self, batch: list[Held]) -> dict[int, Any]:
-        return await self.ledger(lambda: _run_calls(self.ctx, batch, self.max_workers))  # type: ignore[no-any-return]
+        def run_batch() -> dict[int, Any]:
+            return run_calls(
+                self.ctx,
+                batch,
+                prefix=batch[0].answer,
+                max_workers=self.max_workers,
+                gated=lambda call: isinstance(call, _ToolCall) and call.gated,
+            )
+
+        return await self.ask(run_batch)  # type: ignore[no-any-return]
 
 
 @dataclasses.dataclass
-class _ToolCall:
+class _ToolCall(ToolCall):
     """One durable tool call of an answer: the ledger tool, its arguments, its gate."""
 
-    tool: Tool
-    arguments: dict[str, Any]
-    gated: bool
-
-
-def _run_calls(ctx: RunContext, batch: list[Held], max_workers: int) -> dict[int, Any]:
-    """On the worker's thread: the answer's calls as one ``ctx.parallel`` fan-out (steps
-    ``<model step>.tools.<i>.<name>``), then those behind an approval gate, one at a time."""
-    model_step = batch[0].answer
-    plain = [h for h in batch if not h.payload.gated]
-    out: dict[int, Any] = {}
-    if plain:
-        keys = {h.index: f"{h.index}.{h.payload.tool.name}"[:100] for h in plain}
-        branches = {keys[h.index]: (h.payload.tool, h.payload.arguments) for h in plain}
-        done = ctx.parallel(branches, step=f"{model_step}.tools", max_workers=max_workers)
-        out.update({index: done[key] for index, key in keys.items()})
-    for held in batch:
-        if held.payload.gated:
-            call = held.payload
-            step = f"{model_step}.tools.{held.index}.{call.tool.name}"
-            out[held.index] = ctx.call(call.tool, step=step, approval=True, **call.arguments)
-    return out
+    gated: bool = False
 
 
 async def _SCOPE_RUN(
@@ -442,7 +363,7 @@ class _DurableModel(Model):
             return _answer(response)
 
         ctx = self._bridge.ctx
-        answer = await self._bridge.ledger(
+        answer = await self._bridge.ask(
             lambda: ctx.model_request(request, send=send, model=self._name, step=step_id)
         )
         durable = {
@@ -648,7 +569,7 @@ def _durable_guard(guard: Any, bridge: _Bridge, where: str, agent: Agent[Any]) -
 
         recorded = dataclasses.replace(record, fn=evaluate)
         ctx = bridge.ctx
-        stored = await bridge.ledger(lambda: ctx.call(recorded, step=step_id))
+        stored = await bridge.ask(lambda: ctx.call(recorded, step=step_id))
         return GuardrailFunctionOutput(
             output_info=stored["info"], tripwire_triggered=stored["tripwire"]
         )

@@ -36,21 +36,16 @@ holds the run's database connection and the ledger context) as one job.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-import queue
-import threading
-from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledger import canonical, faultpoints
-from ledger.adapters import register_transcript
+from ledger.adapters import _bridge, register_transcript
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
-from ledger.registry import Tool
+from ledger.registry import Tool, require_idempotency_key
 from ledger.schemas import HIDDEN_PARAMS
 
 SUPPORTED = (2, 3)  # pydantic-ai >= 2, < 3
@@ -93,71 +88,12 @@ def check_version(version: str) -> None:
 # --- the bridge between the agent's event loop and the run's thread ----------------------------
 
 
-@dataclass
-class _Job:
-    run: Callable[[], Any]  # runs on the run's thread (the ledger call)
-    done: Future[Any] = field(default_factory=Future)
-
-
-class _Stop(Exception):
-    """Ends the agent's event loop when the run's thread raised (the run stops or fails)."""
-
-
-class Bridge:
-    """Hands the agent's model requests and tool calls to the thread that runs the ledger."""
+class Bridge(_bridge.Bridge):
+    """Hands the agent's model requests and tool calls to the thread that runs the ledger
+    (``ledger.adapters._bridge``; a call whose ledger work raised is told ``Stopped``)."""
 
     def __init__(self) -> None:
-        self.jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def ask(self, run: Callable[[], Any]) -> Any:
-        job = _Job(run)
-        self.jobs.put(job)
-        return await asyncio.wrap_future(job.done)
-
-    def on_loop(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coro`` on the agent's event loop from the run's thread; wait for its result."""
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def serve(self, main: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``main`` on a new event loop in a thread; serve its jobs here until it ends."""
-        outcome: dict[str, Any] = {}
-
-        def agent_thread() -> None:
-            loop = asyncio.new_event_loop()
-            self.loop = loop
-            try:
-                outcome["value"] = loop.run_until_complete(main)
-            except BaseException as exc:
-                outcome["error"] = exc
-            finally:
-                self.jobs.put(None)
-                loop.close()
-
-        thread = threading.Thread(target=agent_thread, name="pydantic-ai-agent", daemon=True)
-        thread.start()
-        raised: BaseException | None = None
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                break
-            if not job.done.set_running_or_notify_cancel():
-                continue  # the agent gave the call up (a sibling failed): nothing was run
-            if raised is not None:
-                job.done.set_exception(_Stop())
-                continue
-            try:
-                job.done.set_result(job.run())
-            except BaseException as exc:
-                raised = exc
-                job.done.set_exception(_Stop())
-        thread.join()
-        if raised is not None:
-            raise raised
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["value"]
+        super().__init__(name="pydantic-ai-agent")
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -255,13 +191,8 @@ def check_tools(tools: Sequence[Tool]) -> None:
                 f"run_agent(tools=...) takes ledger @tool functions, not {tool!r}: declare it "
                 "with @tool(kind='read') or @tool(kind='effect', reconcile=...)"
             )
-        names = set(inspect.signature(tool.fn).parameters)
-        if tool.kind == "effect" and "idempotency_key" not in names:
-            raise AgentDefinitionError(
-                f"effect tool {tool.name!r} has no idempotency_key parameter: add a keyword "
-                "parameter idempotency_key and pass it to the service, so a retried call is "
-                "the same call"
-            )
+        if tool.kind == "effect":
+            require_idempotency_key(tool.name, tool.fn)
 
 
 Approver = Callable[[str, dict[str, Any]], bool]
@@ -307,7 +238,7 @@ def ledger_toolset(
     from pydantic_ai.tools import Tool as PydanticTool
     from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
-    from ledger.adapters._gather import Gather, Held
+    from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
     from ledger.errors import ApprovalRejected
 
     by_name = {t.name: t for t in tools}
@@ -333,30 +264,26 @@ def ledger_toolset(
 
         return validate
 
-    def run_calls(batch: list[Held]) -> dict[int, Any]:
+    def call_gated(call: ToolCall, step: str) -> Any:
+        own = None if call.tool.approval is not None else True  # the tool's own policy first
+        try:
+            return ctx.call(call.tool, step=step[:200], approval=own, **call.arguments)
+        except ApprovalRejected as exc:  # PydanticAI's denial path: the model is told
+            return ToolDenied(f"The tool call was denied: {exc}")
+
+    def run_batch(batch: list[Held]) -> dict[int, Any]:
         """On the run's thread: the batch as one fan-out, then the gated calls in order."""
-        turn = batch[0].answer
-        plain = [h for h in batch if not approver(h.payload[0], h.payload[1])]
-        gated = [h for h in batch if h not in plain]
-        out: dict[int, Any] = {}
-        if plain:
-            keys = {h.index: f"{h.index}.{h.payload[0]}"[:100] for h in plain}
-            branches = {keys[h.index]: (by_name[h.payload[0]], h.payload[1]) for h in plain}
-            done = ctx.parallel(branches, step=f"turn.{turn}.tools", max_workers=max_workers)
-            out.update({index: done[key] for index, key in keys.items()})
-        for held in gated:
-            name, args = held.payload
-            step = f"turn.{turn}.tools.{held.index}.{name}"[:200]
-            tool = by_name[name]
-            own = None if tool.approval is not None else True  # the tool's own policy first
-            try:
-                out[held.index] = ctx.call(tool, step=step, approval=own, **args)
-            except ApprovalRejected as exc:  # PydanticAI's denial path: the model is told
-                out[held.index] = ToolDenied(f"The tool call was denied: {exc}")
-        return out
+        return run_calls(
+            ctx,
+            batch,
+            prefix=f"turn.{batch[0].answer}",
+            max_workers=max_workers,
+            gated=lambda call: approver(call.tool.name, call.arguments),
+            call_gated=call_gated,
+        )
 
     async def dispatch(batch: list[Held]) -> dict[int, Any]:
-        return await bridge.ask(lambda: run_calls(batch))  # type: ignore[no-any-return]
+        return await bridge.ask(lambda: run_batch(batch))  # type: ignore[no-any-return]
 
     gather = Gather(dispatch)
     functions = FunctionToolset(
@@ -377,7 +304,7 @@ def ledger_toolset(
             self, name: str, tool_args: dict[str, Any], run_ctx: Any, tool: Any
         ) -> Any:
             turn, index = where(run_ctx.tool_call_id)
-            return await gather.call(str(turn), index, (name, dict(tool_args)))
+            return await gather.call(str(turn), index, ToolCall(by_name[name], dict(tool_args)))
 
     return LedgerToolset(functions)
 

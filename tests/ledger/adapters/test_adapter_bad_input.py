@@ -225,3 +225,31 @@ def test_a_pydantic_ai_agent_with_an_external_toolset_is_refused_naming_it(execu
     )
     assert outcome.status == "failed" and "toolsets of its own (ExternalToolset)" in outcome.detail
     assert steps == {}
+
+
+def test_a_keyless_effect_is_refused_with_one_message_by_tool_and_by_every_adapter() -> None:
+    """``@tool`` and each adapter's own check (for a ``Tool`` built without the decorator) are
+    ``registry.require_idempotency_key``: the same message, naming the tool and what to add."""
+    from ledger.adapters import openai_agents, pydantic_ai
+
+    said = (
+        "effect tool 'keyless' has no idempotency_key parameter: add a keyword parameter "
+        "'*, idempotency_key: str'"
+    )
+    checks: list[Any] = [
+        lambda: registry.tool(kind="effect", name="keyless")(lambda amount: amount),
+        lambda: pydantic_ai.check_tools([KEYLESS]),
+        lambda: openai_agents.function_tool(KEYLESS),
+    ]
+    try:
+        from ledger.adapters import claude_agent_sdk
+    except ImportError:
+        pass
+    else:
+        checks.append(lambda: claude_agent_sdk.check_tools([KEYLESS]))
+    for check in checks:
+        with pytest.raises(AgentDefinitionError) as refused:
+            check()
+        assert str(refused.value).startswith(said), refused.value
+    assert registry.get_tool("keyless") is None  # refused before it was registered
+    registry.require_idempotency_key("keyed", lambda amount, *, idempotency_key: amount)

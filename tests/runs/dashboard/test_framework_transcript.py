@@ -62,3 +62,50 @@ def test_every_adapters_transcript_is_registered_for_the_run_page() -> None:
     from ledger import adapters
 
     assert {"claude-agent-sdk", "openai-agents", "pydantic-ai"} <= set(adapters.renderers())
+
+
+def test_an_adapter_that_fails_to_import_leaves_the_run_page_and_the_other_transcripts(
+    execute: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Claude adapter raises AgentDefinitionError at import for an SDK outside its range:
+    the run page still renders the PydanticAI transcript, the import is tried once a process
+    and warned about once."""
+    import importlib
+    import logging
+
+    from ledger.errors import AgentDefinitionError
+
+    restore_roles()
+    run = transitions.run_start(
+        agent="refund_pydantic_ai", inputs={"invoice_ids": ["inv_1001", "inv_1003"]}
+    )
+    assert execute(run.run_id).status == "succeeded"
+
+    real = importlib.import_module
+    tried: list[str] = []
+
+    def import_module(name: str, package: str | None = None) -> Any:
+        if name == "ledger.adapters.claude_agent_sdk":
+            tried.append(name)
+            raise AgentDefinitionError("claude-agent-sdk 9.9.9 is outside the range")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    monkeypatch.setattr(adapters, "_imported", {})  # this process has not tried yet
+    monkeypatch.delitem(adapters._renderers, "claude-agent-sdk", raising=False)
+    caplog.set_level(logging.WARNING, logger="ledger.adapters")
+
+    client = Client()
+    client.force_login(user_in("viewer"))
+    pages = [client.get(reverse("runs:detail", args=[run.run_id])) for _ in range(2)]
+
+    assert [p.status_code for p in pages] == [200, 200]
+    for response in pages:
+        panel = unescape(response.content.decode()).split('id="framework-transcript"', 1)[1]
+        assert "Refunded 2 invoices and told #billing." in panel.split("</section>", 1)[0]
+    assert tried == ["ledger.adapters.claude_agent_sdk"]  # once, not once a page
+    warned = [r for r in caplog.records if "ledger.adapters.claude_agent_sdk" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    shown = set(adapters.renderers())
+    assert "pydantic-ai" in shown and "claude-agent-sdk" not in shown
+    assert adapters._imported["ledger.adapters.claude_agent_sdk"] is False
