@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ledger import canonical, registry, selectors
 from ledger.conf import conf
-from ledger.engine import RunContext
+from ledger.engine import RunContext, collector
 from ledger.engine.calls import Call
 from ledger.engine.decide import Action, decide
 from ledger.engine.walk import Walk
@@ -237,7 +237,8 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     inputs = canonical.ordered(run.inputs)
     ctx = RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock)
     try:
-        definition.fn(ctx, inputs)
+        with collector.held_off():  # no tool runs; bounded by ``seconds`` (engine.collector)
+            definition.fn(ctx, inputs)
         preview.finished = True
     except _Stop as stop:
         preview.stopped = str(stop)

@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from ledger import canonical
+from ledger.engine import collector
 from ledger.states import StepRow
 
 _STEP_COLUMNS = (
@@ -27,25 +28,26 @@ def load_steps(run_id: str) -> dict[str, StepRow]:
         cur.execute(f"SELECT {_STEP_COLUMNS} FROM ledger_step WHERE run_id = %s", [run_id])
         rows = cur.fetchall()
     load, when = _load_json, _load_dt
-    return {
-        r[1]: StepRow(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            load(r[4]),
-            r[5],
-            r[6],
-            r[7],
-            r[8],
-            r[9],
-            r[10],
-            load(r[11]) or [],
-            when(r[12]),
-            r[13] or "",
-        )
-        for r in rows
-    }
+    with collector.held_off():  # the rows' objects live on: nothing to collect
+        return {
+            r[1]: StepRow(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                load(r[4]),
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                r[10],
+                load(r[11]) or [],
+                when(r[12]),
+                r[13] or "",
+            )
+            for r in rows
+        }
 
 
 def _load_json(value: Any) -> Any:
