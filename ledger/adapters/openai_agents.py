@@ -268,9 +268,29 @@ class _Bridge(Bridge):
                 prefix=batch[0].answer,
                 max_workers=self.max_workers,
                 gated=lambda call: isinstance(call, _ToolCall) and call.gated,
+                call_gated=self._call_gated,
             )
 
         return await self.ask(run_batch)  # type: ignore[no-any-return]
+
+    def _call_gated(self, call: ToolCall, step: str) -> Any:
+        """A ``needs_approval`` call behind runledger's gate. Rejected, the model is told as the
+        SDK tells it (``Tool execution was not approved.``, its default rejection message) and
+        the run goes on; a tool whose own ``@tool(approval=Approval(on_reject="fail"))`` says
+        otherwise fails the run. A replay gives the model the same words (the rejection is
+        replayed at the same call)."""
+        from ledger.errors import ApprovalRejected
+
+        own = None if call.tool.approval is not None else True  # the tool's own policy first
+        try:
+            return self.ctx.call(call.tool, step=step, approval=own, **call.arguments)
+        except ApprovalRejected:
+            return REJECTED
+
+
+#: What the model is given for a call a person rejected: the SDK's own default
+#: (``agents.tool.DEFAULT_APPROVAL_REJECTION_MESSAGE``).
+REJECTED = "Tool execution was not approved."
 
 
 @dataclasses.dataclass

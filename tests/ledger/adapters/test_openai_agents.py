@@ -4,6 +4,7 @@ model's asks and the simulators' tables after the act."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -415,3 +416,46 @@ def test_needs_approval_on_an_effect_is_the_approval_gate(
     assert (done.status, done.result) == ("succeeded", {"text": example.FINAL}), done
     assert asked(asks) == {1: 1, 2: 1, 3: 1, 4: 1}
     effects_once()
+
+
+def test_a_rejected_needs_approval_call_tells_the_model_as_the_sdk_does(
+    asks: Path, execute: Any, people: Any, clock: Any
+) -> None:
+    """Rejected at runledger's gate, a ``needs_approval`` call is never sent and the model is
+    given the SDK's own rejection message as the call's output; the run goes on to its end."""
+    from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+
+    from ledger.agents import agent
+    from ledger.models import Gate
+
+    gated = example.refund_agent()
+    gated.tools = [
+        *gated.tools[:2],
+        openai_agents.function_tool(example.notify_team, needs_approval=True),
+    ]
+
+    @agent("oa_rejected_test", tools=openai_agents.ledger_tools(gated))
+    def rejected_run(ctx: Any, inputs: Any) -> Any:
+        result = openai_agents.run(
+            ctx,
+            gated,
+            "Please refund invoices inv_1001 and inv_1003.",
+            model_provider=example.ScriptedProvider(),
+        )
+        return {"text": result.final_output}
+
+    run_id = transitions.run_start(agent="oa_rejected_test", inputs={}).run_id
+    outcome = execute(run_id)
+    assert (outcome.status, outcome.reason) == ("needs_attention", "approval"), outcome
+    transitions.gate_reject(
+        gate=Gate.objects.get(run_id=run_id), by=people.bob, reason="not now", clock=clock
+    )
+    done = execute(run_id, worker="worker-2")
+    assert done.status == "succeeded", done
+    assert Notification.objects.count() == 0
+    rejected = rows(run_id)["openai.turn.3.tools.0.notify_team"]  # the rejection, recorded
+    assert (rejected.status, rejected.effect_key) == ("failed", None)  # no intent: never sent
+    assert "rejected by bob: not now" in rejected.error
+    assert openai_agents.REJECTED == DEFAULT_APPROVAL_REJECTION_MESSAGE
+    last_turn = rows(run_id)["openai.turn.4"]
+    assert DEFAULT_APPROVAL_REJECTION_MESSAGE in json.dumps(last_turn.inputs)
