@@ -379,13 +379,10 @@ def test_the_docs_example_runs_against_a_model_server_on_loopback(
     assert ProviderCharge.objects.count() == 2
 
 
-def test_needs_approval_on_an_effect_is_the_approval_gate(
-    asks: Path, execute: Any, people: Any, clock: Any
-) -> None:
-    """``function_tool(effect, needs_approval=True)``: the run waits at runledger's gate for
-    the exact arguments; approved, the effect is sent once and the run finishes."""
+def start_gated(name: str) -> str:
+    """A queued run of agent ``name``: the refund agent with ``notify_team`` behind
+    ``needs_approval`` (its third turn's call waits at the gate)."""
     from ledger.agents import agent
-    from ledger.models import Gate
 
     gated = example.refund_agent()
     gated.tools = [
@@ -393,7 +390,7 @@ def test_needs_approval_on_an_effect_is_the_approval_gate(
         openai_agents.function_tool(example.notify_team, needs_approval=True),
     ]
 
-    @agent("oa_gated_test", tools=openai_agents.ledger_tools(gated))
+    @agent(name, tools=openai_agents.ledger_tools(gated))
     def gated_run(ctx: Any, inputs: Any) -> Any:
         result = openai_agents.run(
             ctx,
@@ -403,7 +400,17 @@ def test_needs_approval_on_an_effect_is_the_approval_gate(
         )
         return {"text": result.final_output}
 
-    run_id = transitions.run_start(agent="oa_gated_test", inputs={}).run_id
+    return transitions.run_start(agent=name, inputs={}).run_id
+
+
+def test_needs_approval_on_an_effect_is_the_approval_gate(
+    asks: Path, execute: Any, people: Any, clock: Any
+) -> None:
+    """``function_tool(effect, needs_approval=True)``: the run waits at runledger's gate for
+    the exact arguments; approved, the effect is sent once and the run finishes."""
+    from ledger.models import Gate
+
+    run_id = start_gated("oa_gated_test")
     outcome = execute(run_id)
     assert (outcome.status, outcome.reason) == ("needs_attention", "approval"), outcome
     assert outcome.step_id == "openai.turn.3.tools.0.notify_team"
@@ -425,26 +432,9 @@ def test_a_rejected_needs_approval_call_tells_the_model_as_the_sdk_does(
     given the SDK's own rejection message as the call's output; the run goes on to its end."""
     from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 
-    from ledger.agents import agent
     from ledger.models import Gate
 
-    gated = example.refund_agent()
-    gated.tools = [
-        *gated.tools[:2],
-        openai_agents.function_tool(example.notify_team, needs_approval=True),
-    ]
-
-    @agent("oa_rejected_test", tools=openai_agents.ledger_tools(gated))
-    def rejected_run(ctx: Any, inputs: Any) -> Any:
-        result = openai_agents.run(
-            ctx,
-            gated,
-            "Please refund invoices inv_1001 and inv_1003.",
-            model_provider=example.ScriptedProvider(),
-        )
-        return {"text": result.final_output}
-
-    run_id = transitions.run_start(agent="oa_rejected_test", inputs={}).run_id
+    run_id = start_gated("oa_rejected_test")
     outcome = execute(run_id)
     assert (outcome.status, outcome.reason) == ("needs_attention", "approval"), outcome
     transitions.gate_reject(
