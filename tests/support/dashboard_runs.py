@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from harness.unannounced import start_unannounced
@@ -42,6 +43,19 @@ def user_in(role: str, name: str | None = None) -> User:
     if role:
         user_set_role(user=user, role=role)
     return user
+
+
+def client_for(user: User, *, csrf: bool = False, **options: Any) -> Client:
+    """A test client signed in as ``user`` (``csrf``: it enforces CSRF checks, as a browser's
+    requests meet them)."""
+    client = Client(enforce_csrf_checks=csrf, **options)
+    client.force_login(user)
+    return client
+
+
+def signed_in(role: str, name: str | None = None, **options: Any) -> Client:
+    """A test client signed in as a new user ``name`` with ``role`` (``user_in``)."""
+    return client_for(user_in(role, name), **options)
 
 
 def rewind(clock: Any, hours: float = 2) -> None:

@@ -15,17 +15,14 @@ from harness.cluster import Cluster
 from ledger import transitions
 from ledger.examples.models import ProviderCharge
 from ledger.models import AuditEvent, Gate, Run
-from tests.support.dashboard_runs import restore_roles, rewind, start, user_in
+from tests.support.dashboard_runs import client_for, start, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +30,6 @@ def broker(tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path / "broker")
     with cluster.producing():
         yield cluster
-
-
-def client_for(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def state() -> Any:

@@ -23,27 +23,16 @@ from ledger.selectors import evidence
 from tests.support.dashboard_runs import (
     lookup_down_run,
     renewal_run,
-    restore_roles,
-    rewind,
+    signed_in,
     start,
-    user_in,
 )
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> Iterator[None]:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
-    restore_roles()
-    rewind(clock)
     yield
 
 
@@ -52,12 +41,6 @@ def broker(tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path / "broker")
     with cluster.producing():
         yield cluster
-
-
-def client_for(role: str, name: str) -> Client:
-    client = Client()
-    client.force_login(user_in(role, name=name))
-    return client
 
 
 def text(response: Any) -> str:
@@ -120,7 +103,7 @@ def test_a_result_that_contradicts_the_inputs_is_flagged_and_needs_acknowledging
 ) -> None:
     run = renewal_run(execute, crash_at)  # cus_hopper's 24,900 renewal, no lookup
     step = Step.objects.get(run=run, step_id="charge")
-    olive = client_for("operator", "olive")
+    olive = signed_in("operator", "olive")
     wrong = '{"gateway_ref": "gw_x", "amount_cents": 900, "customer": "<b>cus_knuth</b>"}'
 
     # The proposer is warned first and nothing is written until they tick the box.
@@ -134,7 +117,7 @@ def test_a_result_that_contradicts_the_inputs_is_flagged_and_needs_acknowledging
     proposal = Settlement.objects.get()
 
     # The approver sees the result beside the inputs, and the same warning.
-    amy = client_for("approver", "amy")
+    amy = signed_in("approver", "amy")
     page = text(amy.get(settle_url(step)))
     beside = page[page.index('id="proposal-evidence"') :]
     assert beside.index("Proposed result") < beside.index("The step's inputs")
@@ -163,10 +146,10 @@ def test_a_result_that_agrees_is_said_to_agree_and_approved_without_the_box(
 ) -> None:
     run = renewal_run(execute, crash_at)
     step = Step.objects.get(run=run, step_id="charge")
-    olive = client_for("operator", "olive")
+    olive = signed_in("operator", "olive")
     right = '{"gateway_ref": "gw_1", "amount_cents": 24900, "customer": "cus_hopper"}'
     assert propose(olive, step, right).status_code == 302
-    amy = client_for("approver", "amy")
+    amy = signed_in("approver", "amy")
     page = text(amy.get(settle_url(step)))
     assert flag_of(page) == "" and 'id="evidence-ok"' in page
     assert 'name="acknowledge"' not in page
@@ -181,13 +164,13 @@ def test_a_result_that_contradicts_the_lookups_answer_is_flagged(
     run = lookup_down_run(execute, crash_at, monkeypatch)  # inv_1001: cus_ada, 4,200
     step = Step.objects.get(run=run, step_id="refund")
     monkeypatch.delenv("RUNLEDGER_PROVIDER_LOOKUP")  # the provider's lookup is back
-    olive = client_for("operator", "olive")
+    olive = signed_in("operator", "olive")
     olive.post(f"{settle_url(step)}lookup/")
     answer = evidence.last_lookup_answer(step=step)
     assert answer["outcome"] == "happened" and answer["result"]["charge_id"]
     forged = f'{{"charge_id": "{answer["result"]["charge_id"]}x", "amount_cents": -4200}}'
     assert propose(olive, step, forged, acknowledge="on").status_code == 302
-    page = text(client_for("approver", "amy").get(settle_url(step)))
+    page = text(signed_in("approver", "amy").get(settle_url(step)))
     assert "charge_id is" in flag_of(page) and "in the lookup's answer" in flag_of(page)
     assert "The lookup's answer" in page[page.index('id="proposal-evidence"') :]
 
@@ -195,7 +178,7 @@ def test_a_result_that_contradicts_the_lookups_answer_is_flagged(
 def test_the_placeholder_names_this_steps_amount_not_another(execute, crash_at) -> None:
     run = renewal_run(execute, crash_at)
     step = Step.objects.get(run=run, step_id="charge")
-    page = text(client_for("operator", "olive").get(settle_url(step)))
+    page = text(signed_in("operator", "olive").get(settle_url(step)))
     placeholder = re.search(r'name="result" id="id_result"[^>]* placeholder="([^"]*)"', page)
     assert placeholder is not None
     hint = htmllib.unescape(placeholder.group(1))
@@ -208,13 +191,13 @@ def test_the_queue_shows_the_proposed_result_and_sends_a_flagged_one_to_review(
 ) -> None:
     flagged_run = renewal_run(execute, crash_at)
     fine_run = renewal_run(execute, crash_at, customer="cus_lovelace")
-    olive = client_for("operator", "olive")
+    olive = signed_in("operator", "olive")
     flagged = Step.objects.get(run=flagged_run, step_id="charge")
     fine = Step.objects.get(run=fine_run, step_id="charge")
     long_reason = "the statement says so " * 10
     propose(olive, flagged, '{"gateway_ref": "gw_a", "amount_cents": 900}', acknowledge="on")
     propose(olive, fine, '{"gateway_ref": "gw_b", "amount_cents": 24900}', reason=long_reason)
-    page = text(client_for("approver", "amy").get("/settlements/"))
+    page = text(signed_in("approver", "amy").get("/settlements/"))
     rows = {
         pk: body
         for pk, body in re.findall(
@@ -239,7 +222,7 @@ def test_a_gates_arguments_are_shown_beside_the_runs_reads_and_a_contradiction_n
     run = start("payout", {"invoice_id": "inv_1004", "customer": "cus_grace"}, execute.clock)
     assert execute(run.run_id).reason == "approval"
     gate = Gate.objects.get(run=run)
-    amy = client_for("approver", "amy")
+    amy = signed_in("approver", "amy")
     page = text(amy.get(f"/approvals/{gate.pk}/"))
     beside = page[page.index('id="gate-evidence"') :]
     assert "The run's inputs" in beside and "Step fetch_invoice&#x27;s result" in beside
@@ -258,7 +241,7 @@ def test_a_gate_whose_arguments_agree_is_approved_as_before(execute) -> None:
     run = start("payout", {"invoice_id": "inv_1004"}, execute.clock)
     assert execute(run.run_id).reason == "approval"
     gate = Gate.objects.get(run=run)
-    amy = client_for("approver", "amy")
+    amy = signed_in("approver", "amy")
     page = text(amy.get(f"/approvals/{gate.pk}/"))
     assert flag_of(page) == "" and 'id="evidence-ok"' in page
     assert amy.post(f"/approvals/{gate.pk}/approve/", {}).status_code == 302

@@ -21,7 +21,7 @@ from harness.cluster import Cluster
 from ledger import transitions
 from ledger.errors import InvalidInput
 from ledger.models import AuditEvent, Run, Settlement, Step
-from tests.support.dashboard_runs import renewal_run, restore_roles, rewind, user_in
+from tests.support.dashboard_runs import renewal_run, user_in
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -33,18 +33,9 @@ HOSTILE_RESULTS = [DEEP_LISTS, VERY_DEEP_LISTS, DEEP_OBJECTS, LONG_INT, '{"n": '
 NUL_RESULTS = ['{"ref": "a\\u0000b"}', '{"a\\u0000": 1}', '"\\ud800"', "NaN", '{"x": Infinity}']
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> None:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
-    restore_roles()
-    rewind(clock)
 
 
 @pytest.fixture(autouse=True)

@@ -32,12 +32,6 @@ document.addEventListener("securitypolicyviolation", (e) => {
 """
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 def test_htmx_works_under_the_content_security_policy(page: Page, live_server, execute, clock):
     restore_roles()
     rewind(clock)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,6 @@ from tests.support.dashboard_runs import (
     budget_run,
     expired_lease_run,
     reconciliation_run,
-    restore_roles,
-    rewind,
     stale_run,
     succeeded_run,
     survey_run,
@@ -43,18 +40,9 @@ pytestmark = [
 SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast tests
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     registry.unregister_agent("legacy-agent")
 
 

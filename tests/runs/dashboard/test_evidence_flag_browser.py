@@ -18,8 +18,6 @@ from ledger.models import Settlement, Step
 from tests.support.dashboard_runs import (
     PASSWORD,
     renewal_run,
-    restore_roles,
-    rewind,
     user_in,
 )
 
@@ -29,18 +27,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> Iterator[None]:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
-    restore_roles()
-    rewind(clock)
     yield
 
 

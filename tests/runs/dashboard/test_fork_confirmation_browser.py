@@ -5,29 +5,19 @@ fork once it is typed."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from ledger.models import AuditEvent, Run, Step
-from tests.support.dashboard_runs import PASSWORD, restore_roles, rewind, succeeded_run, user_in
+from tests.support.dashboard_runs import PASSWORD, succeeded_run, user_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
 
 
 def test_a_fork_lists_the_effects_it_sends_again_and_needs_the_confirmation(

@@ -5,7 +5,6 @@ the run's page and in bulk, with the reason and nothing spent (issue 23, item 3)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.test import Client
@@ -13,33 +12,20 @@ from django.test import Client
 from ledger.models import AuditEvent, Run, Step
 from tests.support.dashboard_runs import (
     renewal_run,
-    restore_roles,
-    rewind,
+    signed_in,
     succeeded_run,
-    user_in,
 )
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
 
 
 def operator() -> Client:
-    client = Client()
-    client.force_login(user_in("operator", "olivia"))
-    return client
+    return signed_in("operator", "olivia")
 
 
 def test_the_fork_form_lists_the_effects_it_sends_again_and_needs_the_phrase(execute) -> None:

@@ -4,36 +4,26 @@ poll of a finished run removes the "a worker resumes it now" banner."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.test import Client
 
 from ledger.models import Step
 from ledger.processes import execute as execution
-from tests.support.dashboard_runs import expired_lease_run, restore_roles, rewind, user_in
+from tests.support.dashboard_runs import (
+    expired_lease_run,
+    signed_in,
+)
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
 
 
 def viewer() -> Client:
-    client = Client()
-    client.force_login(user_in("viewer"))
-    return client
+    return signed_in("viewer")
 
 
 def test_a_running_run_shows_its_step_count_and_last_write_and_polls_as_one(

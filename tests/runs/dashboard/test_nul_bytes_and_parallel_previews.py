@@ -11,7 +11,7 @@ from django.test import Client
 from harness.cluster import Cluster
 from ledger import transitions
 from ledger.models import AuditEvent, Run
-from tests.support.dashboard_runs import restore_roles, user_in
+from tests.support.dashboard_runs import restore_roles, signed_in
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -27,9 +27,7 @@ def broker(tmp_path: Path) -> Iterator[Cluster]:
 @pytest.fixture
 def operator() -> Client:
     restore_roles()
-    client = Client(raise_request_exception=False)
-    client.force_login(user_in("operator", name="olive"))
-    return client
+    return signed_in("operator", "olive", raise_request_exception=False)
 
 
 # PostgreSQL refuses a NUL byte in any text parameter; a run id from the URL or a form reached

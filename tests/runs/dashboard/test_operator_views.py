@@ -21,11 +21,10 @@ from ledger.examples.models import GatewayCharge, ProviderCharge
 from ledger.models import AuditEvent, Run, Settlement, Step
 from tests.support.dashboard_runs import (
     budget_run,
+    client_for,
     html_run,
     lookup_down_run,
     renewal_run,
-    restore_roles,
-    rewind,
     stale_run,
     succeeded_run,
     user_in,
@@ -34,18 +33,9 @@ from tests.support.dashboard_runs import (
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> Iterator[None]:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
-    restore_roles()
-    rewind(clock)
     yield
     for name in ("markup-agent",):
         registry.unregister_agent(name)
@@ -57,12 +47,6 @@ def broker(tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path / "broker")
     with cluster.producing():
         yield cluster
-
-
-def client_for(user: Any, *, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -26,8 +26,6 @@ from tests.support.dashboard_runs import (
     PASSWORD,
     expired_lease_run,
     renewal_run,
-    restore_roles,
-    rewind,
     start,
     user_in,
 )
@@ -36,19 +34,10 @@ from tests.support.receivers import Mailbox, Receiver, free_port
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> Iterator[None]:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
     settings.RUNLEDGER_LIST_REFRESH_SECONDS = 1
-    restore_roles()
-    rewind(clock)
 
     plan_change.register()
     yield

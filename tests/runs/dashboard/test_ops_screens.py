@@ -20,9 +20,9 @@ from tests.support.dashboard_runs import (
     reconciliation_run,
     restore_roles,
     rewind,
+    signed_in,
     start,
     succeeded_run,
-    user_in,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,18 +32,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _roles(clock):
     restore_roles()
     rewind(clock)
-
-
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
-def signed_in(role: str, name: str) -> Client:
-    client = Client()
-    client.force_login(user_in(role, name))
-    return client
 
 
 # --- handover ------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -25,8 +24,7 @@ from tests.support.dashboard_runs import (
     expired_lease_run,
     html_run,
     reconciliation_run,
-    restore_roles,
-    rewind,
+    signed_in,
     stale_run,
     start,
     succeeded_run,
@@ -42,27 +40,11 @@ pytestmark = [
 TEST_AGENTS = ("markup-agent", "legacy-agent", "replan-agent", "plan-agent")
 
 
-@pytest.fixture
-def execute(execute, clock):
-    """conftest's worker execution, carrying its clock for the run builders."""
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast tests
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     for name in TEST_AGENTS:
         registry.unregister_agent(name)
-
-
-def signed_in(role: str) -> Client:
-    client = Client()
-    client.force_login(user_in(role))
-    return client
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html as html_text
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.test import Client
@@ -17,11 +16,11 @@ from ledger.models import Step
 from ledger.selectors import story
 from ledger.transitions.pauses import pause_create
 from tests.support.dashboard_runs import (
+    client_for,
     html_run,
     lookup_down_run,
     reconciliation_run,
-    restore_roles,
-    rewind,
+    signed_in,
     start,
     succeeded_run,
     user_in,
@@ -30,25 +29,14 @@ from tests.support.dashboard_runs import (
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     registry.unregister_agent("markup-agent")
 
 
 def viewer() -> Client:
-    client = Client()
-    client.force_login(user_in("viewer", "vera"))
-    return client
+    return signed_in("viewer", "vera")
 
 
 def waterfall_of(html: str) -> dict[str, list[str]]:
@@ -99,10 +87,8 @@ def test_each_failed_attempt_is_its_own_red_bar(execute) -> None:
 def operator() -> Client:
     from django.contrib.auth.models import User
 
-    client = Client()
     found = User.objects.filter(username="olga").first()
-    client.force_login(found or user_in("operator", "olga"))
-    return client
+    return client_for(found or user_in("operator", "olga"))
 
 
 def test_a_viewer_reads_each_steps_inputs_escaped_but_not_the_export_or_the_actions(

@@ -3,8 +3,6 @@ starts, shown in the list, the settlement queue and the run page, and searchable
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.test import Client
 
@@ -12,30 +10,20 @@ from ledger import registry, selectors, transitions
 from ledger.agents import agent
 from ledger.errors import InvalidInput
 from ledger.models import Run
-from tests.support.dashboard_runs import renewal_run, restore_roles, rewind, start, user_in
+from tests.support.dashboard_runs import (
+    renewal_run,
+    signed_in,
+    start,
+    user_in,
+)
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     registry.unregister_agent("titled-agent")
-
-
-def signed_in(role: str) -> Client:
-    client = Client()
-    client.force_login(user_in(role))
-    return client
 
 
 def test_a_run_is_titled_and_labelled_from_its_inputs_by_its_agent(clock) -> None:

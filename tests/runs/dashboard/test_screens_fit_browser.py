@@ -11,7 +11,6 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,6 @@ from tests.support.dashboard_runs import (
     lookup_down_run,
     reconciliation_run,
     renewal_run,
-    restore_roles,
-    rewind,
     stale_run,
     start,
     succeeded_run,
@@ -50,18 +47,9 @@ SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(p
 SHOTS = {"/": "runs-list", "/settlements/": "settlement-queue"}
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     registry.unregister_agent("markup-agent")
 
 

@@ -6,8 +6,6 @@ find the same runs through the scanning fallback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.db import connection
 from django.test import Client
@@ -18,8 +16,6 @@ from ledger.models import Run, RunSearchDelta, Step
 from ledger.transitions.search import fold_search_words
 from tests.support.dashboard_runs import (
     renewal_run,
-    restore_roles,
-    rewind,
     start,
     succeeded_run,
     user_in,
@@ -28,18 +24,9 @@ from tests.support.dashboard_runs import (
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
-    yield
+def _clean(dashboard_ready) -> None:
+    """The dashboard's clean slate (``dashboard_ready``, conftest)."""
     registry.unregister_agent("search-failing")
 
 

@@ -32,8 +32,6 @@ from tests.support.dashboard_runs import (
     budget_run,
     lookup_down_run,
     renewal_run,
-    restore_roles,
-    rewind,
     succeeded_run,
     user_in,
     wait_for_held_polls,
@@ -51,19 +49,10 @@ pytestmark = [
 SCREENSHOTS = Path(os.environ.get("RUNLEDGER_SCREENSHOTS") or tempfile.mkdtemp(prefix="shots-"))
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _clean(dashboard_ready, settings) -> None:
     settings.RUNLEDGER_SETTLEMENT_APPROVAL = True
     settings.RUNLEDGER_LIST_REFRESH_SECONDS = 1  # the run page follows the worker closely
-    restore_roles()
-    rewind(clock)
 
 
 @pytest.fixture

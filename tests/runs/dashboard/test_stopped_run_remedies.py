@@ -17,26 +17,15 @@ from tests.support.dashboard_runs import (
     budget_run,
     lookup_down_run,
     renewal_run,
-    restore_roles,
-    rewind,
+    signed_in,
     start,
-    user_in,
 )
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def execute(execute, clock):
-    execute.clock = clock
-    return execute
-
-
 @pytest.fixture(autouse=True)
-def _clean(clock, settings) -> Iterator[None]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_roles()
-    rewind(clock)
+def _clean(dashboard_ready) -> Iterator[None]:
 
     plan_change.register()
     yield
@@ -44,9 +33,7 @@ def _clean(clock, settings) -> Iterator[None]:
 
 
 def operator() -> Client:
-    client = Client()
-    client.force_login(user_in("operator", "olivia"))
-    return client
+    return signed_in("operator", "olivia")
 
 
 def diverged_run(execute: Any) -> Run:
