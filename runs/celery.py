@@ -34,6 +34,7 @@ from celery.signals import (
     worker_ready,
     worker_shutdown,
 )
+from celery.utils.log import get_multiprocessing_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
 log = logging.getLogger("runs.celery")
@@ -121,6 +122,11 @@ def _log_once(logger: logging.Logger, **kwargs: object) -> None:
     for name in ("ledger", "runs", "django"):
         logging.getLogger(name).handlers.clear()
     _json_lines(logger)
+    # Celery gives billiard's pool logger (which does not propagate) a handler of its own: its
+    # lines ("Process 'ForkPoolWorker-1' … exited with 'signal 15'" at a shutdown) are JSON too.
+    pool_logger = get_multiprocessing_logger()
+    if pool_logger is not None:
+        _json_lines(pool_logger)
 
 
 @after_setup_task_logger.connect

@@ -97,3 +97,40 @@ def test_a_celery_worker_and_beat_write_json_only_and_a_failed_run_names_its_run
     beat_records = json_lines(sched.output())
     assert any(r["message"] == "celery beat starting" for r in beat_records), sched.output()
     assert json.dumps(beat_records)  # every line parsed
+
+
+def test_the_pool_loggers_lines_are_json_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery gives billiard's pool logger (it does not propagate to the root) a handler of its
+    own, in Celery's text format: a worker's shutdown line "Process 'ForkPoolWorker-1' …
+    exited with 'signal 15 (SIGTERM)'" came out as text among the JSON lines. After Celery's
+    logging is set up, that handler writes JSON too (what a real worker runs:
+    ``Logging.setup_logging_subsystem``, which sends ``after_setup_logger``)."""
+    import io
+    import logging
+
+    from celery.utils.log import get_multiprocessing_logger
+
+    from runs.celery import app
+
+    monkeypatch.setenv("RUNLEDGER_LOG_FORMAT", "json")
+    pool = get_multiprocessing_logger()
+    touched = [logging.getLogger(n) for n in ("", "ledger", "runs", "django", "celery")]
+    touched += [logging.getLogger(n) for n in ("celery.task", "celery.redirected")] + [pool]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in touched]
+    try:
+        app.log.already_setup = False
+        app.log.setup_logging_subsystem(loglevel=logging.INFO)
+        assert pool.handlers, "Celery configured no handler for the pool logger"
+        stream = io.StringIO()
+        for handler in pool.handlers:
+            handler.setStream(stream)  # type: ignore[attr-defined]
+        pool.error("Process %r pid:%r exited with %r", "ForkPoolWorker-1", 1, "signal 15")
+        (line,) = stream.getvalue().splitlines()
+        record = json.loads(line)
+        assert record["level"] == "ERROR" and "ForkPoolWorker-1" in record["message"]
+    finally:
+        for lg, handlers, level, propagate in saved:
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate
+        app.log.already_setup = False
