@@ -79,7 +79,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
     )
     presenting.with_inputs(views, story.inputs_heads(steps))
     presenting.with_row_urls(views, run.run_id)
-    user = request.user
+    can_operate = request.user.has_perm(OPERATE_RUNS)
     blocked_page = None
     if run.blocked_step_id in table.positions:
         blocked_page = table.positions[run.blocked_step_id] // per_page + 1
@@ -101,8 +101,8 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         "active": run.status in ACTIVE_STATUSES,
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         # Asked once for the page, not in each row.
-        "can_operate": user.has_perm(OPERATE_RUNS),
-        "can_settle": user.has_perm(OPERATE_RUNS) or user.has_perm(APPROVE_SETTLEMENTS),
+        "can_operate": can_operate,
+        "can_settle": can_operate or request.user.has_perm(APPROVE_SETTLEMENTS),
         "fork_url": reverse("runs:fork", args=[run.run_id]),
     }
 
