@@ -61,9 +61,12 @@ def test_web_probes_are_the_web_process_probes(rendered: list[dict[str, Any]]) -
     assert web["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert web["ports"][0]["containerPort"] == 8000
     service = _by(rendered, "Service", "runledger-web")
-    assert service["spec"]["selector"].items() <= _by(rendered, "Deployment", "runledger-web")[
-        "spec"
-    ]["template"]["metadata"]["labels"].items()
+    assert (
+        service["spec"]["selector"].items()
+        <= _by(rendered, "Deployment", "runledger-web")["spec"]["template"]["metadata"][
+            "labels"
+        ].items()
+    )
 
 
 def test_a_worker_has_time_to_drain(rendered: list[dict[str, Any]]) -> None:
