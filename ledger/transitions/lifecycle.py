@@ -210,8 +210,8 @@ def run_start_once(
     A run whose id is ``run_id``, or whose idempotency key is ``idempotency_key``, is the same
     start when it is of the same agent with the same canonical inputs (and the same key and id
     where both were given): it is returned as it is, nothing is written (a title or labels
-    other than the first start's are not compared, and not applied). Otherwise ``Conflict`` says what
-    differs and nothing is written. Two identical starts racing make one run (the unique
+    other than the first start's are not compared, and not applied). Otherwise ``Conflict``
+    says what differs and nothing is written. Two identical starts racing make one run (the unique
     constraints decide; the loser reads the winner's row).
 
     ``webhooks``: per-run subscriptions (``[{"url": …, "events": […]}]``, checked before
@@ -712,9 +712,16 @@ def execution_end(
     clock: Clock = timezone.now,
 ) -> bool:
     """Record how execution ``number`` ended (one update); False when its end was recorded
-    already (the sweep found it crashed first: a lost lease then corrects that)."""
+    already (the sweep found it crashed first: a lost lease then corrects that). A lost lease
+    of an execution that the run's cancel ended already (``cancelled``, by whom and why) only
+    adds the worker's counts."""
     open_rows = Execution.objects.filter(run_id=run_id, number=number)
     if ending == ExecutionEnding.LEASE_LOST:
+        counted = open_rows.filter(ending=ExecutionEnding.CANCELLED).update(
+            replayed=replayed, executed=executed
+        )
+        if counted:
+            return True
         open_rows = open_rows.filter(ending__in=(ExecutionEnding.RUNNING, ExecutionEnding.CRASHED))
     else:
         open_rows = open_rows.filter(ended_at__isnull=True)

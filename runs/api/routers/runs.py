@@ -223,8 +223,8 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
 )
 def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
     """Each execution of the run, claim to end, in order: the worker, when, how it ended
-    (finished, stopped for a person, paused, failed, released, handed back, lease lost,
-    crashed), the steps replayed and executed, and the error."""
+    (finished, stopped for a person, paused, failed, released, handed back, cancelled, lease
+    lost, crashed), the steps replayed and executed, and the error."""
     require(request, "read")
     run = run_or_404(run_id)
     return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
