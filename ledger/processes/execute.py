@@ -252,10 +252,11 @@ def _execute_leased(
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        why = _lost_why(run_id, exc)
         log.warning(
-            "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
+            "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
         )
-        _end_lease_lost(ex, _lost_why(run_id, exc), clock)
+        _end_lease_lost(ex, why, clock)
         return None
     except LedgerUnavailable as exc:
         return _ledger_unavailable(ex, exc, clock)

@@ -14,7 +14,7 @@ from harness.unannounced import start_unannounced
 from ledger import transitions
 from ledger.models import Execution, ExecutionEnding, Run
 from runs.api import tokens
-from tests.support.dashboard_runs import signed_in
+from tests.support.dashboard_runs import restore_roles, signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,6 +51,7 @@ def test_an_execution_cancelled_under_its_worker_ends_cancelled_with_who_and_why
     (listed,) = answer.json()
     assert (listed["ending"], listed["ending_label"]) == ("cancelled", "cancelled")
     assert listed["error"] == "cancelled by api:shop: the customer withdrew"
+    restore_roles()
     page = signed_in("viewer").get(f"/runs/{run.run_id}/").content.decode()
     assert "ex-cancelled" in page and "cancelled by api:shop: the customer withdrew" in page
     assert "lease_lost" not in page and "lease lost" not in page
