@@ -10,6 +10,9 @@ async def refund(ctx, inputs):                              # an async agent awa
     invoice = await ctx.call(fetch_invoice, invoice_id=inputs["invoice_id"])
     return await ctx.call(charge, customer=invoice["customer"], amount_cents=-invoice["total"])
 
+``await off_loop(fn, *args)`` calls sync code (a blocking client, the Django ORM) from async
+agent code on a thread, giving back any database connection it took.
+
 A sync agent is a plain def and calls the same way without ``await``:
 
 @tool(kind="effect", reconcile=lookup_charge)
@@ -28,6 +31,7 @@ def refund(ctx, inputs):
 from __future__ import annotations
 
 from ledger.engine import AsyncRunContext, RunContext
+from ledger.engine.aio import call_async as off_loop
 from ledger.errors import ApprovalRejected, NotAwaited
 from ledger.registry import NOT_HAPPENED, Agent, Approval, Tool, agent, tool
 
@@ -41,5 +45,6 @@ __all__ = [
     "RunContext",
     "Tool",
     "agent",
+    "off_loop",
     "tool",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
@@ -195,9 +195,13 @@ async def arun_execute(*, run_id: str, worker: str, **options: Any) -> Outcome |
     def on_this_loop(coro: Coroutine[Any, Any, Any]) -> Any:
         return aio.run(coro, loop=loop)
 
-    return await asyncio.to_thread(
-        run_execute, run_id=run_id, worker=worker, runner=on_this_loop, **options
-    )
+    def execute() -> Outcome | None:
+        try:
+            return run_execute(run_id=run_id, worker=worker, runner=on_this_loop, **options)
+        finally:
+            connections.close_all()  # the executor's thread keeps none
+
+    return await asyncio.to_thread(execute)
 
 
 #: Runs an async agent's coroutine to its end from the worker's thread (``aio.run``).

@@ -274,12 +274,17 @@ def _run_inline(result: Any) -> Any:
     anything else (a sleep, a client of its own) cannot be walked further without running it."""
     if not inspect.iscoroutine(result):
         return result
+    why = "the agent awaits something other than its run context; the walk stops there"
     try:
         result.send(None)
     except StopIteration as stop:
         return stop.value
+    except RuntimeError as exc:
+        if "no running event loop" not in str(exc):
+            raise
+        raise _Stop(why) from None  # asyncio.sleep and the like, with no loop to run them
     result.close()
-    raise _Stop("the agent awaits something other than its run context; the walk stops there")
+    raise _Stop(why)
 
 
 def would_stop_again(run_id: str) -> str:
