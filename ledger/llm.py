@@ -126,8 +126,13 @@ class AnthropicClient:
                 "async model calls need the anthropic SDK: pip install 'runledger[anthropic]'"
             ) from exc
         base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+        key = _api_key()
         async with AsyncAnthropic(
-            api_key=_api_key(), base_url=base, max_retries=0, timeout=120
+            api_key=key,
+            base_url=base,
+            max_retries=0,
+            timeout=120,
+            default_headers={"x-api-key": key},  # the Messages API's header, as complete sends
         ) as client:
             raw = await client.messages.with_raw_response.create(**_body(model, prompt, system))
             payload = json.loads(raw.http_response.content)

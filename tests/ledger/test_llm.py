@@ -52,12 +52,10 @@ def messages_api(monkeypatch):
 
 @pytest.mark.parametrize("name", ["refund", "refund_async"])
 def test_with_a_key_the_example_agent_asks_a_real_model_once_and_replays_it(
-    name, messages_api, execute, request
+    name, messages_api, execute
 ) -> None:
     """The sync agent through ``AnthropicClient.complete`` (stdlib HTTP), the async one through
     its ``acomplete`` (the official SDK's ``AsyncAnthropic``): the same request, the same row."""
-    if name == "refund_async" and "sqlite" in request.config.getoption("-m", default=""):
-        pytest.skip("async agents write from ledger threads: PostgreSQL (the in-memory test db)")
     assert examples.default_model() == "claude-haiku-4-5"
     run = transitions.run_start(agent=name, inputs={"invoice_id": "inv_1001"})
     outcome = execute(run.run_id)
