@@ -26,6 +26,14 @@ before a fan-out, at the end of the execution, or when the batch's bounds are re
 Fan-out siblings run on threads: each is an ordinary step (its own row, its own fenced
 commits, on the thread's own database connection), so a crash re-runs only the siblings
 without a settled row.
+
+Async agents (``ledger.engine.aio``): the logic above is written once, as generators that yield
+what leaves the process — ``_Send`` (the tool, model or clock call), ``_Ask`` (a lookup),
+``_Wait`` (a back-off, or the previous holder's window) — and are sent the answer (or have
+its exception thrown in, where the old code caught it). ``step``/``fanout`` drive them in line
+for a sync agent, exactly as before; ``astep``/``afanout`` advance them on a ledger thread
+(decisions and writes, then the connection is given back) and do the requests on the loop,
+the lease checked again immediately before an effect's call. A fan-out's siblings are tasks.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ started effect that must be settled, it would execute, or the path diverges. No 
 effect runs; nothing is written. The walk stops at the first call that has no recorded result
 (it cannot know what the result would be), at a divergence, or when its time is up; calls after
 a stale step are marked as depending on a stale observation.
+
+An async agent is walked the same way, on the calling thread with no event loop: the dry steps
+never suspend, so its coroutine runs to its end in one ``send``; an ``await`` of anything other
+than the run context stops the walk there.
 """
 
 from __future__ import annotations

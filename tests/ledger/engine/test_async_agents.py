@@ -399,3 +399,15 @@ def test_a_sync_tool_returning_a_coroutine_fails_its_step_with_a_named_error(exe
 def test_the_sync_engine_does_not_import_the_loop_for_sync_agents() -> None:
     assert not inspect.iscoroutinefunction(refund_charge.fn)
     assert refund_charge.is_async is False and twins.stock.is_async is True
+
+
+def test_batched_durability_writes_the_same_ledger_for_an_async_agent(execute) -> None:
+    agent("twin_async_batched", tools=twins.twin_async.tools, durability="batched")(
+        twins.twin_async.fn
+    )
+    sync = execute(start("sync", run_id="twin_sync").run_id)
+    batched = execute(
+        start_unannounced(agent="twin_async_batched", inputs={"sku": "abc"}, run_id="twin_b").run_id
+    )
+    assert (sync.status, batched.status) == ("succeeded", "succeeded")
+    assert ledger("twin_b") == ledger("twin_sync")
