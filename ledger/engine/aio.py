@@ -10,23 +10,27 @@ a tool call, a lookup, a wait — and never do it themselves. Two drivers run th
   decisions and the ledger writes, Django ORM, sync — on a thread of the ledger pool
   (``ledger_phase``), and does the requests on the event loop: an ``async def`` tool or lookup
   is awaited there, a sync one runs on a thread of the loop's default executor
-  (``asyncio.to_thread``), a wait is an ``asyncio.sleep``. The thread gives its database
-  connection back after each phase (``connections.close_all()``: with Django's connection pool,
-  to the pool), so a run waiting on a model holds no connection and no thread, only its
-  coroutine; a phase that touches no table (a replay, a read's first half) takes none. The
-  connections of async runs are bounded by the ledger pool's threads (``LEDGER_THREADS``).
+  (``asyncio.to_thread``; ``SYNC_CALL_THREADS`` on the shared loop), a wait is an
+  ``asyncio.sleep``. The ledger thread gives its database connection back after each phase
+  (``connections.close_all()``; with Django's connection pool, to the pool), so a run waiting
+  on a model holds no connection and no thread, only its coroutine; a phase that touches no
+  table (a replay, a read's first half) opens none. The connections of async runs in a process
+  are bounded by the ledger pool's threads (``LEDGER_THREADS``).
 
 Step ids, input hashes, effect keys and every write are the sync engine's own: a sync agent's
-ledger and an async agent's are the same rows. The lease check before an effect leaves
-(``LeaseFence.check``) happens on the loop, immediately before the tool call, in both drivers.
+ledger and an async agent's are the same rows. The lease is checked before an effect leaves
+where its intent committed (``LeaseFence.check``, both drivers) and, for an async run, again on
+the loop immediately before the tool call (``LeaseFence.recheck``), after the hop between them.
 
 The loop: ``ledger.processes.execute.run_execute`` — what a Celery worker thread calls — meets an
 async agent by running its coroutine on this process's one shared event loop (a daemon thread,
-started on first use and again after a fork; ``run``), so that many runs on many worker threads
-share one loop; the calling thread waits for the outcome, holding no connection meanwhile. If
-the shared loop cannot be used (it is the calling thread's own loop, or it stopped), the
-coroutine runs on a private loop in the calling thread (``asyncio.run``): slower, never wrong.
-``ledger.processes.execute.arun_execute`` is the entry point for code already on a loop.
+started on first use and again in a forked child; ``run``), so the runs of all the worker's
+threads share one loop; the calling thread waits for the outcome holding no connection (it
+closes its own first). Called from a thread that runs a loop itself, or when the shared loop
+has stopped, ``run`` falls back to ``asyncio.run`` on a private loop in a fresh thread: slower,
+never wrong. ``ledger.processes.execute.arun_execute`` is the entry point for code already on a
+loop (its agent runs on the caller's loop). A ``SystemExit`` or ``KeyboardInterrupt`` inside a
+run is carried out of its task to the waiting thread, never into the shared loop.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ T = TypeVar("T")
 
 #: Threads that run async runs' ledger phases (and so bound their database connections).
 LEDGER_THREADS = 16
+#: Threads of the shared loop's default executor: the sync tools, lookups and model clients of
+#: async runs (asyncio's own default, five more than the CPUs, would let six block a process).
+SYNC_CALL_THREADS = 64
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -68,6 +75,9 @@ def shared_loop() -> asyncio.AbstractEventLoop:
         if _loop is not None and _pid == os.getpid() and alive and not _loop.is_closed():
             return _loop
         loop = asyncio.new_event_loop()
+        loop.set_default_executor(
+            ThreadPoolExecutor(SYNC_CALL_THREADS, thread_name_prefix="runledger-sync-call")
+        )
         ready = threading.Event()
 
         def serve() -> None:

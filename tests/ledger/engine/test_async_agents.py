@@ -411,3 +411,22 @@ def test_batched_durability_writes_the_same_ledger_for_an_async_agent(execute) -
     )
     assert (sync.status, batched.status) == ("succeeded", "succeeded")
     assert ledger("twin_b") == ledger("twin_sync")
+
+
+def test_an_async_lookup_answers_the_operators_ask_and_the_effect_audit(
+    execute, crash_at, django_user_model
+) -> None:
+    from ledger.processes.effect_audit import audit_effects
+    from ledger.transitions.settle import step_reconcile_again
+
+    run = start("async")
+    crash_at("charge.after_effect")
+    execute(run.run_id, crash_expected=True)
+    step = Step.objects.get(run=run, step_id="charge")
+    alice = django_user_model.objects.create_user(username="alice")
+    answer = step_reconcile_again(step=step, by=alice)
+    assert answer.outcome == "happened", answer.detail
+    assert answer.result["customer"] == "cus_ada"
+    assert execute(run.run_id, worker="worker-2").status == "succeeded"
+    audit = audit_effects(agent="twin_async", sleep=lambda s: None)
+    assert (audit.checked, audit.unanswered) == (1, 0)
