@@ -144,6 +144,12 @@ class AgentDefinitionError(LedgerError):
     """An agent or tool was registered wrongly."""
 
 
+class NotAwaited(AgentDefinitionError):
+    """A coroutine (or another awaitable) stood where a value is expected: an ``async def``
+    called without ``await`` (a step's argument, a tool's or the agent's result), an ``async
+    def`` tool called from a sync agent, or a step begun before the one before it was awaited."""
+
+
 class ContinueAsNew(BaseException):
     """Raised by ``ctx.continue_as_new(inputs)``: end this run, continue in a new one.
 

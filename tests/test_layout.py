@@ -25,6 +25,7 @@ DJANGO_FREE = {
     "ledger.canonical",
     "ledger.conf",
     "ledger.engine",
+    "ledger.engine.aio",
     "ledger.engine.calls",
     "ledger.engine.context",
     "ledger.engine.decide",
