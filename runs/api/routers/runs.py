@@ -16,6 +16,7 @@ from ledger import api as ledger_api
 from ledger import selectors, transitions
 from ledger.inputs import queryable
 from ledger.models import Run, Step
+from ledger.processes import resume as resume_process
 from ledger.processes import stale
 from ledger.waiting import SETTLED
 from runs.api import problems
@@ -270,7 +271,7 @@ def resume(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
     return _act(
         request,
         run_id,
-        transitions.run_resume,
+        resume_process.run_resume,
         reason=body.reason,
         seen_version=body.seen_version,
         max_resumes=body.max_resumes,
@@ -283,7 +284,7 @@ def retry(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
     return _act(
         request,
         run_id,
-        transitions.run_retry,
+        resume_process.run_retry,
         reason=body.reason,
         seen_version=body.seen_version,
         max_resumes=body.max_resumes,
