@@ -143,6 +143,24 @@ def send_start(run_id: str) -> None:
     _send(start_run, run_id)
 
 
+def send_starts(run_ids: list[str]) -> None:
+    """Send start_run for each of ``run_ids`` (a batch start), all over one broker connection
+    and channel (Celery's producer pool): one connection checkout instead of one per run. A
+    failure leaves the unsent runs queued in the ledger; the sweep sends them again."""
+    sent = 0
+    try:
+        with start_run.app.producer_or_acquire() as producer:
+            for run_id in run_ids:
+                start_run.apply_async((run_id,), producer=producer)
+                sent += 1
+    except Exception:
+        log.exception(
+            "could not enqueue start_run for %d of %d runs of a batch; the sweep will retry",
+            len(run_ids) - sent,
+            len(run_ids),
+        )
+
+
 def send_resume(run_id: str, *, eta: datetime | None = None, recovered: bool = False) -> None:
     """Send resume_run now (the receiver of ``run_queued`` calls it after the commit), or for
     delivery at ``eta`` (a run waiting out a retry's back-off; a Celery countdown); a
