@@ -73,9 +73,11 @@ def run_start_many(
 
     Refused, writing nothing: ``InvalidInput`` for a batch that is not a list of 1 to
     ``MAX_BATCH`` items; ``BatchRefused`` (an ``InvalidInput``) listing each bad item."""
-    checked = _checked(_items(items), reason=reason, now=clock())
+    checked, invalid = _checked(_items(items), reason=reason, now=clock())
     for _ in range(_ATTEMPTS):
-        answers = _judged(checked)
+        answers, conflicts = _judged(checked)
+        if invalid or conflicts:
+            raise BatchRefused(sorted(invalid + conflicts, key=lambda e: e.index))
         try:
             with transaction.atomic():  # a savepoint: a lost race leaves a caller's transaction
                 return _written(checked, answers, by=by)
@@ -99,8 +101,10 @@ def _items(items: Any) -> list[Mapping[str, Any]]:
     return list(items)
 
 
-def _checked(items: list[Mapping[str, Any]], *, reason: str, now: Any) -> list[_Item]:
-    """Every item as an unsaved run; ``BatchRefused`` listing each one that is not valid."""
+def _checked(
+    items: list[Mapping[str, Any]], *, reason: str, now: Any
+) -> tuple[list[_Item], list[ItemError]]:
+    """The valid items as unsaved runs, and what is wrong with each of the others."""
     out: list[_Item] = []
     errors: list[ItemError] = []
     for index, item in enumerate(items):
@@ -110,9 +114,7 @@ def _checked(items: list[Mapping[str, Any]], *, reason: str, now: Any) -> list[_
             errors.append(ItemError(index, "unknown-agent", str(exc)))
         except (InvalidInput, NotJSON) as exc:
             errors.append(ItemError(index, "invalid", str(exc)))
-    if errors:
-        raise BatchRefused(errors)
-    return out
+    return out, errors
 
 
 def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
@@ -152,10 +154,10 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
     return _Item(index, candidate, item.get("run_id"), webhooks, own_reason or reason)
 
 
-def _judged(items: list[_Item]) -> list[Run | None]:
+def _judged(items: list[_Item]) -> tuple[list[Run | None], list[ItemError]]:
     """Per item, the run an identical earlier start made (None: this item makes its run),
-    judged against the database (two queries) and the batch's earlier items;
-    ``BatchRefused`` listing every conflict."""
+    judged against the database (two queries) and the batch's earlier items; and the items
+    that conflict with either."""
     ids = [i.candidate.run_id for i in items if i.chosen_id is not None]
     keys = [i.candidate.idempotency_key for i in items if i.candidate.idempotency_key]
     by_id: dict[str, Run] = {}
@@ -185,9 +187,7 @@ def _judged(items: list[_Item]) -> list[Run | None]:
             by_id[run.run_id] = run
             if key is not None:
                 by_key[key] = run
-    if errors:
-        raise BatchRefused(errors)
-    return answers
+    return answers, errors
 
 
 def _written(items: list[_Item], answers: list[Run | None], *, by: Actor | None) -> list[Started]:
