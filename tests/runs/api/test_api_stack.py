@@ -105,11 +105,11 @@ def test_a_batch_started_over_http_is_fanned_out_and_executed_by_a_real_worker(
         s.worker("w1", concurrency=2)
         with rl.Client(s.url, token) as api:
             items = [
-                {"agent": "refund", "inputs": {"invoice_id": f"inv_10{i:02}"}} for i in range(12)
+                {"agent": "refund", "inputs": {"invoice_id": f"inv_100{i}"}} for i in range(1, 7)
             ]
             runs = api.start_many(items)
-            assert [r.created for r in runs] == [True] * 12
+            assert [r.created for r in runs] == [True] * 6
             for run in runs:
                 done = api.wait(run.run_id, timeout=180)
                 assert done.status == "succeeded", (done, s.log("w1"))
-    assert Run.objects.filter(status="succeeded").count() == 12
+    assert Run.objects.filter(status="succeeded").count() == 6
