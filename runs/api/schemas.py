@@ -501,21 +501,22 @@ class WebhookCreatedOut(WebhookOut):
 
 
 class StartedOut(RunOut):
+    created: bool = Field(
+        description="true when this start made the run (201); false when the run id or "
+        "`Idempotency-Key` named a run an identical start made already (200), which is "
+        "answered as it is: its title and labels are those of its first start"
+    )
     webhooks: list[WebhookCreatedOut] = Field(
         description="the per-run subscriptions this start made, with their secrets (empty on "
         "a repeat: an identical start subscribes nothing again)"
     )
 
 
-class StartedItemOut(StartedOut):
-    created: bool = Field(
-        description="true when this batch made the run; false when an identical earlier start "
-        "(the same run id or idempotency key with the same agent and inputs) did"
-    )
-
-
 class StartedBatchOut(Schema):
-    runs: list[StartedItemOut] = Field(description="one per run asked for, in the same order")
+    runs: list[StartedOut] = Field(
+        description="one per run asked for, in the same order; `created` false where an "
+        "identical earlier start (in an earlier request or earlier in this batch) made the run"
+    )
 
 
 class StaleAcceptedOut(Schema):

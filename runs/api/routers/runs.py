@@ -35,7 +35,6 @@ from runs.api.schemas import (
     StaleAcceptedOut,
     StartBatchIn,
     StartedBatchOut,
-    StartedItemOut,
     StartedOut,
     StartIn,
     StepOut,
@@ -82,9 +81,12 @@ def step_or_404(run: Run, pk: int) -> Step:
     "/runs",
     response={200: StartedOut, 201: StartedOut, **REFUSALS},
     summary="Start a run (idempotent)",
-    description="201 with the new run; 200 with the same run when the run id or the "
-    "`Idempotency-Key` was used with the same agent and inputs; 409 when they were used with "
-    "other values (the problem says what differs). `webhooks` subscribes URLs to this run's "
+    description="201 with the new run (`created` true); 200 with the same run (`created` "
+    "false) when the run id or the `Idempotency-Key` was used with the same agent and inputs "
+    "(a title or labels are not compared: the run keeps those of its first start); 409 when "
+    "they were used with another agent or other inputs (the problem says what differs). "
+    "`labels` are added to the labels the agent declares (made from the inputs); on the same "
+    "key the start's value wins. `webhooks` subscribes URLs to this run's "
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
     "once, and a repeat (200) subscribes nothing again.",
 )
@@ -115,7 +117,8 @@ def start(
         for sub, secret in handle.subscriptions
     ]
     run = RunOut.of(run_or_404(handle.run_id))
-    return Status(201 if handle.created else 200, StartedOut(**run.model_dump(), webhooks=made))
+    answer = StartedOut(**run.model_dump(), created=handle.created, webhooks=made)
+    return Status(201 if handle.created else 200, answer)
 
 
 @router.post(
@@ -156,7 +159,7 @@ def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatch
         raise problems.refusal(exc) from exc
     rows = {r.run_id: r for r in selectors.runs_by_ids(run_ids=[h.run_id for h in handles])}
     answer = [
-        StartedItemOut(
+        StartedOut(
             **RunOut.of(rows[h.run_id]).model_dump(),
             created=h.created,
             webhooks=[
@@ -275,8 +278,8 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
 )
 def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
     """Each execution of the run, claim to end, in order: the worker, when, how it ended
-    (finished, stopped for a person, paused, failed, released, handed back, lease lost,
-    crashed), the steps replayed and executed, and the error."""
+    (finished, stopped for a person, paused, failed, released, handed back, cancelled, lease
+    lost, crashed), the steps replayed and executed, and the error."""
     require(request, "read")
     run = run_or_404(run_id)
     return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
