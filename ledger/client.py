@@ -6,6 +6,9 @@ Install with the ``client`` extra (``pip install 'runledger[client]'``)::
 
     runledger = Client("https://runs.example.com", token="rl_…")
     run = runledger.start("refund", {"invoice_id": "inv_1"}, idempotency_key="dispute-981")
+    runs = runledger.start_many(                      # up to 1,000 in one request
+        [{"agent": "refund", "inputs": {"invoice_id": i}, "idempotency_key": i} for i in ids]
+    )
     done = runledger.wait(run.run_id, timeout=300)     # long-polls until it settles
     refund = runledger.result(run.run_id)             # its result, or RunFailed/RunCancelled/…
 
@@ -20,9 +23,9 @@ delivery's Standard Webhooks signature in the application's endpoint::
     event = verify_webhook(request.body, request.headers, secret)  # or WebhookVerificationError
 
 Safe calls are retried on a lost connection, a 502/503/504 and a 429 (after ``Retry-After``):
-every GET, and ``start``, which always sends an ``Idempotency-Key`` (one is made when none is
-given) so that a retried start is the same run. ``cancel``, ``resume`` and ``retry`` are not
-retried: a retry of one that did happen would be refused as a conflict.
+every GET, and ``start`` and ``start_many``, which always send an idempotency key per run (one
+is made when none is given) so that a retried start is the same run. ``cancel``, ``resume`` and
+``retry`` are not retried: a retry of one that did happen would be refused as a conflict.
 
 This module imports neither Django nor the rest of the ledger (``ledger/__init__`` imports
 nothing that needs settings): an application's process needs only httpx.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -71,6 +74,8 @@ __all__ = [
 #: The server answers a long-poll after at most this many seconds.
 MAX_WAIT = 60.0
 RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+#: The most runs one ``start_many`` call starts (the server's limit too).
+MAX_BATCH = 1000
 
 
 # --- typed answers ---------------------------------------------------------------------------
@@ -436,6 +441,38 @@ class Client:
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
         return _parse(Run, {**data, "created": created, "webhooks": hooks})
+
+    def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
+        """Start up to 1,000 runs in one request, one transaction and one publish on the
+        server; one ``Run`` per item, in order, each with ``created``.
+
+        Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
+        ``idempotency_key``, ``title``, ``labels``, ``webhooks``. An item without an
+        ``idempotency_key`` gets one made for this call, so a retried request is the same
+        batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
+        (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``
+        listing each bad item by ``index``. An empty batch or one over 1,000 is a
+        ``ValueError`` before anything is sent."""
+        if isinstance(runs, str | bytes | Mapping) or not isinstance(runs, Sequence):
+            raise ValueError("start_many takes a list of runs to start")
+        if not 1 <= len(runs) <= MAX_BATCH:
+            raise ValueError(
+                f"start_many takes 1 to {MAX_BATCH} runs; this batch has {len(runs)} (split it)"
+            )
+        items = []
+        for i, item in enumerate(runs):
+            if not isinstance(item, Mapping):
+                raise ValueError(f"runs[{i}]: a run to start is a mapping with agent and inputs")
+            body = {k: v for k, v in item.items() if v is not None}
+            body.setdefault("inputs", {})
+            body.setdefault("idempotency_key", f"client-{uuid.uuid4()}")
+            items.append(body)
+        answer = self._send("POST", "/runs/batch", json={"runs": items})
+        out = []
+        for data in _json(answer)["runs"]:
+            hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
+            out.append(_parse(Run, {**data, "webhooks": hooks}))
+        return out
 
     def get_run(self, run_id: str) -> Run:
         """The run now (``GET /runs/{run_id}``), without waiting; ``NotFound`` if none."""

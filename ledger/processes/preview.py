@@ -293,8 +293,9 @@ def _run_inline(result: Any) -> Any:
 
 def would_stop_again(run_id: str) -> str:
     """Why a resume of ``run_id`` now would stop again before anything new runs ("" when it
-    would get further): the one check behind every resume and retry (the transitions call it,
-    the dashboard's, the command line's and the bulk previews show it), time-bounded by
+    would get further): the one check behind every resume and retry (``ledger.processes.resume``
+    hands it to the transitions; the dashboard's, the command line's and the bulk previews show
+    it), time-bounded by
     ``RUNLEDGER_PREVIEW_SECONDS``. Reads only."""
     return preview_resume(run_id=run_id, seconds=conf.RUNLEDGER_PREVIEW_SECONDS).blocks_again()
 

@@ -172,7 +172,35 @@ def record(
     settlement: Settlement | None = None,
 ) -> AuditEvent:
     """Append one audit event (call it inside the transaction that makes the change)."""
-    event = AuditEvent(
+    event = audit_event(
+        by=by,
+        action=action,
+        at=at,
+        run_id=run_id,
+        step_id=step_id,
+        before=before,
+        after=after,
+        reason=reason,
+        settlement=settlement,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def audit_event(
+    *,
+    by: str,
+    action: str,
+    at: datetime,
+    run_id: str = "",
+    step_id: str = "",
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    settlement: Settlement | None = None,
+) -> AuditEvent:
+    """The audit event ``record`` appends, unsaved (for ``bulk_create`` of many)."""
+    return AuditEvent(
         actor=by,
         at=at,
         action=action,
@@ -183,8 +211,6 @@ def record(
         reason=reason,
         settlement=settlement,
     )
-    event.save(force_insert=True)
-    return event
 
 
 def _jsonable(value: Any) -> Any:

@@ -28,6 +28,7 @@ from ledger.inputs import check_run_id
 from ledger.models import (
     ACTIVE_STATUSES,
     AuditAction,
+    AuditEvent,
     Beacon,
     Execution,
     ExecutionEnding,
@@ -38,7 +39,7 @@ from ledger.models import (
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
-from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
+from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, audit_event
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def run_start(
     A run id or idempotency key that is taken raises ``IntegrityError``; ``run_start_once`` is
     the idempotent form.
     """
-    run = _new_run(
+    run = new_run(
         agent=agent,
         inputs=inputs,
         run_id=run_id,
@@ -117,23 +118,28 @@ def _save_new(
         run.save(force_insert=True)
         subscribed = events.subscribe_run_at_start(run, webhooks or [], by=by) if webhooks else []
         if by is not None:
-            after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
-            if run.idempotency_key is not None:
-                after["idempotency_key"] = run.idempotency_key
-            record(
-                by=actor_name(by),
-                action=AuditAction.RUN_START,
-                at=run.created_at,
-                run_id=run.run_id,
-                after=after,
-                reason=reason.strip() or "started by hand",
-            )
+            start_audit(run, by=by, reason=reason).save(force_insert=True)
         if run.parent_id is None:
             signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
     return subscribed
 
 
-def _new_run(
+def start_audit(run: Run, *, by: Actor, reason: str) -> AuditEvent:
+    """The audit event of a person's (or a token's) start of ``run``, unsaved."""
+    after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
+    if run.idempotency_key is not None:
+        after["idempotency_key"] = run.idempotency_key
+    return audit_event(
+        by=actor_name(by),
+        action=AuditAction.RUN_START,
+        at=run.created_at,
+        run_id=run.run_id,
+        after=after,
+        reason=reason.strip() or "started by hand",
+    )
+
+
+def new_run(
     *,
     agent: str,
     inputs: Any,
@@ -219,7 +225,7 @@ def run_start_once(
     (its ``webhooks`` are not compared: the run's subscriptions are those of the first start).
     """
     specs = events.check_run_webhooks(webhooks)
-    candidate = _new_run(
+    candidate = new_run(
         agent=agent,
         inputs=inputs,
         run_id=run_id,
@@ -249,15 +255,27 @@ def run_start_once(
 def _earlier_start(candidate: Run, *, chosen_id: str | None) -> Run | None:
     """The run an identical earlier start made, None if there is none; ``Conflict`` when the
     id or the key is taken by a different start."""
-    found: dict[str, Run] = {}
+    by_id = None
     if chosen_id is not None:
         by_id = Run.objects.filter(pk=candidate.run_id).first()
-        if by_id is not None:
-            found["run id"] = by_id
+    by_key = None
     if candidate.idempotency_key is not None:
         by_key = Run.objects.filter(idempotency_key=candidate.idempotency_key).first()
-        if by_key is not None:
-            found["idempotency key"] = by_key
+    return same_start(candidate, chosen_id=chosen_id, by_id=by_id, by_key=by_key)
+
+
+def same_start(
+    candidate: Run, *, chosen_id: str | None, by_id: Run | None, by_key: Run | None
+) -> Run | None:
+    """The conflict rules of a start, given the run holding the candidate's chosen id
+    (``by_id``) and the one holding its idempotency key (``by_key``): the run to answer when it
+    is the same start, None when neither exists, ``Conflict`` (saying what differs) when the id
+    or the key belongs to a different start."""
+    found: dict[str, Run] = {}
+    if by_id is not None:
+        found["run id"] = by_id
+    if by_key is not None:
+        found["idempotency key"] = by_key
     if not found:
         return None
     runs = {r.run_id: r for r in found.values()}
