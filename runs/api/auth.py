@@ -17,6 +17,7 @@ from ninja.throttling import AuthRateThrottle
 from ledger.transitions import Actor
 from runs.api import problems, tokens
 from runs.api.models import ApiToken
+from runs.dashboard.roles import role_of
 
 
 class TokenAuth(HttpBearer):
@@ -66,8 +67,17 @@ def token_of(request: HttpRequest) -> ApiToken:
 def require(request: HttpRequest, action: str) -> ApiToken:
     """The request's token when its role may do ``action``; a 403 problem otherwise."""
     token = token_of(request)
-    if not token.may(action):
-        raise problems.forbidden(f"a {token.role} token may not {_WORDS.get(action, action)}")
+    words = _WORDS.get(action, action)
+    if not token.role_allows(action):
+        raise problems.forbidden(f"a {token.role} token may not {words}")
+    if not token.person_allows(action):
+        person = token.user
+        assert person is not None
+        raise problems.forbidden(
+            f"this {token.role} token acts for {person.get_username()}, who is now "
+            f"{role_of(person) or 'in no role'} and may not {words}: a token never acts beyond "
+            "its person's role of the moment"
+        )
     return token
 
 
