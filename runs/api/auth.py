@@ -32,6 +32,11 @@ class TokenAuth(HttpBearer):
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
         if not header:
+            if any(name.lower() in _QUERY_TOKENS for name in request.GET):
+                raise problems.unauthorized(
+                    "a token in the query string is never accepted (URLs are logged and "
+                    "kept by proxies and browsers): send it as 'Authorization: Bearer <token>'"
+                )
             raise problems.unauthorized()
         if scheme.lower() != "bearer" or not secret.strip():
             raise problems.unauthorized("the Authorization header must be 'Bearer <token>'")
@@ -42,6 +47,10 @@ class TokenAuth(HttpBearer):
         if found is None:
             raise problems.unauthorized("this token is not valid (unknown or revoked)")
         return found
+
+
+#: Query parameters a client might put a token in: refused with a word on where it belongs.
+_QUERY_TOKENS = frozenset({"access_token", "token", "api_key", "apikey", "bearer"})
 
 
 class TokenThrottle(AuthRateThrottle):
