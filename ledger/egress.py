@@ -177,19 +177,15 @@ def post(
     headers: dict[str, str],
     *,
     timeout: float,
-    checked: bool = True,
     resolver: Resolver | None = None,
 ) -> int:
     """POST ``body`` to ``url`` once and return the answer's status; redirects are not
-    followed (a 3xx is returned like any status). ``checked``: the URL and every address its
-    name resolves to pass the policy, and the connection goes to the address checked.
-    ``Refused`` when they do not; ``OSError`` (``http.client.HTTPException`` included, as
-    ``OSError`` subclasses or not) when the receiver cannot be reached."""
-    parts = check_url(url) if checked else urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused("only http(s) URLs with a host")
+    followed (a 3xx is returned like any status). The URL and every address its name resolves
+    to must pass the policy (``Refused`` otherwise), and the connection goes to the address
+    checked. ``OSError`` or ``http.client.HTTPException`` when the receiver cannot be reached."""
+    parts = check_url(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    address = resolve(parts.hostname, port, resolver=resolver) if checked else None
+    address = resolve(parts.hostname or "", port, resolver=resolver)
     connection = _connection(parts, port, address, timeout)
     target = parts.path or "/"
     if parts.query:
@@ -204,10 +200,10 @@ def post(
 
 
 def _connection(
-    parts: SplitResult, port: int, address: Address | None, timeout: float
+    parts: SplitResult, port: int, address: Address, timeout: float
 ) -> http.client.HTTPConnection:
     """A connection to ``parts``' host (its Host header, its TLS name) whose socket opens to
-    ``address`` when one is given."""
+    ``address``."""
     host = parts.hostname or ""
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
@@ -218,13 +214,12 @@ def _connection(
         )
     else:
         connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    if address is not None:
-        pinned = str(address)
+    pinned = str(address)
 
-        def open_pinned(_where: Any, *args: Any, **kwargs: Any) -> socket.socket:
-            return socket.create_connection((pinned, port), *args, **kwargs)
+    def open_pinned(_where: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        return socket.create_connection((pinned, port), *args, **kwargs)
 
-        connection._create_connection = open_pinned  # type: ignore[attr-defined]
+    connection._create_connection = open_pinned  # type: ignore[attr-defined]
     return connection
 
 
