@@ -111,6 +111,19 @@ def test_a_webhook_inside_the_network_is_refused_through_the_api(caller: Any, ur
     assert ledger_rows() == before and not WebhookSubscription.objects.exists()
 
 
+def test_ledger_api_start_run_refuses_a_webhook_inside_the_network(settings: Any) -> None:
+    from ledger import api as ledger_api
+    from ledger.errors import InvalidInput
+
+    settings.RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS = []
+    before = ledger_rows()
+    with pytest.raises(InvalidInput, match=r"webhooks\[0\]: .* refused as a webhook.*link-local"):
+        ledger_api.start_run(
+            "refund", {"invoice_id": "inv_1"}, webhooks=[{"url": "http://169.254.169.254/"}]
+        )
+    assert ledger_rows() == before
+
+
 # --- 4. text PostgreSQL cannot hold is a 4xx, wherever it is sent ---------------------------
 
 
