@@ -39,7 +39,7 @@ def refuse_unknown_query(request: HttpRequest, model: type[Schema]) -> None:
     unknown = sorted(set(request.GET) - set(model.model_fields))
     if unknown:
         errors = [
-            {"path": f"query.{name}", "message": "unknown parameter", "type": "extra_forbidden"}
+            {"path": name, "in": "query", "message": "unknown parameter", "type": "extra_forbidden"}
             for name in unknown
         ]
         raise problems.Problem(
