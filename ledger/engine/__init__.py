@@ -11,7 +11,8 @@
 - ``batch``: batched durability, the finished steps waiting to be committed together;
 - ``walk``: where an execution stands on the recorded path (shared by context and steps);
 - ``calls``: the ``Call`` record and the text forms the ledger stores;
-- ``execution``: a live execution's context (``live_context``), and its batch's end.
+- ``execution``: a live execution's context (``live_context``), and its batch's end;
+- ``pooling``: a connection per step, given back to the process's pool (``step_connection``).
 
 Never imports ``runs``; writes nothing except through ``ledger.transitions``. Importing this
 package (``RunContext``) needs no Django settings: ``execution`` and ``live`` load the tables.
