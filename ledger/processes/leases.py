@@ -76,7 +76,7 @@ class LeaseRenewer:
                     target=self._work, name="lease-renewer", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify()  # a shorter lease than the others: the next beat comes sooner
+            self._lock.notify()  # a shorter lease than the others may bring the next beat closer
         return held
 
     def let_go(self, held: Held) -> None:
@@ -87,23 +87,32 @@ class LeaseRenewer:
         with self._lock:
             return list(self._held.values())
 
-    def _interval(self) -> float | None:
-        with self._lock:
-            return min((h.seconds for h in self._held.values()), default=None)
-
     def _work(self) -> None:
         try:
             while True:
-                with self._lock:
-                    while not self._held:
-                        self._lock.wait()
-                    shortest = min(h.seconds for h in self._held.values())
-                    self._lock.wait(shortest / 3)
-                    batch = list(self._held.values())
-                if batch:
+                batch = self._due()
+                try:
                     self.beat(batch)
+                except Exception:  # a bug must not end every run's renewals: the next beat
+                    log.exception("lease renewal of %d runs failed", len(batch))
         finally:
             connection.close()
+
+    def _due(self) -> list[Held]:
+        """Wait until a beat is due — a third of the shortest lease held since the last beat,
+        or since the first lease came — and return the leases to renew. A lease held meanwhile
+        only shortens the wait if its own third is shorter (its claim was just confirmed)."""
+        with self._lock:
+            since = time.monotonic()
+            while True:
+                if not self._held:
+                    self._lock.wait()
+                    since = time.monotonic()
+                    continue
+                left = since + min(h.seconds for h in self._held.values()) / 3 - time.monotonic()
+                if left <= 0:
+                    return list(self._held.values())
+                self._lock.wait(left)
 
     def beat(self, batch: list[Held]) -> None:
         """One renewal of ``batch`` (the renewer's thread; a test may call it directly)."""
