@@ -9,8 +9,8 @@ POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.contrib.gis.db.back
 IDLE_SETTING = "idle_in_transaction_session_timeout"
 
 
-def configure_postgres(  # db: dj_database_url's DBConfig, a TypedDict
-    db: Any,
+def configure_postgres(
+    db: Any,  # dj_database_url's DBConfig (a TypedDict), or a plain dict
     *,
     pool_size: int,
     pool_timeout: float,
