@@ -225,6 +225,16 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS",
+        1.0,
+        "float",
+        "The longest the sweep waits for a lock another session holds (a frozen worker's run "
+        "row, another sweep's beacon or totals): past it that piece is skipped until the next "
+        "pass, so recovery never waits on a frozen process (PostgreSQL `lock_timeout`, per "
+        "transaction).",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS",
         300.0,
         "float",

@@ -13,6 +13,7 @@
 - ``calls``: the ``Call`` record and the text forms the ledger stores;
 - ``execution``: a live execution's context (``live_context``), and its batch's end;
 - ``aio``: async agents: the shared event loop, and where sync code and the loop meet.
+- ``pooling``: a connection per step, given back to the process's pool (``step_connection``).
 
 Never imports ``runs``; writes nothing except through ``ledger.transitions``. Importing this
 package (``RunContext``) needs no Django settings: ``execution`` and ``live`` load the tables.

@@ -50,6 +50,14 @@ def flush(ctx: RunContext) -> None:
         steps.flush()
 
 
+def sync_flusher(ctx: RunContext) -> None:
+    """Wait until the batches handed to the flusher thread are committed (batched durability),
+    before the caller opens the transaction that records the execution's end."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.sync_flusher()
+
+
 def look_up_started(ctx: RunContext) -> list[str]:
     """Ask the lookup of each started effect before a divergence stops the run (see
     ``LiveSteps.look_up_started``)."""

@@ -57,7 +57,7 @@ from django.utils import timezone
 
 from ledger import canonical, faultpoints, observe, retry, transitions
 from ledger.conf import conf
-from ledger.engine import aio, drain, failures, gate
+from ledger.engine import aio, drain, failures, gate, pooling
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
@@ -210,9 +210,14 @@ class LiveSteps:
         if self._batch is not None and self._batch.due():
             self._flush_soon()
         try:
-            result = yield from self._run(
-                call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
-            )
+            with pooling.step_connection():  # the next step's wait holds no connection
+                result = yield from self._run(
+                    call,
+                    row,
+                    prev=self.walk.prev,
+                    abandon=abandon,
+                    batchable=self._batch is not None,
+                )
         except ApprovalRejected:
             self.walk.advance(call.step_id)  # its row records the rejection on the path
             raise
@@ -293,6 +298,11 @@ class LiveSteps:
             self._flusher.sync()
         if len(self._batch):
             self._write_batch(self._batch.take())
+
+    def sync_flusher(self) -> None:
+        """The batches handed to the flusher thread are committed (or raise why not)."""
+        if self._flusher is not None:
+            self._flusher.sync()
 
     def close(self) -> None:
         """The execution is over: full batches handed to the flusher commit, its thread ends."""
@@ -989,7 +999,8 @@ def _ledger_write(step_id: str, what: str) -> Iterator[None]:
     own ``except Exception`` cannot catch: whether the write committed is unknown, so nothing
     may go on as if it had (or had not) — above all, no effect may be sent."""
     try:
-        yield
+        with pooling.step_connection():  # written: the connection goes back to the pool
+            yield
     except DatabaseError as exc:
         raise LedgerUnavailable(step_id, what, exc) from exc
 

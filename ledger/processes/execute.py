@@ -1,10 +1,9 @@
-"""What a worker does with a run: claim it, execute (or resume) its agent from the top under a
-heartbeat, and record how the execution ended (the sweep that recovers dead workers' runs is
-``ledger.processes.sweep``).
+"""What a worker does with a run: claim it, execute (or resume) its agent from the top while the
+process's lease renewer (``ledger.processes.leases``) keeps its lease, and record how the
+execution ended (the sweep that recovers dead workers' runs is ``ledger.processes.sweep``).
 
 Every write goes through ``ledger.transitions``; the Celery tasks in ``runs.operations.tasks`` and
-the
-commands call these functions with run ids.
+the commands call these functions with run ids.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
@@ -28,8 +26,8 @@ from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
 from ledger.conf import conf
-from ledger.engine import AsyncRunContext, RunContext, aio
-from ledger.engine.execution import close, flush, live_context, look_up_started
+from ledger.engine import AsyncRunContext, RunContext, aio, pooling
+from ledger.engine.execution import close, flush, live_context, look_up_started, sync_flusher
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
 from ledger.errors import (
@@ -51,6 +49,7 @@ from ledger.errors import (
     StepFailed,
 )
 from ledger.models import ExecutionEnding, Run, RunStatus
+from ledger.processes import leases
 
 log = logging.getLogger(__name__)
 
@@ -70,79 +69,6 @@ class Outcome:
     replayed: int = 0
     executed: int = 0
     continued_as: str = ""  # the new run's id when the agent called ctx.continue_as_new
-
-
-class Heartbeat:
-    """Renews a lease from a background thread while the agent executes; each confirmed
-    renewal moves the execution's effect deadline (``fence``), a refused one ends it."""
-
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        token: str,
-        seconds: float,
-        fence: LeaseFence,
-        holds: Holds | None = None,
-    ) -> None:
-        self.run_id, self.token, self.seconds, self.fence = run_id, token, seconds, fence
-        self.holds = holds
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.seconds)
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(self.seconds / 3):
-                sent_at = time.monotonic()  # before the statement: the deadline errs early
-                renewed = self._renew()
-                if renewed is False:
-                    self.fence.revoked()
-                    self.lost.set()
-                    return
-                if renewed:
-                    self.fence.confirmed(sent_at=sent_at)
-                    self._refresh_holds()
-        except Exception:
-            log.exception("heartbeat for run %s failed", self.run_id)
-        finally:
-            connection.close()
-
-    def _refresh_holds(self) -> None:
-        """Read the pauses again (one query a beat, none per step): a pause made while the
-        agent executes stops it at its next step that the pause covers."""
-        if self.holds is None:
-            return
-        try:
-            self.holds.refresh()
-        except DatabaseError as exc:
-            log.warning("heartbeat for run %s: could not read the pauses (%s)", self.run_id, exc)
-            connection.close()
-
-    def _renew(self) -> bool | None:
-        """One renewal: True when confirmed, False when the lease is no longer ours, None when
-        the database failed (the server restarting, a cut connection). That is not a lost
-        lease, but not a confirmation either: the effect deadline does not move; the next beat
-        tries again on a new connection, and if none succeeds in time the lease expires (the
-        fence stops effects first) and the sweep recovers."""
-        try:
-            return transitions.lease_renew(
-                run_id=self.run_id, token=self.token, seconds=self.seconds
-            )
-        except DatabaseError as exc:
-            log.warning(
-                "heartbeat for run %s: the database failed (%s); retrying", self.run_id, exc
-            )
-            connection.close()
-            return None
 
 
 def run_execute(
@@ -279,9 +205,9 @@ def _execute_leased(
     holds = Holds(lambda: selectors.active_pauses(run_id=run_id, agent=run.agent))
     ex = _Execution(run=run, token=token)
     try:
-        holds.refresh()  # one query at the claim; the heartbeat reads them again
+        holds.refresh()  # one query at the claim; the process's lease renewer reads them again
         if heartbeat:
-            with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence, holds=holds):
+            with _renewed(run, token, seconds, fence, holds):
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
@@ -298,6 +224,22 @@ def _execute_leased(
         return None
     finally:
         close_old_connections()
+
+
+@contextlib.contextmanager
+def _renewed(
+    run: Run, token: str, seconds: float, fence: LeaseFence, holds: Holds
+) -> Iterator[None]:
+    """The execution's lease is renewed by the process's one renewer (``ledger.processes.leases``:
+    one statement for all its runs) while the block runs."""
+    renewer = leases.renewer()
+    held = renewer.hold(
+        run_id=run.run_id, token=token, seconds=seconds, fence=fence, agent=run.agent, holds=holds
+    )
+    try:
+        yield
+    finally:
+        renewer.let_go(held)
 
 
 def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) -> Outcome | None:
@@ -430,6 +372,7 @@ def _execute_agent(
     runner: Runner = aio.run,
 ) -> Outcome:
     """Call the agent with its context; record how the call ended."""
+    pooling.release()  # the claim's reads are done: the agent's first wait holds no connection
     try:
         if isinstance(ctx, AsyncRunContext):
             if not connection.in_atomic_block:
@@ -518,6 +461,10 @@ def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) 
 def _recording_outcome(ctx: RunContext | None) -> Iterator[None]:
     """The transaction that records how an execution ended. Under batched durability the steps
     still waiting commit first, in it: a run never ends with executed steps left unrecorded."""
+    if ctx is not None:
+        # The flusher's batches commit first, on its own connection: this thread must not hold
+        # one from the pool (in the transaction below) while it waits for them.
+        sync_flusher(ctx)
     with transaction.atomic():
         if ctx is not None:
             flush(ctx)

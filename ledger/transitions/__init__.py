@@ -65,6 +65,7 @@ from ledger.transitions.events import subscribe, subscriptions_follow, unsubscri
 from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_token
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
+    HeldLease,
     Started,
     beacon_beat,
     beacon_forget,
@@ -72,6 +73,7 @@ from ledger.transitions.lifecycle import (
     execution_end,
     lease_claim,
     lease_renew,
+    leases_renew,
     run_block,
     run_continue_as_new,
     run_count_resume,
@@ -123,6 +125,7 @@ __all__ = [
     "Busy",
     "Conflict",
     "GateLink",
+    "HeldLease",
     "InvalidInput",
     "NotAllowed",
     "OnCommit",
@@ -147,6 +150,7 @@ __all__ = [
     "gate_use",
     "lease_claim",
     "lease_renew",
+    "leases_renew",
     "notification_claim",
     "notification_failed",
     "notification_sent",

@@ -3,11 +3,12 @@ the audit row, and the two run writes several actions end in (queue for resume, 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -229,6 +230,32 @@ def _iso(value: Any) -> str:
 
 #: SQLSTATE of PostgreSQL's lock_not_available (a lock wait past ``lock_timeout``).
 LOCK_NOT_AVAILABLE = "55P03"
+
+
+class LockRefused(Exception):
+    """A bounded lock wait (``bounded_lock_wait``) ran out: another session holds the row."""
+
+
+@contextlib.contextmanager
+def bounded_lock_wait(seconds: float) -> Iterator[None]:
+    """One transaction in which no statement waits longer than ``seconds`` for a lock
+    (PostgreSQL's ``lock_timeout``, local to the transaction: a pooler in transaction mode
+    keeps it too). Past it the transaction rolls back and ``LockRefused`` is raised: recovery
+    skips what another session holds (a frozen worker's, another sweep's) and comes back to it
+    on its next pass, instead of waiting behind it. Elsewhere (SQLite) a plain transaction."""
+    try:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('lock_timeout', %s, true)",
+                        [f"{max(1, round(seconds * 1000))}ms"],
+                    )
+            yield
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise LockRefused(str(exc).strip()) from exc
 
 
 def lock_run(run_id: str) -> Run:

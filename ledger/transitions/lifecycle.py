@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Value
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -39,7 +39,14 @@ from ledger.models import (
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
-from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, audit_event
+from ledger.transitions._common import (
+    TAKEN_LEASE,
+    Actor,
+    LockRefused,
+    actor_name,
+    audit_event,
+    bounded_lock_wait,
+)
 
 log = logging.getLogger(__name__)
 
@@ -431,6 +438,71 @@ def lease_renew(
     )
 
 
+#: One statement renews every lease a process holds: the rows still held by the given tokens
+#: are locked unless another session holds them (``SKIP LOCKED``: an operator's action or the
+#: run's own step write; never waited on, tried again at the next beat), then extended. It
+#: answers, for each lease still ours, whether it was renewed; a lease not in the answer is
+#: no longer ours (taken over, re-queued, cancelled, finished).
+RENEW_ALL = """
+WITH held AS (
+    SELECT * FROM unnest(%(runs)s::varchar[], %(tokens)s::varchar[], %(ttls)s::float8[])
+        AS h(run_id, token, ttl)
+), ours AS (
+    SELECT r.run_id FROM ledger_run r JOIN held h
+        ON r.run_id = h.run_id AND r.lease_token = h.token
+     WHERE r.status = 'running'
+), free AS (
+    SELECT r.run_id, h.ttl FROM ledger_run r JOIN held h
+        ON r.run_id = h.run_id AND r.lease_token = h.token
+     WHERE r.status = 'running'
+       FOR NO KEY UPDATE OF r SKIP LOCKED
+), renewed AS (
+    UPDATE ledger_run r
+       SET lease_expires_at = %(now)s + make_interval(secs => f.ttl), heartbeat_at = %(now)s
+      FROM free f WHERE r.run_id = f.run_id
+    RETURNING r.run_id
+)
+SELECT o.run_id, (n.run_id IS NOT NULL) FROM ours o LEFT JOIN renewed n ON n.run_id = o.run_id
+"""
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    run_id: str
+    token: str
+    seconds: float
+
+
+def leases_renew(*, leases: list[HeldLease], clock: Clock = timezone.now) -> dict[str, bool | None]:
+    """Extend every lease a worker process holds, in one statement on PostgreSQL (one per lease
+    elsewhere). For each run: True renewed, False no longer ours (the lease is lost), None held
+    by another session this moment (neither: the next beat tries again)."""
+    if not leases:
+        return {}
+    now = clock()
+    if connection.vendor != "postgresql":
+        return {
+            lease.run_id: lease_renew(
+                run_id=lease.run_id, token=lease.token, seconds=lease.seconds, clock=lambda: now
+            )
+            for lease in leases
+        }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RENEW_ALL,
+            {
+                "runs": [lease.run_id for lease in leases],
+                "tokens": [lease.token for lease in leases],
+                "ttls": [float(lease.seconds) for lease in leases],
+                "now": now,
+            },
+        )
+        answer: dict[str, bool | None] = {
+            run_id: None if not done else True for run_id, done in cursor.fetchall()
+        }
+    return {lease.run_id: answer.get(lease.run_id, False) for lease in leases}
+
+
 # --- while a worker holds the lease ------------------------------------------------------
 
 
@@ -660,20 +732,30 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
     if lease.token is not None:
         runs = runs.filter(lease_expires_at__lt=now)
     why = f"worker {owner} stopped renewing its lease; re-queued by the sweep"
-    with transaction.atomic():
-        updated = runs.update(
-            status=RunStatus.QUEUED,
-            **TAKEN_LEASE,
-            **_RELEASED,
-            detail=why,
-            updated_at=now,
-            status_changed_at=now,
-            version=F("version") + 1,
-        )
-        if updated == 1:
-            Execution.objects.filter(run_id=run_id, ended_at__isnull=True).update(
-                ending=ExecutionEnding.CRASHED, ended_at=now, error=f"found by the sweep: {why}"
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            # A row another session holds (a frozen worker inside a step's write) is skipped,
+            # not waited on: the next pass comes back to it.
+            if not _skip_locked(runs):
+                return False
+            updated = runs.update(
+                status=RunStatus.QUEUED,
+                **TAKEN_LEASE,
+                **_RELEASED,
+                detail=why,
+                updated_at=now,
+                status_changed_at=now,
+                version=F("version") + 1,
             )
+            if updated == 1:
+                Execution.objects.filter(run_id=run_id, ended_at__isnull=True).update(
+                    ending=ExecutionEnding.CRASHED,
+                    ended_at=now,
+                    error=f"found by the sweep: {why}",
+                )
+    except LockRefused as exc:
+        log.warning("run %s: its rows are held by another session; skipped (%s)", run_id, exc)
+        return False
     if updated == 1:
         log.warning("run %s: lease of %s expired; re-queued", run_id, owner)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
@@ -683,9 +765,13 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
 def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.now) -> bool:
     """Claim the right to enqueue a lost run once more (compare-and-set on updated_at)."""
     now = clock()
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at).update(
-        updated_at=now
-    )
+    runs = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at)
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            updated = runs.update(updated_at=now) if _skip_locked(runs) else 0
+    except LockRefused as exc:
+        log.warning("run %s: its row is held by another session; skipped (%s)", run_id, exc)
+        return False
     if updated == 1:
         log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
@@ -757,9 +843,24 @@ def execution_end(
     )
 
 
-def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> None:
-    """Record that a periodic duty ran (the sweep's heartbeat on the runs list)."""
-    Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})
+def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> bool:
+    """Record that a periodic duty ran (the sweep's heartbeat on the runs list); False when
+    another session holds the beacon's row (a frozen process in the middle of its own beat):
+    this beat is skipped rather than waited for, the next one records it."""
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})
+    except LockRefused as exc:
+        log.warning("beacon %s: held by another session; this beat skipped (%s)", name, exc)
+        return False
+    return True
+
+
+def _skip_locked(runs: QuerySet[Run]) -> bool:
+    """Lock the one row of ``runs`` unless another session holds it (``SKIP LOCKED``): True
+    when this transaction now holds it, False when it is held elsewhere or does not match."""
+    held = runs.select_for_update(skip_locked=True, no_key=True).values_list("pk", flat=True)
+    return bool(list(held[:1]))
 
 
 def beacon_forget(*, name: str) -> None:

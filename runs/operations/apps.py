@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 
 
 class OperationsConfig(AppConfig):
@@ -24,6 +26,9 @@ class OperationsConfig(AppConfig):
 
         run_queued.connect(_enqueue, dispatch_uid="runs.enqueue_queued_run")
         runs_queued.connect(_enqueue_many, dispatch_uid="runs.enqueue_queued_runs")
+        # Behind PgBouncer the session settings (idle_in_transaction_session_timeout) cannot be
+        # startup options: one SET on each new connection (runs.settings.postgres).
+        connection_created.connect(_session_settings, dispatch_uid="runs.session_settings")
         # The ledger's events counted for Prometheus (/metrics, runs.operations.metrics), in
         # PROMETHEUS_MULTIPROC_DIR's files when it is set: made (0700) if it is missing.
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -32,6 +37,22 @@ class OperationsConfig(AppConfig):
         from runs.operations import metrics
 
         observe.subscribe(metrics.observe)
+
+
+#: The psycopg connections already given SESSION_SETTINGS: a pooled connection is "created"
+#: for Django at every checkout, but needs its SET once.
+_session_set: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _session_settings(sender: Any, connection: Any, **kwargs: Any) -> None:
+    wanted = connection.settings_dict.get("SESSION_SETTINGS")
+    raw = connection.connection
+    if not wanted or connection.vendor != "postgresql" or raw is None or raw in _session_set:
+        return
+    with connection.cursor() as cursor:
+        for name, value in wanted.items():
+            cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
+    _session_set.add(raw)
 
 
 def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
