@@ -7,6 +7,7 @@ directory, and Celery's worker and beat.
     runledger worker --only control         # the sweep and notifications only
     runledger beat                          # celery -A runs beat (exactly one)
     runledger --help                        # runledger's commands, apart from Django's
+    runledger --version                     # runledger's version (Django's, Celery's beside)
 
 ``manage.py`` keeps working and is the same thing. The development equipment's commands
 (``demo``, ``killtest``, ``soak``, ``bench_*``, ``seed_bulk``, ``example_execute``) run from a
@@ -24,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 CELERY = ("worker", "beat")
+#: Django answers these with its own version; runledger answers with its.
+VERSION = ("--version", "version")
 EQUIPMENT_ENV = {
     "RUNLEDGER_HARNESS": "1",
     "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",
@@ -48,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
     name = args[0] if args else "help"
+    if name in VERSION and len(args) == 1:
+        print_version()
+        return
     if name == "worker":
         sys.exit(worker(args[1:]))
     if name in CELERY:
@@ -178,6 +184,22 @@ def _die_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def print_version() -> None:
+    """``runledger --version``: runledger's version first (what a bug report needs), then the
+    versions it runs on."""
+    import platform
+
+    import celery
+    import django
+
+    import ledger
+
+    sys.stdout.write(
+        f"runledger {ledger.__version__} (Django {django.get_version()}, "
+        f"Celery {celery.__version__}, Python {platform.python_version()})\n"
+    )
 
 
 def print_help() -> None:
