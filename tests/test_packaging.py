@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.servers import free_port, wait_for_port
+from runs.share import SHARED
 from tests.support.packaging import ROOT, build_wheel
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.slow]
@@ -46,6 +48,18 @@ def test_the_wheel_holds_the_dashboards_templates_and_static_files(
     for folder in ("templates", "static"):
         files = {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*") if p.is_file()}
         assert files and {f"runs/{f}" for f in files} <= names, folder
+
+
+def test_the_wheel_holds_the_changelog_the_alert_rules_and_the_grafana_board(
+    wheel: zipfile.ZipFile,
+) -> None:
+    for in_wheel, in_checkout, _ in SHARED.values():
+        assert wheel.read(f"runs/share/{in_wheel}") == (ROOT / in_checkout).read_bytes(), in_wheel
+
+
+def test_the_wheels_version_is_the_projects(wheel: zipfile.ZipFile) -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert Path(str(wheel.filename)).name.startswith(f"runledger-{declared}-")
 
 
 def test_the_wheel_installs_the_runledger_command(wheel: zipfile.ZipFile) -> None:
@@ -130,6 +144,19 @@ def test_the_installed_package_checks_migrates_and_serves_the_dashboard(
     finally:
         web.terminate()
         web.wait(timeout=60)
+
+
+def test_the_installed_command_says_its_version_and_shares_its_files(
+    installed: Path, tmp_path: Path
+) -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert _in(installed, tmp_path, "runledger", "--version").startswith(f"runledger {declared} (")
+    for name, (_, in_checkout, _) in SHARED.items():
+        where = _in(installed, tmp_path, "runledger", "share", name, "--path").strip()
+        assert where.startswith(str(installed.parent)), where  # the installed copy's file
+        shared = _in(installed, tmp_path, "runledger", "share", name)
+        assert shared == (ROOT / in_checkout).read_text(), name
+    assert "alerts" in _in(installed, tmp_path, "runledger", "share")
 
 
 def test_the_s3_extra_makes_the_bucket_the_archive_store(installed: Path, tmp_path: Path) -> None:
