@@ -11,10 +11,10 @@ EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODU
 # serve: the production stack on one machine (see README, Deploy at scale).
 .PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard bench-dashboard-load screenshots clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./client
 	@touch $(STAMP)
 
 ## The main job on the embedded defaults (SQLite file, no server needed).
@@ -99,7 +99,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy ledger runs harness
+	$(VENV)/bin/mypy ledger runs harness client/src
 
 check: lint typecheck test
 

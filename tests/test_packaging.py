@@ -18,7 +18,7 @@ import pytest
 
 from harness.servers import free_port, wait_for_port
 from runs.share import SHARED
-from tests.support.packaging import ROOT, build_wheel
+from tests.support.packaging import ROOT, build_client_wheel, build_wheel
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.slow]
 
@@ -73,13 +73,17 @@ DEV_TOOLS = ("pytest", "mypy", "ruff", "playwright", "django-stubs", "hypothesis
 
 @pytest.fixture(scope="module")
 def installed(wheel: zipfile.ZipFile, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel and its s3 extra installed (``pip install
-    'runledger[s3]'``, from the built file), as production installs it: its bin/ folder."""
+    """A fresh virtualenv with the wheel and its s3 and client extras installed (``pip install
+    'runledger[s3,client]'``, from the built files: the client extra is the runledger-client
+    distribution, found beside), as production installs it: its bin/ folder."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     assert wheel.filename is not None
+    beside = tmp_path_factory.mktemp("client-wheel")
+    build_client_wheel(tmp_path_factory.mktemp("client-source") / "client", beside)
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", f"{wheel.filename}[s3]"],
+        [str(venv / "bin" / "pip"), "install", "-q", "--find-links", str(beside),
+         f"{wheel.filename}[s3,client]"],
         check=True, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     return venv / "bin"
@@ -115,6 +119,7 @@ def test_production_installs_no_development_tool(installed: Path, tmp_path: Path
     listed = json.loads(_in(installed, tmp_path, "pip", "list", "--format", "json"))
     names = {p["name"].lower() for p in listed}
     assert "runledger" in names and "django" in names and "django-storages" in names
+    assert "runledger-client" in names  # runledger[client]
     assert [tool for tool in DEV_TOOLS if tool in names] == []
 
 
@@ -157,6 +162,15 @@ def test_the_installed_command_says_its_version_and_shares_its_files(
         shared = _in(installed, tmp_path, "runledger", "share", name)
         assert shared == (ROOT / in_checkout).read_text(), name
     assert "alerts" in _in(installed, tmp_path, "runledger", "share")
+
+
+def test_the_client_extra_gives_ledger_client(installed: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys; from ledger.client import AsyncClient, Client; import runledger_client; "
+        "assert Client is runledger_client.Client and AsyncClient is runledger_client.AsyncClient; "
+        "print(sorted(m for m in sys.modules if m.startswith('django')))"
+    )
+    assert _in(installed, tmp_path, "python", "-c", code).strip() == "[]"
 
 
 def test_the_s3_extra_makes_the_bucket_the_archive_store(installed: Path, tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The Python client of runledger's HTTP API (``/api/v1/``): Django-free, on httpx.
 
-Install with the ``client`` extra (``pip install 'runledger[client]'``)::
+Install ``runledger-client`` (or ``runledger[client]`` beside the server)::
 
-    from ledger.client import Client
+    from runledger_client import Client   # or: from ledger.client import Client
 
     runledger = Client("https://runs.example.com", token="rl_…")
     run = runledger.start("refund", {"invoice_id": "inv_1"}, idempotency_key="dispute-981")
@@ -15,7 +15,7 @@ Approval gates (``approvals``, ``approve``, ``reject``: a person's approver toke
 ``unsubscribe``, or ``start(..., webhooks=[...])``) are here too; ``verify_webhook`` checks a
 delivery's Standard Webhooks signature in the application's endpoint::
 
-    from ledger.client import verify_webhook
+    from runledger_client import verify_webhook
 
     event = verify_webhook(request.body, request.headers, secret)  # or WebhookVerificationError
 
@@ -24,8 +24,9 @@ every GET, and ``start``, which always sends an ``Idempotency-Key`` (one is made
 given) so that a retried start is the same run. ``cancel``, ``resume`` and ``retry`` are not
 retried: a retry of one that did happen would be refused as a conflict.
 
-This module imports neither Django nor the rest of the ledger (``ledger/__init__`` imports
-nothing that needs settings): an application's process needs only httpx.
+This distribution imports neither Django nor runledger's server: an application's process
+needs only httpx and standardwebhooks. ``AsyncClient`` (``runledger_client._async``) has the
+same methods, awaited.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ledger.webhooks import WebhookVerificationError, verify_webhook
+from runledger_client.webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "Agent",
