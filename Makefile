@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The development equipment (harness/) and the example agents it drives, named explicitly: a
-# deployment installs neither. The system checks that say so are silenced for these processes.
-EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODULES:-ledger.examples.agents} \
+# deployment installs neither. The system checks that say so are silenced for these processes,
+# and they may start on the embedded defaults (SQLite, the filesystem broker) with DEBUG off.
+EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_ALLOW_EMBEDDED=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODULES:-ledger.examples.agents} \
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).

@@ -84,6 +84,7 @@ class Cluster:
             "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS": str(lost_after),
             # The workers install the harness app (its fault registry, the examples) on purpose.
             "RUNLEDGER_HARNESS": "1",
+            "RUNLEDGER_ALLOW_EMBEDDED": "1",  # the filesystem broker, with DEBUG off
             "RUNLEDGER_SILENCED_CHECKS": "runledger.E001,runledger.W001",
             "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",
             **(env or {}),

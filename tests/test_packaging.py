@@ -135,7 +135,8 @@ def test_the_installed_package_checks_migrates_and_serves_the_dashboard(
     web = subprocess.Popen(
         [str(installed / "python"), "-m", "gunicorn", "-c", "python:runs.gunicorn_conf",
          "--bind", f"127.0.0.1:{port}"],
-        cwd=tmp_path, env=_outside(tmp_path, RUNLEDGER_PLAIN_HTTP="1"),
+        cwd=tmp_path,
+        env=_outside(tmp_path, RUNLEDGER_PLAIN_HTTP="1", RUNLEDGER_ALLOW_EMBEDDED="1"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -11,5 +11,8 @@ import os
 
 os.environ.setdefault("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
 os.environ.setdefault("RUNLEDGER_SILENCED_CHECKS", "runledger.E001,runledger.W001")
+# Workers, beat and gunicorn that tests start with DEBUG off may use the SQLite ledger and the
+# filesystem broker (a test of the refusal unsets it).
+os.environ.setdefault("RUNLEDGER_ALLOW_EMBEDDED", "1")
 
 from runs.settings import *  # noqa: F403

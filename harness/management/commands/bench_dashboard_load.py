@@ -125,6 +125,7 @@ class Command(BaseCommand):
             "DJANGO_SETTINGS_MODULE": "runs.settings",
             "DATABASE_URL": database_url(),
             "DEBUG": "0",
+            "RUNLEDGER_ALLOW_EMBEDDED": "1",  # the filesystem broker (nothing is sent)
             "RUNLEDGER_PLAIN_HTTP": "1",
             "SECRET_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "127.0.0.1",
