@@ -25,6 +25,7 @@ from celery import Task
 from django.conf import settings
 from django.db import connection
 
+from harness.servers import die_with_parent
 from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.celery import app
@@ -110,6 +111,7 @@ class Cluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # a killed kill test leaves no worker or beat behind
         )
         log.close()
         self.procs.append(proc)
