@@ -50,8 +50,8 @@ def main(argv: list[str]) -> int:
     print(f"with_postgres: throwaway PostgreSQL at {url}", flush=True)
     try:
         # The command ends with this process (SIGTERM), the server with a watchdog (servers.py).
-        command = {"env": {**os.environ, "DATABASE_URL": url}, "preexec_fn": end_with_parent}
-        return subprocess.call(argv, **command)  # type: ignore[call-overload]
+        environ = {**os.environ, "DATABASE_URL": url}
+        return subprocess.call(argv, env=environ, preexec_fn=end_with_parent)
     finally:
         if stop:
             subprocess.run(stop, stdout=subprocess.DEVNULL, check=False)

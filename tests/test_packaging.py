@@ -165,6 +165,23 @@ def test_the_installed_command_says_its_version_and_shares_its_files(
     assert "alerts" in _in(installed, tmp_path, "runledger", "share")
 
 
+def test_the_installed_package_writes_nothing_inside_itself(
+    installed: Path, tmp_path: Path
+) -> None:
+    """Without RUNLEDGER_VAR_DIR, the generated secret key goes to the user's data directory,
+    not into site-packages (``runledger help`` used to write ``site-packages/var/secret_key``)."""
+    env = _outside(tmp_path, HOME=str(tmp_path / "home"))
+    del env["RUNLEDGER_VAR_DIR"]
+    done = subprocess.run(
+        [str(installed / "runledger"), "help"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "home" / ".local" / "share" / "runledger" / "secret_key").is_file()
+    written = [p for p in (installed.parent / "lib").rglob("secret_key")]
+    assert written == []
+
+
 def test_the_client_extra_gives_ledger_client(installed: Path, tmp_path: Path) -> None:
     code = (
         "import sys; from ledger.client import AsyncClient, Client; import runledger_client; "
