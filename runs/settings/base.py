@@ -39,15 +39,21 @@ VAR_DIR = env.path(
     "archives. Set it in production (a directory the service's user owns); never inside the "
     "installed package.",
 )
+
+
 # Private to the service's user: the SQLite ledger, the broker's messages, the secret key, and
 # archives holding full inputs and results live here.
-try:
-    VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-except OSError as exc:
-    raise SystemExit(
-        f"runledger: RUNLEDGER_VAR_DIR {VAR_DIR} cannot be made ({exc.strerror}): set "
-        "RUNLEDGER_VAR_DIR to a directory this user may write"
-    ) from None
+def _make_var_dir(path: Path) -> None:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(
+            f"runledger: RUNLEDGER_VAR_DIR {path} cannot be made ({exc.strerror}): set "
+            "RUNLEDGER_VAR_DIR to a directory this user may write"
+        ) from None
+
+
+_make_var_dir(VAR_DIR)
 
 DEBUG = env.bool(
     "DEBUG",

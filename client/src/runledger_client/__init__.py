@@ -11,8 +11,58 @@ from __future__ import annotations
 from importlib import metadata
 
 from runledger_client._async import AsyncClient
-from runledger_client._client import *  # noqa: F403 - the public names, listed in its __all__
-from runledger_client._client import __all__ as _names
+from runledger_client._client import (
+    Agent,
+    ApiError,
+    AttemptFailure,
+    Busy,
+    Client,
+    Conflict,
+    Execution,
+    Forbidden,
+    Gate,
+    InvalidRequest,
+    NotFound,
+    Pause,
+    RateLimited,
+    Run,
+    RunCancelled,
+    RunFailed,
+    RunNeedsAttention,
+    RunSummary,
+    Step,
+    Unauthorized,
+    Webhook,
+    WebhookVerificationError,
+    verify_webhook,
+)
+
+__all__ = [
+    "Agent",
+    "ApiError",
+    "AsyncClient",
+    "AttemptFailure",
+    "Busy",
+    "Client",
+    "Conflict",
+    "Execution",
+    "Forbidden",
+    "Gate",
+    "InvalidRequest",
+    "NotFound",
+    "Pause",
+    "RateLimited",
+    "Run",
+    "RunCancelled",
+    "RunFailed",
+    "RunNeedsAttention",
+    "RunSummary",
+    "Step",
+    "Unauthorized",
+    "Webhook",
+    "WebhookVerificationError",
+    "verify_webhook",
+]
 
 
 def _version() -> str:
@@ -23,4 +73,3 @@ def _version() -> str:
 
 
 __version__ = _version()
-__all__ = ["AsyncClient", *_names]
