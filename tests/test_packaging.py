@@ -171,7 +171,7 @@ def test_the_installed_package_writes_nothing_inside_itself(
     """Without RUNLEDGER_VAR_DIR, the generated secret key goes to the user's data directory,
     not into site-packages (``runledger help`` used to write ``site-packages/var/secret_key``)."""
     env = _outside(tmp_path, HOME=str(tmp_path / "home"))
-    del env["RUNLEDGER_VAR_DIR"]
+    del env["RUNLEDGER_VAR_DIR"], env["SECRET_KEY"]  # the defaults: a key is made and kept
     done = subprocess.run(
         [str(installed / "runledger"), "help"], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=300,

@@ -252,10 +252,11 @@ def _execute_leased(
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        why = _lost_why(run_id, exc)
         log.warning(
-            "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
+            "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
         )
-        _end_lease_lost(ex, str(exc), clock)
+        _end_lease_lost(ex, why, clock)
         return None
     except LedgerUnavailable as exc:
         return _ledger_unavailable(ex, exc, clock)
@@ -288,6 +289,21 @@ def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) ->
         _left_for_the_sweep(run_id, f"{exc}; recording the failure failed too ({again})")
         return None
     return Outcome(run_id=run_id, status=RunStatus.FAILED, step_id=exc.step_id, detail=error)
+
+
+def _lost_why(run_id: str, exc: LeaseLost) -> str:
+    """Why the lease is gone, in words: what the run is now and who holds it (a cancel's own
+    words are recorded by the cancel)."""
+    said = "" if str(exc) in ("", run_id) else f" ({exc})"
+    try:
+        now = Run.objects.filter(pk=run_id).values("status", "lease_owner", "detail").first()
+    except DatabaseError:
+        now = None
+    if now is None:
+        return f"this worker's lease on the run was taken{said}"
+    held = f", held by {now['lease_owner']}" if now["lease_owner"] else ""
+    detail = f": {now['detail']}" if now["detail"] and now["status"] != RunStatus.RUNNING else ""
+    return f"this worker's lease was taken: the run is {now['status']}{held}{detail}{said}"
 
 
 def _end_lease_lost(ex: _Execution, why: str, clock: Clock) -> None:

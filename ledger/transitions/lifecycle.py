@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ledger import canonical, registry, signals
@@ -68,8 +69,9 @@ def run_start(
 ) -> Run:
     """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
     ``requires``; a chosen ``run_id`` must match ``ledger.inputs.RUN_ID_PATTERN``
-    (``InvalidInput`` otherwise: nothing is written). The run's title and labels are made from
-    the inputs by the agent's declaration unless given.
+    (``InvalidInput`` otherwise: nothing is written). The run's title is made from the inputs
+    by the agent's declaration unless given; its labels are the declared ones made from the
+    inputs, with ``labels`` added (the given value wins on the same key).
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``, a token's ``api:<name>``),
@@ -159,7 +161,7 @@ def _new_run(
         agent=agent,
         inputs=data,
         title=check_title(title) if title is not None else definition.title_for(data),
-        labels=check_labels(labels) if labels is not None else definition.labels_for(data),
+        labels=_labels(definition.labels_for(data), labels),
         idempotency_key=check_idempotency_key(idempotency_key),
         status=RunStatus.QUEUED,
         plan_version=definition.plan_version if stamp else "",
@@ -207,8 +209,9 @@ def run_start_once(
 
     A run whose id is ``run_id``, or whose idempotency key is ``idempotency_key``, is the same
     start when it is of the same agent with the same canonical inputs (and the same key and id
-    where both were given): it is returned, nothing is written. Otherwise ``Conflict`` says what
-    differs and nothing is written. Two identical starts racing make one run (the unique
+    where both were given): it is returned as it is, nothing is written (a title or labels
+    other than the first start's are not compared, and not applied). Otherwise ``Conflict``
+    says what differs and nothing is written. Two identical starts racing make one run (the unique
     constraints decide; the loser reads the winner's row).
 
     ``webhooks``: per-run subscriptions (``[{"url": …, "events": […]}]``, checked before
@@ -332,6 +335,20 @@ def check_title(title: str) -> str:
     return " ".join(title.split())[:TITLE_CHARS]
 
 
+def _labels(declared: dict[str, str], given: dict[str, str] | None) -> dict[str, str]:
+    """The run's labels: those the agent declares (made from the inputs), and the start's own
+    beside them, which win on the same key."""
+    if given is None:
+        return declared
+    merged = {**declared, **check_labels(given)}
+    if len(merged) > MAX_LABELS:
+        raise InvalidInput(
+            f"labels: at most {MAX_LABELS}, the agent's declared ones ({', '.join(declared)}) "
+            "included"
+        )
+    return merged
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
         raise InvalidInput(f"labels are an object of at most {MAX_LABELS} text values")
@@ -356,7 +373,8 @@ def lease_claim(
     A compare-and-set on the run row: of any number of workers claiming at once, one wins. A
     run released for a retry's back-off is not claimable before its ``wake_at``. The
     expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
-    (the fencing token the tools receive) grows by one.
+    (the fencing token the tools receive) grows by one. The first claim of the run writes
+    its ``started_at``; a later one (a resume) keeps it.
     """
     now = clock()
     token = secrets.token_hex(16)
@@ -372,6 +390,7 @@ def lease_claim(
             heartbeat_at=now,
             status=RunStatus.RUNNING,
             updated_at=now,
+            started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
             executions=F("executions") + 1,
             version=F("version") + 1,
             **TAKEN_LEASE,
@@ -693,9 +712,16 @@ def execution_end(
     clock: Clock = timezone.now,
 ) -> bool:
     """Record how execution ``number`` ended (one update); False when its end was recorded
-    already (the sweep found it crashed first: a lost lease then corrects that)."""
+    already (the sweep found it crashed first: a lost lease then corrects that). A lost lease
+    of an execution that the run's cancel ended already (``cancelled``, by whom and why) only
+    adds the worker's counts."""
     open_rows = Execution.objects.filter(run_id=run_id, number=number)
     if ending == ExecutionEnding.LEASE_LOST:
+        counted = open_rows.filter(ending=ExecutionEnding.CANCELLED).update(
+            replayed=replayed, executed=executed
+        )
+        if counted:
+            return True
         open_rows = open_rows.filter(ending__in=(ExecutionEnding.RUNNING, ExecutionEnding.CRASHED))
     else:
         open_rows = open_rows.filter(ended_at__isnull=True)

@@ -483,6 +483,11 @@ class WebhookCreatedOut(WebhookOut):
 
 
 class StartedOut(RunOut):
+    created: bool = Field(
+        description="true when this start made the run (201); false when the run id or "
+        "`Idempotency-Key` named a run an identical start made already (200), which is "
+        "answered as it is: its title and labels are those of its first start"
+    )
     webhooks: list[WebhookCreatedOut] = Field(
         description="the per-run subscriptions this start made, with their secrets (empty on "
         "a repeat: an identical start subscribes nothing again)"

@@ -8,6 +8,7 @@ import inspect
 import threading
 from typing import Any
 
+import httpx
 import pytest
 
 from ledger import client as rl
@@ -72,3 +73,23 @@ def _execute(run_id: str) -> None:
         run_execute(run_id=run_id, worker="worker-1", heartbeat=False)
     finally:
         connection.close()
+
+
+def test_the_async_client_raises_unexpected_answer_as_the_sync_one_does() -> None:
+    moved = httpx.MockTransport(
+        lambda request: httpx.Response(301, headers={"Location": "https://runs.example/api/v1/"})
+    )
+    html = httpx.MockTransport(
+        lambda request: httpx.Response(
+            200, text="<html>sign in</html>", headers={"Content-Type": "text/html"}
+        )
+    )
+
+    async def agents(transport: httpx.AsyncBaseTransport) -> None:
+        async with rl.AsyncClient("http://runs.example", "rl_x", transport=transport) as aio:
+            await aio.agents()
+
+    with pytest.raises(rl.UnexpectedAnswer, match=r"redirects to https://runs\.example/api/v1/"):
+        asyncio.run(agents(moved))
+    with pytest.raises(rl.UnexpectedAnswer, match="sign in"):
+        asyncio.run(agents(html))

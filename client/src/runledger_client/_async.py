@@ -33,8 +33,10 @@ from runledger_client._client import (
     RunNeedsAttention,
     RunSummary,
     Step,
+    UnexpectedAnswer,
     Webhook,
     _error,
+    _json,
     _parse,
     _quote,
     _step,
@@ -97,12 +99,17 @@ class AsyncClient:
                 body[name] = value
         key = idempotency_key or f"client-{uuid.uuid4()}"
         answer = await self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
-        data = answer.json()
+        data = _json(answer)
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
-        return _parse(Run, {**data, "created": answer.status_code == 201, "webhooks": hooks})
+        created = data.pop("created", answer.status_code == 201)  # an older server: the status
+        return _parse(Run, {**data, "created": created, "webhooks": hooks})
 
-    async def get(self, run_id: str) -> Run:
-        return _parse(Run, (await self._send("GET", f"/runs/{_quote(run_id)}")).json())
+    async def get_run(self, run_id: str) -> Run:
+        """The run now (``GET /runs/{run_id}``), without waiting; ``NotFound`` if none."""
+        return _parse(Run, _json(await self._send("GET", f"/runs/{_quote(run_id)}")))
+
+    #: The same as ``get_run`` (its first name).
+    get = get_run
 
     async def wait(self, run_id: str, timeout: float = MAX_WAIT) -> Run:
         """``Client.wait``: the run once settled, or as it is after ``timeout`` seconds."""
@@ -114,7 +121,7 @@ class AsyncClient:
                 f"/runs/{_quote(run_id)}/wait",
                 params={"timeout": round(min(left, MAX_WAIT), 3)},
             )
-            run = _parse(Run, answer.json())
+            run = _parse(Run, _json(answer))
             if run.settled or time.monotonic() >= deadline:
                 return run
 
@@ -158,7 +165,7 @@ class AsyncClient:
         params = {k: v for k, v in filters.items() if v is not None}
         params["limit"] = limit
         while True:
-            page = (await self._send("GET", "/runs", params=params)).json()
+            page = _json(await self._send("GET", "/runs", params=params))
             for row in page["runs"]:
                 yield _parse(RunSummary, row)
             if not page["next_cursor"]:
@@ -171,17 +178,17 @@ class AsyncClient:
         while True:
             params = {"after": after, "limit": 500}
             path = f"/runs/{_quote(run_id)}/steps"
-            page = (await self._send("GET", path, params=params)).json()
+            page = _json(await self._send("GET", path, params=params))
             out.extend(_step(s) for s in page["steps"])
             if not page["next_cursor"]:
                 return out
             after = int(page["next_cursor"])
 
     async def agents(self) -> list[Agent]:
-        return [_parse(Agent, a) for a in (await self._send("GET", "/agents")).json()]
+        return [_parse(Agent, a) for a in _json(await self._send("GET", "/agents"))]
 
     async def executions(self, run_id: str) -> list[Execution]:
-        rows = (await self._send("GET", f"/runs/{_quote(run_id)}/executions")).json()
+        rows = _json(await self._send("GET", f"/runs/{_quote(run_id)}/executions"))
         return [_parse(Execution, e) for e in rows]
 
     async def accept_stale(
@@ -198,7 +205,7 @@ class AsyncClient:
             payload["seen_version"] = seen_version
         path = f"/runs/{_quote(run_id)}/steps/{int(step)}/accept-stale"
         answer = await self._send("POST", path, json=payload, safe=False)
-        return _parse(Run, answer.json()["run"])
+        return _parse(Run, _json(answer)["run"])
 
     # --- approval gates ------------------------------------------------------------------------
 
@@ -206,7 +213,7 @@ class AsyncClient:
         """Every gate waiting for a decision, oldest first (``async for``)."""
         page = 1
         while True:
-            rows = (await self._send("GET", "/approvals", params={"page": page})).json()
+            rows = _json(await self._send("GET", "/approvals", params={"page": page}))
             for gate in rows:
                 yield _parse(Gate, gate)
             if len(rows) < 100:
@@ -214,7 +221,7 @@ class AsyncClient:
             page += 1
 
     async def approval(self, gate_id: int) -> Gate:
-        return _parse(Gate, (await self._send("GET", f"/approvals/{int(gate_id)}")).json())
+        return _parse(Gate, _json(await self._send("GET", f"/approvals/{int(gate_id)}")))
 
     async def approve(self, gate_id: int, reason: str = "") -> Gate:
         return await self._decide(gate_id, "approve", reason)
@@ -226,20 +233,20 @@ class AsyncClient:
 
     async def pauses(self, *, active: bool = True) -> list[Pause]:
         params = {"active": str(active).lower()}
-        rows = (await self._send("GET", "/pauses", params=params)).json()
+        rows = _json(await self._send("GET", "/pauses", params=params))
         return [_parse(Pause, p) for p in rows]
 
     async def pause(self, scope: str, target: str, reason: str) -> Pause:
         body = {"scope": scope, "target": target, "reason": reason}
-        return _parse(Pause, (await self._send("POST", "/pauses", json=body, safe=False)).json())
+        return _parse(Pause, _json(await self._send("POST", "/pauses", json=body, safe=False)))
 
     async def get_pause(self, pause_id: int) -> Pause:
-        return _parse(Pause, (await self._send("GET", f"/pauses/{int(pause_id)}")).json())
+        return _parse(Pause, _json(await self._send("GET", f"/pauses/{int(pause_id)}")))
 
     async def lift(self, pause_id: int, reason: str, *, expected: int) -> Pause:
         body = {"reason": reason, "expected": expected}
         path = f"/pauses/{int(pause_id)}/lift"
-        return _parse(Pause, (await self._send("POST", path, json=body, safe=False)).json())
+        return _parse(Pause, _json(await self._send("POST", path, json=body, safe=False)))
 
     # --- webhook subscriptions -----------------------------------------------------------------
 
@@ -257,7 +264,7 @@ class AsyncClient:
             if value is not None:
                 body[name] = value
         answer = await self._send("POST", "/webhooks", json=body, safe=False)
-        return _parse(Webhook, answer.json())
+        return _parse(Webhook, _json(answer))
 
     async def webhooks(
         self, *, agent: str | None = None, run_id: str | None = None, removed: bool = False
@@ -266,24 +273,24 @@ class AsyncClient:
         for name, value in (("agent", agent), ("run_id", run_id)):
             if value is not None:
                 params[name] = value
-        rows = (await self._send("GET", "/webhooks", params=params)).json()
+        rows = _json(await self._send("GET", "/webhooks", params=params))
         return [_parse(Webhook, w) for w in rows]
 
     async def unsubscribe(self, subscription_id: int) -> Webhook:
         path = f"/webhooks/{int(subscription_id)}"
-        return _parse(Webhook, (await self._send("DELETE", path, safe=False)).json())
+        return _parse(Webhook, _json(await self._send("DELETE", path, safe=False)))
 
     # --- plumbing ------------------------------------------------------------------------------
 
     async def _decide(self, gate_id: int, decision: str, reason: str) -> Gate:
         path = f"/approvals/{int(gate_id)}/{decision}"
         answer = await self._send("POST", path, json={"reason": reason}, safe=False)
-        return _parse(Gate, answer.json())
+        return _parse(Gate, _json(answer))
 
     async def _act(self, run_id: str, action: str, **body: Any) -> Run:
         payload = {k: v for k, v in body.items() if v is not None}
         path = f"/runs/{_quote(run_id)}/{action}"
-        return _parse(Run, (await self._send("POST", path, json=payload, safe=False)).json())
+        return _parse(Run, _json(await self._send("POST", path, json=payload, safe=False)))
 
     async def _send(
         self, method: str, path: str, *, safe: bool = True, **kw: Any
@@ -299,8 +306,10 @@ class AsyncClient:
                 await self._pause(attempt, None)
                 attempt += 1
                 continue
-            if answer.status_code < 400:
+            if answer.status_code < 300:
                 return answer
+            if answer.status_code < 400:  # a redirect is never followed: a POST would be lost
+                raise UnexpectedAnswer(answer)
             if safe and answer.status_code in RETRIED_STATUSES and attempt < self.retries:
                 await self._pause(attempt, answer.headers.get("Retry-After"))
                 attempt += 1

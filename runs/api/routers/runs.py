@@ -78,9 +78,12 @@ def step_or_404(run: Run, pk: int) -> Step:
     "/runs",
     response={200: StartedOut, 201: StartedOut, **REFUSALS},
     summary="Start a run (idempotent)",
-    description="201 with the new run; 200 with the same run when the run id or the "
-    "`Idempotency-Key` was used with the same agent and inputs; 409 when they were used with "
-    "other values (the problem says what differs). `webhooks` subscribes URLs to this run's "
+    description="201 with the new run (`created` true); 200 with the same run (`created` "
+    "false) when the run id or the `Idempotency-Key` was used with the same agent and inputs "
+    "(a title or labels are not compared: the run keeps those of its first start); 409 when "
+    "they were used with another agent or other inputs (the problem says what differs). "
+    "`labels` are added to the labels the agent declares (made from the inputs); on the same "
+    "key the start's value wins. `webhooks` subscribes URLs to this run's "
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
     "once, and a repeat (200) subscribes nothing again.",
 )
@@ -111,7 +114,8 @@ def start(
         for sub, secret in handle.subscriptions
     ]
     run = RunOut.of(run_or_404(handle.run_id))
-    return Status(201 if handle.created else 200, StartedOut(**run.model_dump(), webhooks=made))
+    answer = StartedOut(**run.model_dump(), created=handle.created, webhooks=made)
+    return Status(201 if handle.created else 200, answer)
 
 
 class ListQuery(Strict):
@@ -219,8 +223,8 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
 )
 def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
     """Each execution of the run, claim to end, in order: the worker, when, how it ended
-    (finished, stopped for a person, paused, failed, released, handed back, lease lost,
-    crashed), the steps replayed and executed, and the error."""
+    (finished, stopped for a person, paused, failed, released, handed back, cancelled, lease
+    lost, crashed), the steps replayed and executed, and the error."""
     require(request, "read")
     run = run_or_404(run_id)
     return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
