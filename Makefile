@@ -4,17 +4,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The development equipment (harness/) and the example agents it drives, named explicitly: a
-# deployment installs neither. The system checks that say so are silenced for these processes.
-EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODULES:-ledger.examples.agents} \
+# deployment installs neither. The system checks that say so are silenced for these processes,
+# and they may start on the embedded defaults (SQLite, the filesystem broker) with DEBUG off.
+EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_ALLOW_EMBEDDED=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODULES:-ledger.examples.agents} \
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
 .PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-starts bench-dashboard bench-dashboard-load screenshots clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./client
 	@touch $(STAMP)
 
 ## The main job on the embedded defaults (SQLite file, no server needed).
@@ -106,7 +107,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy ledger runs harness
+	$(VENV)/bin/mypy ledger runs harness client/src
 
 check: lint typecheck test
 

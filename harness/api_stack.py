@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 
 from harness.cluster import Cluster
+from harness.servers import die_with_parent
 
 
 def free_port() -> int:
@@ -89,6 +90,7 @@ class ApiStack:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log.close()
         self.cluster.beat()

@@ -25,6 +25,7 @@ from celery import Task
 from django.conf import settings
 from django.db import connection
 
+from harness.servers import die_with_parent
 from runs.brokers import TRANSPORT as FILESYSTEM_TRANSPORT
 from runs.brokers import filesystem_options
 from runs.celery import app
@@ -84,6 +85,7 @@ class Cluster:
             "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS": str(lost_after),
             # The workers install the harness app (its fault registry, the examples) on purpose.
             "RUNLEDGER_HARNESS": "1",
+            "RUNLEDGER_ALLOW_EMBEDDED": "1",  # the filesystem broker, with DEBUG off
             "RUNLEDGER_SILENCED_CHECKS": "runledger.E001,runledger.W001",
             "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",
             **(env or {}),
@@ -109,6 +111,7 @@ class Cluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # a killed kill test leaves no worker or beat behind
         )
         log.close()
         self.procs.append(proc)

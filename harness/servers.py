@@ -8,13 +8,63 @@ from ``redis-server`` (no persistence: a restart loses every queued message, the
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import glob
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: Linux sends the child SIGKILL when the process that started it dies (a
+    killed test run leaves no worker, beat or server behind). Elsewhere, nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def end_with_parent() -> None:
+    """``preexec_fn``: as ``die_with_parent`` with SIGTERM, for a child that cleans up (a test
+    run that stops its own servers)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+#: The watchdog of a server that does not stay a child (pg_ctl starts PostgreSQL detached): it
+#: blocks on a pipe whose other end only its parent holds, and when that parent is gone (how
+#: ever it died) runs the stop command and removes the server's files.
+_WATCHDOG = """
+import json, os, shutil, subprocess, sys
+fd, stop, root = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+while os.read(fd, 1):
+    pass
+subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+shutil.rmtree(root, ignore_errors=True)
+"""
+
+
+def watch_parent(stop: list[str], root: Path) -> None:
+    """Stop a detached server and remove ``root`` when this process dies: a watchdog process
+    in a session of its own, holding the read end of a pipe this process alone writes."""
+    read, write = os.pipe()  # neither end is inherited by other children (non-inheritable)
+    subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(read), json.dumps(stop), str(root)],
+        pass_fds=(read,), start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(read)
+    _WATCHED.append(write)  # held open until this process exits
+
+
+_WATCHED: list[int] = []
 
 
 def free_port() -> int:
@@ -60,6 +110,7 @@ class PostgresServer:
         self.bindir, self.root, self.port, self.fsync = found, root, free_port(), fsync
         self.data = root / "data"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self._watched = False
 
     def _ctl(self, *args: str) -> None:
         cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), *args]
@@ -75,6 +126,9 @@ class PostgresServer:
                 as_postgres_user([*initdb, "-A", "trust"]), check=True, stdout=subprocess.DEVNULL
             )
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync={self.fsync}"
+        if not self._watched:  # pg_ctl detaches the server: stopped if this process dies
+            watch_parent(self.stop_command(), self.root)
+            self._watched = True
         self._ctl("-o", opts, "-w", "-l", str(self.root / "log"), "start")
         return self
 
@@ -113,7 +167,10 @@ class RedisServer:
         log = open(self.root / "redis.log", "ab")  # noqa: SIM115 - the child owns it
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
         self.proc = subprocess.Popen(
-            [binary, *args, "no", "--dir", str(self.root)], stdout=log, stderr=subprocess.STDOUT
+            [binary, *args, "no", "--dir", str(self.root)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         log.close()
         wait_for_port(self.port)

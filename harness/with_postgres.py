@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from harness.servers import PostgresServer, postgres_bindir
+from harness.servers import PostgresServer, end_with_parent, postgres_bindir
 
 
 def _start_local(root: Path) -> tuple[str, list[str]] | None:
@@ -49,7 +49,9 @@ def main(argv: list[str]) -> int:
     url, stop = local or _start_pgserver(root)
     print(f"with_postgres: throwaway PostgreSQL at {url}", flush=True)
     try:
-        return subprocess.call(argv, env={**os.environ, "DATABASE_URL": url})
+        # The command ends with this process (SIGTERM), the server with a watchdog (servers.py).
+        environ = {**os.environ, "DATABASE_URL": url}
+        return subprocess.call(argv, env=environ, preexec_fn=end_with_parent)
     finally:
         if stop:
             subprocess.run(stop, stdout=subprocess.DEVNULL, check=False)

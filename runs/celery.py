@@ -50,6 +50,9 @@ class JsonWorker(Worker):
     """Celery's worker program; its banner as one JSON record when the logs are JSON."""
 
     def on_before_init(self, quiet: bool = False, **kwargs: Any) -> None:
+        from runs.startup import refuse_or_go
+
+        refuse_or_go("worker")  # one line and exit: embedded defaults, an unmigrated database
         if _json():
             # Celery's first words (a warning about running as root) come before its logging is
             # set up: Django's (root: JSON lines) takes them, and its shutdown notices, which it
@@ -94,6 +97,9 @@ class JsonBeat(Beat):
     logs the banner's facts once logging is set up."""
 
     def run(self) -> None:
+        from runs.startup import refuse_or_go
+
+        refuse_or_go("beat")
         if _json():
             self.quiet = True
         super().run()

@@ -8,6 +8,7 @@ directory, and Celery's worker and beat.
     runledger worker --only control         # the sweep and notifications only
     runledger beat                          # celery -A runs beat (exactly one)
     runledger --help                        # runledger's commands, apart from Django's
+    runledger --version                     # runledger's version (Django's, Celery's beside)
 
 ``manage.py`` keeps working and is the same thing. The development equipment's commands
 (``demo``, ``killtest``, ``soak``, ``bench_*``, ``seed_bulk``, ``example_execute``) run from a
@@ -20,13 +21,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 CELERY = ("worker", "beat")
+#: Django answers these with its own version; runledger answers with its.
+VERSION = ("--version", "version")
 EQUIPMENT_ENV = {
     "RUNLEDGER_HARNESS": "1",
+    "RUNLEDGER_ALLOW_EMBEDDED": "1",
     "RUNLEDGER_AGENT_MODULES": "ledger.examples.agents",
     "RUNLEDGER_SILENCED_CHECKS": "runledger.E001,runledger.W001",
 }
@@ -49,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "runs.settings")
     name = args[0] if args else "help"
+    if name in VERSION and len(args) == 1:
+        print_version()
+        return
     if name == "worker":
         sys.exit(worker(args[1:]))
     if name in CELERY:
@@ -163,8 +171,10 @@ def _control_args(rest: list[str]) -> list[str]:
 
 def _supervise(rest: list[str]) -> int:
     import signal
-    import subprocess
 
+    from runs.startup import refuse_or_go
+
+    refuse_or_go("worker")  # once, before the two children (each checks again, silently)
     me = [sys.executable, "-m", "runs.cli", "worker"]
     children = [
         subprocess.Popen([*me, "--only", "runs", *rest], preexec_fn=_die_with_parent),
@@ -186,16 +196,41 @@ def _supervise(rest: list[str]) -> int:
     code: int | None = None
     while code is None:
         pid, status = os.wait()
-        for child in children:
+        for child, name in zip(children, ROLES, strict=True):
             if child.pid == pid:
                 child.returncode = os.waitstatus_to_exitcode(status)
                 code = child.returncode
+                _log_exit(name, child, others_left=any(c.poll() is None for c in children))
     for child in children:
         if child.poll() is None:
             child.terminate()  # the other one drains, as on a SIGTERM from outside
     for child in children:
         child.wait()
     return code if code >= 0 else 128 - code
+
+
+#: The two processes of ``runledger worker``, in the order ``_supervise`` starts them.
+ROLES = ("the runs' pool", "the control process")
+
+
+def _log_exit(name: str, child: subprocess.Popen[bytes], *, others_left: bool) -> None:
+    """Say which process ended ``runledger worker``, and how (a signal by name), before the
+    other one is stopped: without it, the only line left is the other's "Warm shutdown"."""
+    import logging
+    import signal
+
+    code = child.returncode
+    how = (
+        f"was killed by {signal.Signals(-code).name}"
+        if code is not None and code < 0
+        else f"exited with code {code}"
+    )
+    then = "; stopping the other process" if others_left else ""
+    logging.getLogger("runs.cli").error(
+        "runledger worker: %s (pid %s) %s%s; the worker exits (its supervisor restarts it)",
+        name, child.pid, how, then,
+        extra={"worker_process": name, "child_pid": child.pid, "exit_code": code},
+    )  # fmt: skip
 
 
 def _die_with_parent() -> None:
@@ -205,6 +240,22 @@ def _die_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def print_version() -> None:
+    """``runledger --version``: runledger's version first (what a bug report needs), then the
+    versions it runs on."""
+    import platform
+
+    import celery
+    import django
+
+    import ledger
+
+    sys.stdout.write(
+        f"runledger {ledger.__version__} (Django {django.get_version()}, "
+        f"Celery {celery.__version__}, Python {platform.python_version()})\n"
+    )
 
 
 def print_help() -> None:

@@ -13,7 +13,16 @@ from ninja.parser import Parser
 
 from runs.api import problems
 from runs.api.auth import TokenAuth, TokenThrottle
-from runs.api.routers import agents, approvals, handover, pauses, runs, settlements, webhooks
+from runs.api.routers import (
+    agents,
+    approvals,
+    handover,
+    pauses,
+    root,
+    runs,
+    settlements,
+    webhooks,
+)
 
 
 class StrictJSON(Parser):
@@ -58,6 +67,7 @@ api = Api(
     parser=StrictJSON(),
 )
 problems.install(api)
+api.add_router("", root.router)
 api.add_router("", runs.router)
 api.add_router("", agents.router)
 api.add_router("", settlements.router)

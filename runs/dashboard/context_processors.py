@@ -1,5 +1,5 @@
 """The template context processor of the dashboard: what every page needs (the signed-in user's
-role)."""
+role, runledger's version for the footer)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
+import ledger
 from runs.dashboard.roles import role_of
 from runs.dashboard.zones import zone_of
 
@@ -21,6 +22,7 @@ def dashboard(request: HttpRequest) -> dict[str, Any]:
         "admin_mounted": bool(settings.RUNLEDGER_ADMIN_URL),
         "nav_section": nav_section(request),
         "zone_name": zone_of(request),
+        "runledger_version": ledger.__version__,
     }
 
 

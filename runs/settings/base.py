@@ -21,18 +21,39 @@ def _assets(name: str) -> Path:
     return installed if installed.is_dir() else BASE_DIR / name
 
 
+def _default_var_dir() -> Path:
+    """``./var`` beside ``manage.py`` in a source checkout; in an installed copy never inside
+    the package (site-packages is not the service's to write): the user's data directory."""
+    if (BASE_DIR / "manage.py").is_file():
+        return BASE_DIR / "var"
+    return Path.home() / ".local" / "share" / "runledger"
+
+
 VAR_DIR = env.path(
     "RUNLEDGER_VAR_DIR",
-    BASE_DIR / "var",
+    _default_var_dir(),
     section=sections.PATHS,
-    shown="./var",
+    shown="./var in a source checkout; installed, ~/.local/share/runledger",
     doc="Where the no-server defaults keep their files: the SQLite ledger, the filesystem "
     "broker's messages, the generated secret key, beat's schedule, collected static files, "
-    "archives.",
+    "archives. Set it in production (a directory the service's user owns); never inside the "
+    "installed package.",
 )
+
+
 # Private to the service's user: the SQLite ledger, the broker's messages, the secret key, and
 # archives holding full inputs and results live here.
-VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _make_var_dir(path: Path) -> None:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(
+            f"runledger: RUNLEDGER_VAR_DIR {path} cannot be made ({exc.strerror}): set "
+            "RUNLEDGER_VAR_DIR to a directory this user may write"
+        ) from None
+
+
+_make_var_dir(VAR_DIR)
 
 DEBUG = env.bool(
     "DEBUG",

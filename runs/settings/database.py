@@ -20,6 +20,15 @@ DATABASE_URL = (
     or f"sqlite:///{VAR_DIR / 'runledger.sqlite3'}"
 )
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+RUNLEDGER_ALLOW_EMBEDDED = env.bool(
+    "RUNLEDGER_ALLOW_EMBEDDED",
+    False,
+    section=sections.DATABASE,
+    doc="Let web, worker and beat start on the embedded defaults (the SQLite ledger, the "
+    "filesystem broker) with `DEBUG` off. Off, they refuse to start on either, in one line: "
+    "production sets `DATABASE_URL` and `CELERY_BROKER_URL`. `make demo`, the development "
+    "equipment and the test suite turn it on; so does one machine that means it.",
+)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # BEGIN IMMEDIATE takes the write lock up front, so a fenced write's lease check and its
     # write cannot be split by another writer (the SQLite analogue of FOR SHARE).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +18,8 @@ from ledger.processes.execute import run_execute
 from runs.api import tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
+#: The runledger-client distribution's package, in this checkout (installed beside, in a venv).
+CLIENT_SOURCE = str(Path(__file__).resolve().parents[2] / "client" / "src")
 
 
 def test_the_client_imports_without_django() -> None:
@@ -29,7 +32,7 @@ def test_the_client_imports_without_django() -> None:
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CLIENT_SOURCE},
         timeout=60,
     )
     assert done.returncode == 0, done.stderr

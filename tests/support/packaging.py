@@ -23,3 +23,14 @@ def build_wheel(source_copy: Path, out: Path) -> Path:
     )  # fmt: skip
     [path] = out.glob("runledger-*.whl")
     return path
+
+
+def build_client_wheel(source_copy: Path, out: Path) -> Path:
+    """The runledger-client wheel, built from a copy of ``client/`` (as ``build_wheel``)."""
+    shutil.copytree(ROOT / "client", source_copy, ignore=shutil.ignore_patterns(*LEFT_OUT))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source_copy), "--no-deps", "-q", "-w", str(out)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    [path] = out.glob("runledger_client-*.whl")
+    return path

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.servers import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -79,6 +81,7 @@ class Process:
             stdout=self._out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # never outlives the test run
         )
 
     def output(self) -> str:

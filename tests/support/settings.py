@@ -14,5 +14,8 @@ os.environ.setdefault("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
 # allowed (tests/ledger/processes/test_webhook_egress.py proves the default refuses it).
 os.environ.setdefault("RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
 os.environ.setdefault("RUNLEDGER_SILENCED_CHECKS", "runledger.E001,runledger.W001")
+# Workers, beat and gunicorn that tests start with DEBUG off may use the SQLite ledger and the
+# filesystem broker (a test of the refusal unsets it).
+os.environ.setdefault("RUNLEDGER_ALLOW_EMBEDDED", "1")
 
 from runs.settings import *  # noqa: F403

@@ -32,6 +32,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness.cluster import database_url
+from harness.servers import die_with_parent
 from ledger.models import Run
 from runs.dashboard.roles import user_set_role
 
@@ -125,6 +126,7 @@ class Command(BaseCommand):
             "DJANGO_SETTINGS_MODULE": "runs.settings",
             "DATABASE_URL": database_url(),
             "DEBUG": "0",
+            "RUNLEDGER_ALLOW_EMBEDDED": "1",  # the filesystem broker (nothing is sent)
             "RUNLEDGER_PLAIN_HTTP": "1",
             "SECRET_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "127.0.0.1",
@@ -134,7 +136,12 @@ class Command(BaseCommand):
         log = (tmp / "gunicorn.log").open("wb")
         command = [sys.executable, "-m", "gunicorn", "-c", "python:runs.gunicorn_conf"]
         web = subprocess.Popen(
-            [*command, "--bind", f"127.0.0.1:{port}"], env=env, cwd=ROOT, stdout=log, stderr=log
+            [*command, "--bind", f"127.0.0.1:{port}"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + 120
         while not _answers(f"http://127.0.0.1:{port}/healthz"):
