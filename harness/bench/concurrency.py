@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -28,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -101,9 +103,7 @@ def parse_mode(text: str) -> Mode:
         agent, argv = head, rest.split(":", 1)[1]
     if not argv.split() or argv.split()[0] != "worker":
         raise ValueError(f"mode {name!r}: the command line must start with 'worker', not {argv!r}")
-    return Mode(
-        "runledger", name, agent, argv, needs_async=agent == inflight_agents.ASYNC_AGENT
-    )
+    return Mode("runledger", name, agent, argv, needs_async=agent == inflight_agents.ASYNC_AGENT)
 
 
 @dataclass
@@ -302,14 +302,21 @@ def async_agents_work() -> tuple[bool, str]:
     from harness.unannounced import start_unannounced
     from ledger.processes import execute
 
+    quiet = logging.getLogger("ledger.processes.execute")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the probe failing is an answer, not an error
     try:
-        run = start_unannounced(
-            agent=inflight_agents.ASYNC_AGENT, inputs={"calls": 0, "reads": 1}
-        )
-        execute.run_execute(run_id=run.run_id, worker=f"bench-probe-{os.getpid()}")
-        run.refresh_from_db()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "coroutine ... never awaited"
+            run = start_unannounced(
+                agent=inflight_agents.ASYNC_AGENT, inputs={"calls": 0, "reads": 1}
+            )
+            execute.run_execute(run_id=run.run_id, worker=f"bench-probe-{os.getpid()}")
+            run.refresh_from_db()
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        quiet.setLevel(level)
     if run.status != RunStatus.SUCCEEDED:
         return False, f"the probe run {run.status}: {str(run.error or '')[:200]}"
     return True, ""
@@ -370,8 +377,10 @@ class Bench:
                 args += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
                 worker = cluster._spawn(args, name, {}, program=("runs.cli",))
                 ready = wait_for(
-                    lambda: cluster.log(name, tail=100000).count(" ready.") >= 2
-                    or worker.poll() is not None,
+                    lambda: (
+                        cluster.log(name, tail=100000).count(" ready.") >= 2
+                        or worker.poll() is not None
+                    ),
                     timeout=180,
                     interval=0.2,
                 )
@@ -411,7 +420,8 @@ class Bench:
             cell.wall_s = max((last - started_at) / timedelta(seconds=1), 0.0)
         else:
             cell.wall_s = elapsed
-            cell.note += f" timed out after {self.timeout:.0f} s ({len(ids) - final.count()} unfinished);"
+            left = len(ids) - final.count()
+            cell.note += f" timed out after {self.timeout:.0f} s ({left} unfinished);"
         bad = Run.objects.filter(run_id__in=ids).exclude(status=RunStatus.SUCCEEDED).first()
         if bad is not None:
             cell.note += f" e.g. a run {bad.status}: {str(bad.error or '')[:160]!r};"

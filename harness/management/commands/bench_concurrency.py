@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from harness.bench import concurrency
-from harness.bench.concurrency import DBOS_MODES, RUNLEDGER_MODES, Bench, Cell, Mode
+from harness.bench.concurrency import DBOS_MODES, Bench, Cell, Mode
 
 
 class Command(BaseCommand):
@@ -74,17 +74,19 @@ class Command(BaseCommand):
             sizes.append(5000)
         if any(r < 1 for r in sizes):
             raise CommandError("every R must be at least 1")
+        figures: dict[str, Any] = {}
         works, why = concurrency.async_agents_work()
-        if any(m.needs_async for m in ours) and not works:
-            self.stdout.write(f"concurrency.runledger.async.*: skipped (no async agents: {why})")
-            ours = [m for m in ours if not m.needs_async]
+        for mode in [m for m in ours if m.needs_async and not works]:
+            name = f"concurrency.{mode.system}.{mode.name}"
+            self.stdout.write(f"{name}.*: skipped (no async agents: {why})")
+            figures[f"{name}.skipped"] = f"no async agents: {why}"
+            ours.remove(mode)
         broker = self._broker(options["broker"])
         self.stdout.write(
             f"# broker {broker}; R {sizes}; {options['calls']} calls of {options['delay']} s and "
             f"{options['reads']} reads per run; {os.cpu_count()} cores; "
             f"load {os.getloadavg()[0]:.2f}"
         )
-        figures: dict[str, Any] = {}
         with concurrency.model_server(options["delay"]) as model_url:
             bench = Bench(
                 model_url=model_url,
