@@ -393,6 +393,7 @@ class Bench:
                 cell.peak_db_conns = sampler.peak_conns
                 if worker.poll() is not None:
                     cell.note += f" the worker exited ({worker.returncode});"
+                cell.note += worker_log_note(cluster.log(name, tail=10**7))
         finally:
             if self.broker.startswith("redis://"):
                 with contextlib.suppress(Exception):
@@ -467,6 +468,17 @@ class Bench:
             with contextlib.suppress(Exception):
                 _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         return cell
+
+
+def worker_log_note(text: str) -> str:
+    """What a worker's log says went wrong, counted (nothing when nothing did)."""
+    counts = {
+        "refused connections (too many clients)": text.count("too many clients"),
+        "ERROR lines": sum(1 for line in text.splitlines() if "ERROR" in line),
+        "tracebacks": text.count("Traceback"),
+    }
+    seen = [f"{n} {what}" for what, n in counts.items() if n]
+    return f" the worker's log: {', '.join(seen)};" if seen else ""
 
 
 def start_all(

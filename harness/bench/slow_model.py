@@ -75,6 +75,7 @@ class SlowModel:
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
                 await asyncio.sleep(self.delay)
                 self.calls += 1
+                payload: dict[str, object]
                 if method != "POST":
                     status, payload = "404 Not Found", {"error": f"no {method} {path}"}
                 else:
