@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from harness.bench import concurrency, inflight_agents
+from harness.management.commands import bench_concurrency
 
 KEYS = ("wall_s", "start_rate", "peak_rss_mib", "peak_db_conns", "errors")
 
@@ -35,14 +37,14 @@ def test_a_mode_is_a_worker_command_line_with_r_capped() -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the bench needs PostgreSQL")
 def test_the_bench_runs_its_runs_on_a_real_worker_and_writes_the_named_figures(
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "bench-results.json"
     out = io.StringIO()
     call_command(
-        "bench_concurrency",
+        bench_concurrency.Command(),  # the harness app is not installed in the suite
         runs="5",
         delay=0.1,
         modes="threads",
