@@ -16,6 +16,7 @@ else the filesystem broker (``--broker`` chooses).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class Command(BaseCommand):
                     self._cell(bench, figures, mode, runs)
             if bench.dbos_versions:
                 figures["concurrency.dbos_versions"] = bench.dbos_versions
+            shutil.rmtree(bench.root, ignore_errors=True)
         self._goals(figures, ours + peers, sizes, bench.ideal_s)
         if options["json"]:
             from harness.bench.results import merge_json
