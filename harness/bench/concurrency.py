@@ -268,13 +268,22 @@ def _admin(sql: str) -> None:
         conn.execute(sql)  # type: ignore[arg-type]
 
 
+def _disconnect() -> None:
+    """Close this process's connection, and its pool where Django keeps one (``OPTIONS["pool"]``:
+    a pooled connection stays open to the database after ``close()``)."""
+    connection.close()
+    close_pool = getattr(connection, "close_pool", None)
+    if close_pool is not None:
+        close_pool()
+
+
 @contextlib.contextmanager
 def cell_database(name: str) -> Iterator[None]:
     """This process's database switched to ``name``, a copy of the migrated one (its template),
     for the block; dropped after."""
     sd = connection.settings_dict
     template = sd["NAME"]
-    connection.close()
+    _disconnect()
     _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     options = sd.setdefault("OPTIONS", {})
     saved = options.get("application_name")
@@ -282,7 +291,7 @@ def cell_database(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        connection.close()
+        _disconnect()
         sd["NAME"] = template
         if saved is None:
             options.pop("application_name", None)
