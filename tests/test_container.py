@@ -1,14 +1,15 @@
 """The container image and the compose file (deploy/), built and started: podman builds the
-image from the wheel and a wheelhouse, compose starts web, worker, beat, PostgreSQL and Redis,
-``/readyz`` turns green through the published port, the sign-in page renders, and a run started
-inside the web container is executed by the worker container.
+image from the wheel (with a wheelhouse beside it, as no package index is reachable), compose
+starts web, worker, beat, PostgreSQL and Redis, ``/readyz`` turns green through the published
+port, the sign-in page renders, the web container runs as uid 999, and a run started inside the
+web container is executed by the worker container.
 
 No registry is reachable here, so the base image is a Debian 12 root file system made with
 ``debootstrap`` from Debian's packages and imported (kept between runs as
 ``localhost/runledger-debian:bookworm``), and PostgreSQL and Redis come from Debian's packages
-too (deploy/Containerfile.services). Needs podman, podman-compose and debootstrap (Debian's
-packages) and root; skipped without them. Slow: the first run makes the root file system (a few
-minutes), every run builds two images.
+too (tests/support/containers/: a stand-in keeping the official postgres image's contract).
+Needs podman, podman-compose and debootstrap (Debian's packages) and root; skipped without them.
+Slow: the first run makes the root file system (a few minutes), every run builds two images.
 
 This machine's own limits, set in a containers.conf the test writes, not in the shipped files:
 podman may not set the container's rlimits here (``default_ulimits = []``), and crun does not
@@ -37,6 +38,7 @@ from tests.support.packaging import ROOT, build_wheel
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_ok]
 BASE = "localhost/runledger-debian:bookworm"
 NEEDED = ("podman", "podman-compose", "debootstrap")
+STAND_IN = ROOT / "tests" / "support" / "containers"
 
 
 def _sh(*args: str, timeout: float = 900, **kwargs: object) -> str:
@@ -79,19 +81,21 @@ def base_image(podman_env: dict[str, str]) -> str:
 def images(
     base_image: str, podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
-    """(the runledger image, the services image), built from deploy/ with a wheelhouse."""
-    context = tmp_path_factory.mktemp("context")
-    shutil.copytree(ROOT / "deploy", context, dirs_exist_ok=True)
-    wheels = context / "wheels"
+    """(the runledger image, the services stand-in), built as the install page says: the
+    context is the wheel alone, here with every dependency downloaded beside it and
+    ``PIP_OPTIONS=--no-index`` because the build has no package index."""
+    wheels = tmp_path_factory.mktemp("wheels")
     wheel = build_wheel(tmp_path_factory.mktemp("source") / "runledger", wheels)
-    # The image's Python is Debian's 3.11.2, whose redis needs async-timeout (< 3.11.3).
+    # The stand-in base's Python is Debian's 3.11.2, whose redis needs async-timeout (< 3.11.3).
     _sh(sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), f"{wheel}[s3]",
         "async-timeout>=4.0.3")  # fmt: skip
     tag = f"localhost/runledger-test:{os.getpid()}"
     services = f"localhost/runledger-services-test:{os.getpid()}"
     build = ["podman", "build", "--network=host", "--build-arg", f"BASE={base_image}"]
-    _sh(*build, "-f", str(context / "Containerfile"), "-t", tag, str(context), env=podman_env)
-    _sh(*build, "-f", str(context / "Containerfile.services"), "-t", services, str(context),
+    containerfile = str(ROOT / "deploy" / "Containerfile")
+    _sh(*build, "--build-arg", "PIP_OPTIONS=--no-index", "-f", containerfile, "-t", tag,
+        str(wheels), env=podman_env)  # fmt: skip
+    _sh(*build, "-f", str(STAND_IN / "Containerfile.services"), "-t", services, str(STAND_IN),
         env=podman_env)  # fmt: skip
     yield tag, services
     for image in (tag, services):
@@ -125,7 +129,8 @@ def test_compose_starts_the_stack_and_a_run_succeeds(
     env = {
         **podman_env,
         "RUNLEDGER_IMAGE": tag,
-        "RUNLEDGER_SERVICES_IMAGE": services,
+        "RUNLEDGER_POSTGRES_IMAGE": services,
+        "RUNLEDGER_REDIS_IMAGE": services,
         "RUNLEDGER_WEB_PORT": str(port),
         "SECRET_KEY": "a-container-test-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
         "POSTGRES_PASSWORD": "a-container-test-password",
@@ -144,7 +149,7 @@ def test_compose_starts_the_stack_and_a_run_succeeds(
         assert all(check["ok"] for check in checks.values()), checks
         status, page = _get(f"http://127.0.0.1:{port}/accounts/login/")
         assert status == 200 and 'name="password"' in page
-        assert _sh("podman", "exec", web, "id", "-u", env=env).strip() != "0"
+        assert _sh("podman", "exec", web, "id", "-u", env=env).strip() == "999"
 
         started = _sh("podman", "exec", web, "runledger", "start_run", "refund", "--inputs",
                       '{"invoice_id": "inv_1001"}', env=env)  # fmt: skip

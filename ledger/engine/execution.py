@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ledger.engine.context import RunContext
+from ledger.engine.context import AsyncRunContext, RunContext
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
 from ledger.engine.live import LiveSteps
@@ -38,7 +38,8 @@ def live_context(
     steps = LiveSteps(
         walk=walk, token=token, fence=fence, clock=clock, sleep=sleep, rand=rand, holds=holds
     )
-    return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
+    kind = AsyncRunContext if agent.is_async else RunContext
+    return kind(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 
 def flush(ctx: RunContext) -> None:

@@ -9,6 +9,7 @@ commands call these functions with run ids.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -17,21 +18,22 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
 from ledger.conf import conf
-from ledger.engine import RunContext
+from ledger.engine import AsyncRunContext, RunContext, aio
 from ledger.engine.execution import close, flush, live_context, look_up_started
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
 from ledger.errors import (
+    AgentDefinitionError,
     AgentMissing,
     ApprovalRejected,
     BudgetExhausted,
@@ -41,6 +43,7 @@ from ledger.errors import (
     HandedBack,
     LeaseLost,
     LedgerUnavailable,
+    NotAwaited,
     NotJSON,
     RetryLater,
     RunBlocked,
@@ -152,9 +155,14 @@ def run_execute(
     task_id: str = "",
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
+    runner: Runner | None = None,
 ) -> Outcome | None:
     """Claim the run, execute (or resume) its agent from the top, record the outcome and the
     execution (``ledger.models.Execution``: one insert at the claim, one update at the end).
+
+    An ``async def`` agent's coroutine runs on ``runner`` (default ``ledger.engine.aio.run``:
+    this process's shared event loop, the calling thread waiting for it, holding no database
+    connection); the claim, the heartbeat and the outcome are the same as a sync agent's.
 
     Returns None when the run is not claimable (missing, finished, leased by another live
     worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
@@ -172,17 +180,42 @@ def run_execute(
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
+        waits = _Waits(sleep, rand, runner or aio.run)
         return _execute_leased(
-            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, _Waits(sleep, rand)
+            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits
         )
+
+
+async def arun_execute(*, run_id: str, worker: str, **options: Any) -> Outcome | None:
+    """``run_execute`` for code that is on an event loop: the claim, the heartbeat and the
+    outcome (sync, Django ORM) on a thread of the loop's default executor, an async agent's
+    coroutine on *this* loop. Takes ``run_execute``'s options but ``runner``."""
+    loop = asyncio.get_running_loop()
+
+    def on_this_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+        return aio.run(coro, loop=loop)
+
+    def execute() -> Outcome | None:
+        try:
+            return run_execute(run_id=run_id, worker=worker, runner=on_this_loop, **options)
+        finally:
+            connections.close_all()  # the executor's thread keeps none
+
+    return await asyncio.to_thread(execute)
+
+
+#: Runs an async agent's coroutine to its end from the worker's thread (``aio.run``).
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 @dataclass(frozen=True)
 class _Waits:
-    """How a retry's back-off waits (``time.sleep``) and draws its jitter (``random.random``)."""
+    """How a retry's back-off waits (``time.sleep``) and draws its jitter (``random.random``),
+    and where an async agent runs (``runner``)."""
 
     sleep: Callable[[float], None]
     rand: Callable[[], float]
+    runner: Runner = aio.run
 
 
 def _agent_lost_to_an_import_error(run_id: str) -> bool:
@@ -252,10 +285,11 @@ def _execute_leased(
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        why = _lost_why(run_id, exc)
         log.warning(
-            "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
+            "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
         )
-        _end_lease_lost(ex, str(exc), clock)
+        _end_lease_lost(ex, why, clock)
         return None
     except LedgerUnavailable as exc:
         return _ledger_unavailable(ex, exc, clock)
@@ -288,6 +322,21 @@ def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) ->
         _left_for_the_sweep(run_id, f"{exc}; recording the failure failed too ({again})")
         return None
     return Outcome(run_id=run_id, status=RunStatus.FAILED, step_id=exc.step_id, detail=error)
+
+
+def _lost_why(run_id: str, exc: LeaseLost) -> str:
+    """Why the lease is gone, in words: what the run is now and who holds it (a cancel's own
+    words are recorded by the cancel)."""
+    said = "" if str(exc) in ("", run_id) else f" ({exc})"
+    try:
+        now = Run.objects.filter(pk=run_id).values("status", "lease_owner", "detail").first()
+    except DatabaseError:
+        now = None
+    if now is None:
+        return f"this worker's lease on the run was taken{said}"
+    held = f", held by {now['lease_owner']}" if now["lease_owner"] else ""
+    detail = f": {now['detail']}" if now["detail"] and now["status"] != RunStatus.RUNNING else ""
+    return f"this worker's lease was taken: the run is {now['status']}{held}{detail}{said}"
 
 
 def _end_lease_lost(ex: _Execution, why: str, clock: Clock) -> None:
@@ -363,7 +412,7 @@ def _execute_claimed(
         )
         try:
             _check_plan(run, definition, token, clock)
-            return _execute_agent(ex, clock, definition, ctx, inputs)
+            return _execute_agent(ex, clock, definition, ctx, inputs, waits.runner)
         except RunBlocked as exc:
             return _block(ex, clock, exc)
         finally:
@@ -373,11 +422,21 @@ def _execute_claimed(
 
 
 def _execute_agent(
-    ex: _Execution, clock: Clock, definition: registry.Agent, ctx: RunContext, inputs: Any
+    ex: _Execution,
+    clock: Clock,
+    definition: registry.Agent,
+    ctx: RunContext,
+    inputs: Any,
+    runner: Runner = aio.run,
 ) -> Outcome:
     """Call the agent with its context; record how the call ended."""
     try:
-        result = definition.fn(ctx, inputs)
+        if isinstance(ctx, AsyncRunContext):
+            if not connection.in_atomic_block:
+                connection.close()  # the run waits on the loop holding no connection of ours
+            result = runner(_awaited_agent(definition, ctx, inputs))
+        else:
+            result = definition.fn(ctx, inputs)
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
         return _continue(ex, clock, signal)
@@ -387,7 +446,7 @@ def _execute_agent(
         return _hand_back(ex, clock, back)
     except RunBlocked as exc:
         return _block(ex, clock, exc)
-    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
+    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected, AgentDefinitionError) as exc:
         step_id = getattr(exc, "step_id", "") or ""
         with logcontext.bound(**({"step_id": step_id} if step_id else {})):
             log.error("run %s failed: %s", ex.run.run_id, exc)
@@ -399,6 +458,17 @@ def _execute_agent(
         log.exception("run %s: agent raised", ex.run.run_id)
         return _finish(ex, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}")
     return _finish(ex, clock, RunStatus.SUCCEEDED, result=data)
+
+
+async def _awaited_agent(definition: registry.Agent, ctx: AsyncRunContext, inputs: Any) -> Any:
+    """An async agent's call, awaited; a step it made and never awaited is a ``NotAwaited``."""
+    result = await definition.fn(ctx, inputs)
+    forgotten = ctx.unawaited()
+    if forgotten is not None:
+        raise NotAwaited(
+            f"step {forgotten!r} was made and never awaited (write `await ctx.call(...)`)"
+        )
+    return result
 
 
 def _count_resume(run: Run, token: str, clock: Clock) -> None:

@@ -21,7 +21,16 @@ from ledger import canonical, signals
 from ledger.conf import conf
 from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
-from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
+from ledger.models import (
+    STOPPED_STATUSES,
+    AuditEvent,
+    Execution,
+    ExecutionEnding,
+    Run,
+    RunStatus,
+    Settlement,
+    Step,
+)
 from ledger.transitions import notify
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
@@ -163,7 +172,35 @@ def record(
     settlement: Settlement | None = None,
 ) -> AuditEvent:
     """Append one audit event (call it inside the transaction that makes the change)."""
-    event = AuditEvent(
+    event = audit_event(
+        by=by,
+        action=action,
+        at=at,
+        run_id=run_id,
+        step_id=step_id,
+        before=before,
+        after=after,
+        reason=reason,
+        settlement=settlement,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def audit_event(
+    *,
+    by: str,
+    action: str,
+    at: datetime,
+    run_id: str = "",
+    step_id: str = "",
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    settlement: Settlement | None = None,
+) -> AuditEvent:
+    """The audit event ``record`` appends, unsaved (for ``bulk_create`` of many)."""
+    return AuditEvent(
         actor=by,
         at=at,
         action=action,
@@ -174,8 +211,6 @@ def record(
         reason=reason,
         settlement=settlement,
     )
-    event.save(force_insert=True)
-    return event
 
 
 def _jsonable(value: Any) -> Any:
@@ -289,7 +324,10 @@ def requeue(run: Run, *, max_resumes: int | None, clock: Clock) -> None:
 def cancel(run: Run, *, detail: str, clock: Clock) -> None:
     """Cancel a run (locked by the caller, in the caller's transaction) for good: the lease
     token is revoked in the same write, so a worker still executing it has every later write
-    refused. The subscribed applications' ``run.cancelled`` is queued with it."""
+    refused. The subscribed applications' ``run.cancelled`` is queued with it, and the
+    execution in progress (if any) ends ``cancelled`` with ``detail`` as its error: its worker,
+    refused at its next write, only adds its step counts (``execution_end``); a worker that
+    never comes back leaves no execution open."""
     now = clock()
     write_run(
         run,
@@ -303,6 +341,9 @@ def cancel(run: Run, *, detail: str, clock: Clock) -> None:
         updated_at=now,
         status_changed_at=now,
         finished_at=now,
+    )
+    Execution.objects.filter(run_id=run.run_id, ended_at__isnull=True).update(
+        ending=ExecutionEnding.CANCELLED, ended_at=now, error=detail[:2000]
     )
     notify.notify_run_event(run_id=run.run_id, at=now)  # run.cancelled, with the cancel
 
