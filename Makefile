@@ -10,7 +10,7 @@ EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_ALLOW_EMBEDDED=1 RUNLEDGER_AGENT_MODU
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-starts bench-dashboard bench-dashboard-load screenshots clean
+.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-concurrency bench-workers bench-starts bench-dashboard bench-dashboard-load screenshots clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,9 +72,22 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_adapters --json bench-results.json && \
 		RUNLEDGER_AGENT_MODULES=ledger.examples.agents,tests.support.claude_agents \
 			$(PY) manage.py shell < harness/bench/claude_agent_sdk.py && \
-		$(PY) manage.py shell < harness/bench/openai_agents.py'
+		$(PY) manage.py shell < harness/bench/openai_agents.py && \
+		$(PY) manage.py bench_concurrency --peers $(PEERS) --json bench-results.json'
 	env -u DATABASE_URL $(EQUIPMENT) RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_engine \
 		--rounds 2 --resume-steps 2000 --concurrent 0 --json bench-results.json
+
+## Runs in flight (issue 31): R = 10, 100, 1,000 runs of 5 model calls (a loopback model that
+## answers after 2 s) and 5 reads started at once, on real `runledger worker` processes (threads
+## -c R, prefork -c 8 up to R = 100, async agents where @agent takes an async def) beside DBOS's
+## sync and async workflows (.venv-peers), alternating, on one throwaway PostgreSQL with fsync on;
+## wall time, runs/s started, peak RSS of the workers, peak connections, errors, into
+## bench-results.json. R = 5,000 too: BENCH_CONCURRENCY_ARGS=--with-5000.
+BENCH_CONCURRENCY_ARGS ?=
+bench-concurrency: $(STAMP) $(PEERS)
+	$(EQUIPMENT) WITH_POSTGRES_FSYNC=on $(PY) harness/with_postgres.py sh -c '\
+		$(PY) manage.py migrate -v0 && $(PY) manage.py bench_concurrency --peers $(PEERS) \
+			--json bench-results.json $(BENCH_CONCURRENCY_ARGS)'
 
 ## Throughput with real workers: 1,000 runs x 20 steps on 2 Celery worker processes (4 pool
 ## children each) over the default filesystem broker and over a private redis-server.
