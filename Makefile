@@ -9,7 +9,7 @@ EQUIPMENT := RUNLEDGER_HARNESS=1 RUNLEDGER_AGENT_MODULES=$${RUNLEDGER_AGENT_MODU
 	RUNLEDGER_SILENCED_CHECKS=runledger.E001,runledger.W001
 
 # serve: the production stack on one machine (see README, Deploy at scale).
-.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-dashboard bench-dashboard-load screenshots clean
+.PHONY: demo serve docs test test-under-load lint typecheck check killtest soak bench bench-workers bench-starts bench-dashboard bench-dashboard-load screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,8 +54,8 @@ screenshots: $(STAMP)
 ## (make bench-workers' measurement) and with 1, 2, 4, 8 worker processes beside pgbench's
 ## INSERT+COMMIT with as many clients, resume time and peak memory at 1,000 / 10,000 / 100,000
 ## steps (bench_growth), the HTTP API (starts per second with 1 and 8 clients,
-## finish-to-wait latency), the adapters' overhead per step against the plain framework runs;
-## then the SQLite default.
+## finish-to-wait latency), starts one by one against batched (bench_starts), the adapters'
+## overhead per step against the plain framework runs; then the SQLite default.
 ## Figures go to bench-results.json, the profile of the read step to bench-profile.txt.
 BENCH_ARGS ?=
 bench: $(STAMP) $(PEERS)
@@ -67,6 +67,7 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_growth --json bench-results.json && \
 		$(PY) manage.py bench_workers --ladder 1,2,4,8 --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json && \
+		$(PY) manage.py bench_starts --json bench-results.json && \
 		$(PY) manage.py bench_adapters --json bench-results.json && \
 		RUNLEDGER_AGENT_MODULES=ledger.examples.agents,tests.support.claude_agents \
 			$(PY) manage.py shell < harness/bench/claude_agent_sdk.py && \
@@ -79,6 +80,12 @@ bench: $(STAMP) $(PEERS)
 bench-workers: $(STAMP)
 	$(EQUIPMENT) WITH_POSTGRES_FSYNC=on $(PY) harness/with_postgres.py sh -c '\
 		$(PY) manage.py migrate -v0 && $(PY) manage.py bench_workers $(BENCH_ARGS)'
+
+## Runs started per second, one by one against batched (ledger.api.start_runs, POST
+## /api/v1/runs/batch), in process and over HTTP, and each way of publishing a batch to the broker.
+bench-starts: $(STAMP)
+	$(EQUIPMENT) WITH_POSTGRES_FSYNC=on $(PY) harness/with_postgres.py \
+		$(PY) manage.py bench_starts --json bench-results.json $(BENCH_ARGS)
 
 ## The kill test: SIGKILL real Celery workers mid-run, then check results and effects.
 ## KILLTEST_TRIALS trials (default 200); PostgreSQL from DATABASE_URL or a throwaway server.

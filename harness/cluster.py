@@ -140,11 +140,20 @@ class Cluster:
         return self._spawn(args, name, env or {})
 
     def runledger_worker(
-        self, name: str, *, concurrency: int = 1, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        runs_in_flight: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """``runledger worker`` as production starts it: the runs' pool and the control
-        process, under one command (kill its process group to lose the whole "host")."""
-        args = ["worker", "-n", f"{name}@%h", "-c", str(concurrency), "-l", "info"]
+        process, under one command (kill its process group to lose the whole "host");
+        ``runs_in_flight``: the threads mode (``--runs-in-flight N``) instead of ``-c``."""
+        size = ["-c", str(concurrency)]
+        if runs_in_flight is not None:
+            size = ["--runs-in-flight", str(runs_in_flight)]
+        args = ["worker", "-n", f"{name}@%h", *size, "-l", "info"]
         args += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
         return self._spawn(args, name, env or {}, program=("runs.cli",))
 

@@ -3,7 +3,17 @@
 from ledger.agents import agent, tool, NOT_HAPPENED
 
 @tool(kind="read")
-def fetch_invoice(invoice_id: str) -> dict: ...
+async def fetch_invoice(invoice_id: str) -> dict: ...      # async def or def
+
+@agent("refund", plan_version="2", tools=[fetch_invoice, charge])
+async def refund(ctx, inputs):                              # an async agent awaits its calls
+    invoice = await ctx.call(fetch_invoice, invoice_id=inputs["invoice_id"])
+    return await ctx.call(charge, customer=invoice["customer"], amount_cents=-invoice["total"])
+
+``await off_loop(fn, *args)`` calls sync code (a blocking client, the Django ORM) from async
+agent code on a thread, giving back any database connection it took.
+
+A sync agent is a plain def and calls the same way without ``await``:
 
 @tool(kind="effect", reconcile=lookup_charge)
 def charge(customer: str, amount_cents: int, *, idempotency_key: str) -> dict: ...
@@ -20,8 +30,9 @@ def refund(ctx, inputs):
 
 from __future__ import annotations
 
-from ledger.engine import RunContext
-from ledger.errors import ApprovalRejected
+from ledger.engine import AsyncRunContext, RunContext
+from ledger.engine.aio import call_async as off_loop
+from ledger.errors import ApprovalRejected, NotAwaited
 from ledger.registry import NOT_HAPPENED, Agent, Approval, Tool, agent, tool
 
 __all__ = [
@@ -29,8 +40,11 @@ __all__ = [
     "Agent",
     "Approval",
     "ApprovalRejected",
+    "AsyncRunContext",
+    "NotAwaited",
     "RunContext",
     "Tool",
     "agent",
+    "off_loop",
     "tool",
 ]

@@ -20,22 +20,37 @@ start runs through this function. ``webhooks=[{"url": …, "events": ["run.succe
 subscribes the run's completion events in the start's own transaction (``ledger.events`` has
 the per-agent subscriptions); the handle's ``subscriptions`` hold each with its signing secret,
 shown this once. A repeated start subscribes nothing again.
+
+``start_runs([...])`` starts up to 1,000 runs (each item what ``start_run`` takes) in one
+transaction, announced to the workers once after its commit; each item keeps its own
+idempotency key and the same conflict rules. One bad item refuses the whole batch
+(``BatchRefused`` lists each, nothing is written)::
+
+    handles = start_runs([
+        {"agent": "refund", "inputs": {"invoice_id": i}, "idempotency_key": f"dispute-{i}"}
+        for i in invoice_ids
+    ])
+    new = [h.run_id for h in handles if h.created]
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ledger import registry, transitions, waiting
-from ledger.errors import Conflict, InvalidInput
+from ledger.errors import BatchRefused, Conflict, InvalidInput, ItemError
 from ledger.models import FINAL_STATUSES, Run, RunStatus, WebhookSubscription
 from ledger.transitions import Actor
 
 __all__ = [
+    "MAX_BATCH",
+    "BatchRefused",
     "Conflict",
     "InvalidInput",
+    "ItemError",
     "RunCancelled",
     "RunFailed",
     "RunHandle",
@@ -44,7 +59,11 @@ __all__ = [
     "UnknownAgent",
     "get_run",
     "start_run",
+    "start_runs",
 ]
+
+#: The most runs one ``start_runs`` call starts.
+MAX_BATCH = transitions.MAX_BATCH
 
 
 class UnknownAgent(LookupError):
@@ -221,6 +240,29 @@ def start_run(
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions
     )
+
+
+def start_runs(
+    runs: Sequence[Mapping[str, Any]], *, by: Actor | None = None, reason: str = ""
+) -> list[RunHandle]:
+    """Start many runs at once; one handle per item, in order (``handle.created`` False where
+    an identical earlier start made the run: a repeat with the same key or id and the same
+    agent and inputs, in an earlier call or earlier in this batch).
+
+    Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
+    (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
+    ``webhooks`` and ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
+
+    Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,
+    too long or not a list; ``BatchRefused`` (an ``InvalidInput``) when any item is bad — an
+    unknown agent, invalid input, or a ``Conflict`` with an earlier start — with
+    ``.errors``, one ``ItemError`` (``index``, ``kind``, ``message``, ``current``) per bad
+    item. New runs, their audit rows and their subscriptions commit together (inside a
+    caller's transaction: with it) and reach the workers in one publish after the commit."""
+    started = transitions.run_start_many(runs, by=by, reason=reason)
+    return [
+        RunHandle(s.run.run_id, created=s.created, subscriptions=s.subscriptions) for s in started
+    ]
 
 
 def get_run(run_id: str) -> RunHandle:

@@ -21,6 +21,9 @@ class LedgerConfig(AppConfig):
         # stands (ledger.processes.execute), and /readyz reports it.
         import ledger.checks  # noqa: F401 - its @register adds the system checks
         from ledger import registry
+        from ledger.engine import pooling
+
+        pooling.install_fork_guard()  # a forked child opens a connection pool of its own
 
         for module in conf.RUNLEDGER_AGENT_MODULES:
             try:

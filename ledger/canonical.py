@@ -22,6 +22,7 @@ equal over arbitrary JSON values (Hypothesis) and ``bench_levers`` measures the 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -30,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ledger.errors import NotJSON
+from ledger.errors import NotAwaited, NotJSON
 
 #: Deepest nesting of lists and objects a value may have: deeper ones are refused as not JSON
 #: here, before Python's recursion limit is met anywhere (parsing, hashing, the database).
@@ -142,6 +143,13 @@ def _normalize(value: Any, *, step_id: str, path: str, depth: int) -> Any:
         }
     if isinstance(value, bytes | bytearray | memoryview):
         raise NotJSON(step_id, path, "bytes are not JSON; decode or base64-encode them")
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # it never runs: no "never awaited" warning later
+        raise NotAwaited(
+            f"step {step_id!r}: {path} is a {type(value).__name__}, not a value: an async "
+            "function was called without await (write `await ...`)"
+        )
     raise NotJSON(step_id, path, f"a {type(value).__name__} is not JSON")
 
 

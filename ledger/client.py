@@ -6,6 +6,9 @@ Install with the ``client`` extra (``pip install 'runledger[client]'``)::
 
     runledger = Client("https://runs.example.com", token="rl_…")
     run = runledger.start("refund", {"invoice_id": "inv_1"}, idempotency_key="dispute-981")
+    runs = runledger.start_many(                      # up to 1,000 in one request
+        [{"agent": "refund", "inputs": {"invoice_id": i}, "idempotency_key": i} for i in ids]
+    )
     done = runledger.wait(run.run_id, timeout=300)     # long-polls until it settles
     refund = runledger.result(run.run_id)             # its result, or RunFailed/RunCancelled/…
 
@@ -20,9 +23,9 @@ delivery's Standard Webhooks signature in the application's endpoint::
     event = verify_webhook(request.body, request.headers, secret)  # or WebhookVerificationError
 
 Safe calls are retried on a lost connection, a 502/503/504 and a 429 (after ``Retry-After``):
-every GET, and ``start``, which always sends an ``Idempotency-Key`` (one is made when none is
-given) so that a retried start is the same run. ``cancel``, ``resume`` and ``retry`` are not
-retried: a retry of one that did happen would be refused as a conflict.
+every GET, and ``start`` and ``start_many``, which always send an idempotency key per run (one
+is made when none is given) so that a retried start is the same run. ``cancel``, ``resume`` and
+``retry`` are not retried: a retry of one that did happen would be refused as a conflict.
 
 This module imports neither Django nor the rest of the ledger (``ledger/__init__`` imports
 nothing that needs settings): an application's process needs only httpx.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -62,6 +65,7 @@ __all__ = [
     "RunSummary",
     "Step",
     "Unauthorized",
+    "UnexpectedAnswer",
     "Webhook",
     "WebhookVerificationError",
     "verify_webhook",
@@ -70,6 +74,8 @@ __all__ = [
 #: The server answers a long-poll after at most this many seconds.
 MAX_WAIT = 60.0
 RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+#: The most runs one ``start_many`` call starts (the server's limit too).
+MAX_BATCH = 1000
 
 
 # --- typed answers ---------------------------------------------------------------------------
@@ -309,6 +315,31 @@ class RateLimited(ApiError):
         return float(self.problem.get("retry_after", 1))
 
 
+class UnexpectedAnswer(ApiError):
+    """An answer that is not the API's JSON — an HTML page, a redirect, an empty body: the URL
+    does not lead to a runledger API as it is (a proxy's error page, a login page, an
+    HTTPS-only server asked over plain HTTP). ``status``, ``content_type``, ``location`` (where
+    a redirect points) and ``excerpt`` (the start of the body) say what came instead."""
+
+    def __init__(self, answer: httpx.Response) -> None:
+        self.url = str(answer.request.url)
+        self.content_type = answer.headers.get("Content-Type", "")
+        self.location = answer.headers.get("Location")
+        self.excerpt = _excerpt(answer.text)
+        what = self.content_type.split(";")[0].strip() or "no content type"
+        detail = f"{answer.request.method} {self.url} answered {what}, not the API's JSON"
+        if self.location is not None:
+            detail += f": it redirects to {self.location} (use that address as the client's URL)"
+        elif self.excerpt:
+            detail += f": {self.excerpt!r}"
+        else:
+            detail += ": an empty body"
+        super().__init__(
+            answer.status_code,
+            {"title": answer.reason_phrase or "Unexpected answer", "detail": detail},
+        )
+
+
 _ERRORS: dict[int, type[ApiError]] = {
     400: InvalidRequest,
     401: Unauthorized,
@@ -406,12 +437,49 @@ class Client:
                 body[name] = value
         key = idempotency_key or f"client-{uuid.uuid4()}"
         answer = self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
-        data = answer.json()
+        data = _json(answer)
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
-        return _parse(Run, {**data, "created": answer.status_code == 201, "webhooks": hooks})
+        created = data.pop("created", answer.status_code == 201)  # an older server: the status
+        return _parse(Run, {**data, "created": created, "webhooks": hooks})
 
-    def get(self, run_id: str) -> Run:
-        return _parse(Run, self._send("GET", f"/runs/{_quote(run_id)}").json())
+    def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
+        """Start up to 1,000 runs in one request, one transaction and one publish on the
+        server; one ``Run`` per item, in order, each with ``created``.
+
+        Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
+        ``idempotency_key``, ``title``, ``labels``, ``webhooks``. An item without an
+        ``idempotency_key`` gets one made for this call, so a retried request is the same
+        batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
+        (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``
+        listing each bad item by ``index``. An empty batch or one over 1,000 is a
+        ``ValueError`` before anything is sent."""
+        if isinstance(runs, str | bytes | Mapping) or not isinstance(runs, Sequence):
+            raise ValueError("start_many takes a list of runs to start")
+        if not 1 <= len(runs) <= MAX_BATCH:
+            raise ValueError(
+                f"start_many takes 1 to {MAX_BATCH} runs; this batch has {len(runs)} (split it)"
+            )
+        items = []
+        for i, item in enumerate(runs):
+            if not isinstance(item, Mapping):
+                raise ValueError(f"runs[{i}]: a run to start is a mapping with agent and inputs")
+            body = {k: v for k, v in item.items() if v is not None}
+            body.setdefault("inputs", {})
+            body.setdefault("idempotency_key", f"client-{uuid.uuid4()}")
+            items.append(body)
+        answer = self._send("POST", "/runs/batch", json={"runs": items})
+        out = []
+        for data in _json(answer)["runs"]:
+            hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
+            out.append(_parse(Run, {**data, "webhooks": hooks}))
+        return out
+
+    def get_run(self, run_id: str) -> Run:
+        """The run now (``GET /runs/{run_id}``), without waiting; ``NotFound`` if none."""
+        return _parse(Run, _json(self._send("GET", f"/runs/{_quote(run_id)}")))
+
+    #: The same as ``get_run`` (its first name).
+    get = get_run
 
     def wait(self, run_id: str, timeout: float = MAX_WAIT) -> Run:
         """The run once it finished or stopped for a person (``run.settled``), or as it is
@@ -421,11 +489,13 @@ class Client:
             left = max(0.0, deadline - time.monotonic())
             run = _parse(
                 Run,
-                self._send(
-                    "GET",
-                    f"/runs/{_quote(run_id)}/wait",
-                    params={"timeout": round(min(left, MAX_WAIT), 3)},
-                ).json(),
+                _json(
+                    self._send(
+                        "GET",
+                        f"/runs/{_quote(run_id)}/wait",
+                        params={"timeout": round(min(left, MAX_WAIT), 3)},
+                    )
+                ),
             )
             if run.settled or time.monotonic() >= deadline:
                 return run
@@ -471,7 +541,7 @@ class Client:
         params = {k: v for k, v in filters.items() if v is not None}
         params["limit"] = limit
         while True:
-            page = self._send("GET", "/runs", params=params).json()
+            page = _json(self._send("GET", "/runs", params=params))
             for row in page["runs"]:
                 yield _parse(RunSummary, row)
             if not page["next_cursor"]:
@@ -482,20 +552,22 @@ class Client:
         out: list[Step] = []
         after = 0
         while True:
-            page = self._send(
-                "GET", f"/runs/{_quote(run_id)}/steps", params={"after": after, "limit": 500}
-            ).json()
+            page = _json(
+                self._send(
+                    "GET", f"/runs/{_quote(run_id)}/steps", params={"after": after, "limit": 500}
+                )
+            )
             out.extend(_step(s) for s in page["steps"])
             if not page["next_cursor"]:
                 return out
             after = int(page["next_cursor"])
 
     def agents(self) -> list[Agent]:
-        return [_parse(Agent, a) for a in self._send("GET", "/agents").json()]
+        return [_parse(Agent, a) for a in _json(self._send("GET", "/agents"))]
 
     def executions(self, run_id: str) -> list[Execution]:
         """The run's executions in order (worker, start, end, how each ended)."""
-        rows = self._send("GET", f"/runs/{_quote(run_id)}/executions").json()
+        rows = _json(self._send("GET", f"/runs/{_quote(run_id)}/executions"))
         return [_parse(Execution, e) for e in rows]
 
     def accept_stale(
@@ -513,7 +585,7 @@ class Client:
         if seen_version is not None:
             payload["seen_version"] = seen_version
         path = f"/runs/{_quote(run_id)}/steps/{int(step)}/accept-stale"
-        return _parse(Run, self._send("POST", path, json=payload, safe=False).json()["run"])
+        return _parse(Run, _json(self._send("POST", path, json=payload, safe=False))["run"])
 
     # --- approval gates ------------------------------------------------------------------------
 
@@ -521,14 +593,14 @@ class Client:
         """Every gate waiting for a decision, oldest first (fetched 100 at a time)."""
         page = 1
         while True:
-            rows = self._send("GET", "/approvals", params={"page": page}).json()
+            rows = _json(self._send("GET", "/approvals", params={"page": page}))
             yield from (_parse(Gate, g) for g in rows)
             if len(rows) < 100:
                 return
             page += 1
 
     def approval(self, gate_id: int) -> Gate:
-        return _parse(Gate, self._send("GET", f"/approvals/{int(gate_id)}").json())
+        return _parse(Gate, _json(self._send("GET", f"/approvals/{int(gate_id)}")))
 
     def approve(self, gate_id: int, reason: str = "") -> Gate:
         """Approve a gate: needs a person's approver token. Not retried (a repeat is a 409)."""
@@ -540,23 +612,23 @@ class Client:
     # --- pauses --------------------------------------------------------------------------------
 
     def pauses(self, *, active: bool = True) -> list[Pause]:
-        rows = self._send("GET", "/pauses", params={"active": str(active).lower()}).json()
+        rows = _json(self._send("GET", "/pauses", params={"active": str(active).lower()}))
         return [_parse(Pause, p) for p in rows]
 
     def pause(self, scope: str, target: str, reason: str) -> Pause:
         """Pause a ``tool`` (in every agent), an ``agent`` or a ``run`` by name or id."""
         body = {"scope": scope, "target": target, "reason": reason}
-        return _parse(Pause, self._send("POST", "/pauses", json=body, safe=False).json())
+        return _parse(Pause, _json(self._send("POST", "/pauses", json=body, safe=False)))
 
     def get_pause(self, pause_id: int) -> Pause:
-        return _parse(Pause, self._send("GET", f"/pauses/{int(pause_id)}").json())
+        return _parse(Pause, _json(self._send("GET", f"/pauses/{int(pause_id)}")))
 
     def lift(self, pause_id: int, reason: str, *, expected: int) -> Pause:
         """Lift a pause, queueing the runs it holds: ``expected`` is the ``held`` count you
         read (a ``Conflict`` when it moved since)."""
         body = {"reason": reason, "expected": expected}
         path = f"/pauses/{int(pause_id)}/lift"
-        return _parse(Pause, self._send("POST", path, json=body, safe=False).json())
+        return _parse(Pause, _json(self._send("POST", path, json=body, safe=False)))
 
     # --- webhook subscriptions -----------------------------------------------------------------
 
@@ -575,7 +647,7 @@ class Client:
         for name, value in (("agent", agent), ("run_id", run_id), ("events", events)):
             if value is not None:
                 body[name] = value
-        return _parse(Webhook, self._send("POST", "/webhooks", json=body, safe=False).json())
+        return _parse(Webhook, _json(self._send("POST", "/webhooks", json=body, safe=False)))
 
     def webhooks(
         self, *, agent: str | None = None, run_id: str | None = None, removed: bool = False
@@ -584,22 +656,22 @@ class Client:
         for name, value in (("agent", agent), ("run_id", run_id)):
             if value is not None:
                 params[name] = value
-        return [_parse(Webhook, w) for w in self._send("GET", "/webhooks", params=params).json()]
+        return [_parse(Webhook, w) for w in _json(self._send("GET", "/webhooks", params=params))]
 
     def unsubscribe(self, subscription_id: int) -> Webhook:
         path = f"/webhooks/{int(subscription_id)}"
-        return _parse(Webhook, self._send("DELETE", path, safe=False).json())
+        return _parse(Webhook, _json(self._send("DELETE", path, safe=False)))
 
     # --- plumbing ------------------------------------------------------------------------------
 
     def _decide(self, gate_id: int, decision: str, reason: str) -> Gate:
         path = f"/approvals/{int(gate_id)}/{decision}"
-        return _parse(Gate, self._send("POST", path, json={"reason": reason}, safe=False).json())
+        return _parse(Gate, _json(self._send("POST", path, json={"reason": reason}, safe=False)))
 
     def _act(self, run_id: str, action: str, **body: Any) -> Run:
         payload = {k: v for k, v in body.items() if v is not None}
         answer = self._send("POST", f"/runs/{_quote(run_id)}/{action}", json=payload, safe=False)
-        return _parse(Run, answer.json())
+        return _parse(Run, _json(answer))
 
     def _send(self, method: str, path: str, *, safe: bool = True, **kw: Any) -> httpx.Response:
         """One call; a safe one is retried on a lost connection or a passing refusal."""
@@ -613,8 +685,10 @@ class Client:
                 self._pause(attempt, None)
                 attempt += 1
                 continue
-            if answer.status_code < 400:
+            if answer.status_code < 300:
                 return answer
+            if answer.status_code < 400:  # a redirect is never followed: a POST would be lost
+                raise UnexpectedAnswer(answer)
             if safe and answer.status_code in RETRIED_STATUSES and attempt < self.retries:
                 self._pause(attempt, answer.headers.get("Retry-After"))
                 attempt += 1
@@ -639,13 +713,27 @@ def _quote(run_id: str) -> str:
     return quote(run_id, safe="")
 
 
+def _json(answer: httpx.Response) -> Any:
+    """The answer's JSON; ``UnexpectedAnswer`` when it has none (an HTML page, an empty body)."""
+    try:
+        return answer.json()
+    except ValueError:  # json.JSONDecodeError, UnicodeDecodeError
+        raise UnexpectedAnswer(answer) from None
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    """The start of a body on one line (an HTML page's first words, not its whole source)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _error(answer: httpx.Response) -> ApiError:
     try:
         problem = answer.json()
-        if not isinstance(problem, dict):
-            raise ValueError
     except ValueError:
-        problem = {"title": answer.reason_phrase, "detail": answer.text[:500]}
+        return UnexpectedAnswer(answer)
+    if not isinstance(problem, dict):
+        return UnexpectedAnswer(answer)
     if answer.status_code in (409, 429) and "Retry-After" in answer.headers:
         problem = {**problem, "retry_after": answer.headers["Retry-After"]}
     cls = _ERRORS.get(answer.status_code, ApiError)

@@ -225,6 +225,16 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS",
+        1.0,
+        "float",
+        "The longest the sweep waits for a lock another session holds (a frozen worker's run "
+        "row, another sweep's beacon or totals): past it that piece is skipped until the next "
+        "pass, so recovery never waits on a frozen process (PostgreSQL `lock_timeout`, per "
+        "transaction).",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS",
         300.0,
         "float",
@@ -356,6 +366,18 @@ SETTINGS: tuple[Setting, ...] = (
         NOTIFY,
     ),
     Setting(
+        "RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS",
+        [],
+        "list",
+        "Comma-separated CIDRs (`10.20.0.0/16`, `::1/128`) and host names "
+        "(`hooks.internal.example`) that application webhooks may reach although they are "
+        "inside the network. Empty: a subscription's URL must be a public internet address "
+        "or a name resolving only to such addresses — private, loopback, link-local, "
+        "multicast, CGNAT, metadata addresses and runledger's own host are refused at "
+        "subscription and again at each delivery (docs/webhooks.md, the SSRF policy).",
+        NOTIFY,
+    ),
+    Setting(
         "RUNLEDGER_EVENT_MAX_RESULT_BYTES",
         65536,
         "int",
@@ -407,6 +429,9 @@ def validate(values: Mapping[str, Any]) -> None:
             f"RUNLEDGER_LEASE_SECONDS={lease} (keep it below a third): a worker stops sending "
             "effects that long before its lease ends"
         )
+    from ledger.egress import parse_allowed
+
+    parse_allowed(values["RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS"])
     if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
         raise ValueError(
             "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -144,6 +145,12 @@ class AgentDefinitionError(LedgerError):
     """An agent or tool was registered wrongly."""
 
 
+class NotAwaited(AgentDefinitionError):
+    """A coroutine (or another awaitable) stood where a value is expected: an ``async def``
+    called without ``await`` (a step's argument, a tool's or the agent's result), an ``async
+    def`` tool called from a sync agent, or a step begun before the one before it was awaited."""
+
+
 class ContinueAsNew(BaseException):
     """Raised by ``ctx.continue_as_new(inputs)``: end this run, continue in a new one.
 
@@ -214,6 +221,39 @@ class SelfApproval(NotAllowed):
 
 class InvalidInput(OperationError, ValueError):
     """A reason is missing, or a result is not JSON or too large."""
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """Why the item at ``index`` refused its batch: ``kind`` is ``invalid``,
+    ``unknown-agent`` or ``conflict`` (``current`` as in ``Conflict``)."""
+
+    index: int
+    kind: str
+    message: str
+    current: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "type": self.kind, "message": self.message}
+        if self.current:
+            out["current"] = self.current
+        return out
+
+
+class BatchRefused(InvalidInput):
+    """A batch start refused whole, nothing written: ``errors`` lists each bad item."""
+
+    def __init__(self, errors: list[ItemError]) -> None:
+        self.errors = errors
+        shown = "; ".join(f"runs[{e.index}]: {e.message}" for e in errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(
+            f"{len(errors)} of the batch's runs cannot start, so none was started: {shown}{more}"
+        )
+
+    @property
+    def conflicts_only(self) -> bool:
+        return all(e.kind == "conflict" for e in self.errors)
 
 
 #: SQLSTATEs after which the ledger is worth asking again soon: the connection is gone (class

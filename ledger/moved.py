@@ -25,6 +25,15 @@ MOVED: dict[str, tuple[str, ...]] = {
     "ledger.effect_audit": ("ledger.processes.effect_audit",),
     "ledger.notify": ("ledger.processes.delivery",),
     "ledger.retention": ("ledger.processes.retention",),
+    # The operator functions: their writes are ledger.transitions, their reads ledger.selectors.
+    "ledger.operations": ("ledger.transitions", "ledger.selectors"),
+    "ledger.operations.bulk": ("ledger.transitions.bulk", "ledger.selectors.bulk"),
+    "ledger.operations.edits": ("ledger.transitions.edits", "ledger.selectors.operator"),
+    "ledger.operations.errors": ("ledger.errors",),
+    "ledger.operations.queries": ("ledger.selectors.operator",),
+    "ledger.operations.runs": ("ledger.transitions.actions",),
+    "ledger.operations.settle": ("ledger.transitions.settle",),
+    "ledger.operations.stale": ("ledger.transitions.stale",),
 }
 
 
@@ -37,7 +46,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.moved:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        # An old package whose old submodules are answered too (``ledger.operations.bulk``).
+        package = any(name.startswith(f"{fullname}.") for name in self.moved)
+        return importlib.util.spec_from_loader(fullname, self, is_package=package)
 
     def exec_module(self, module: ModuleType) -> None:
         news = self.moved[module.__name__]
@@ -49,7 +60,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         for new in news:
             source = importlib.import_module(new)
             for name, value in vars(source).items():
-                if not name.startswith("__"):
+                # An old submodule's name stays its own (``ledger.transitions.bulk`` is not
+                # what ``ledger.operations.bulk`` was).
+                if not name.startswith("__") and f"{module.__name__}.{name}" not in self.moved:
                     setattr(module, name, value)
 
 

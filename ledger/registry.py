@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -104,9 +105,15 @@ class Tool:
 
     #: A person approves each call before it is sent (see ``Approval``); None: no gate.
     approval: Approval | None = None
+    #: ``fn`` is an ``async def``: only an async agent may call it (``await ctx.call``).
+    is_async: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def reconcile_is_async(self) -> bool:
+        return self.reconcile is not None and is_async(self.reconcile)
 
     def schema(self) -> dict[str, Any]:
         """What the tool-schema hash covers: name, kind, parameters (names, JSON types and
@@ -144,6 +151,8 @@ class Agent:
     #: Batched durability's bounds for this agent; None takes RUNLEDGER_BATCH_MAX_STEPS/_MS.
     batch_steps: int | None = None
     batch_ms: float | None = None
+    #: ``fn`` is an ``async def``: its context's calls are awaited (``AsyncRunContext``).
+    is_async: bool = False
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
@@ -190,6 +199,24 @@ class Agent:
         except (OSError, TypeError):
             return ""
         return hash_text(source)[:16]
+
+
+def is_async(fn: Any) -> bool:
+    """Whether calling ``fn`` gives a coroutine: an ``async def``, also behind a
+    ``functools.partial`` or as a callable object's ``async def __call__``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 (a callable object's own method)
+    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
+
+
+def _refuse_async(fn: Any, what: str) -> None:
+    """``fn`` is called where no loop waits for it (a sync process): an ``async def`` is a
+    definition error now, not a coroutine where a value was expected later."""
+    if fn is not None and (is_async(fn) or inspect.isasyncgenfunction(fn)):
+        raise AgentDefinitionError(f"{what} must be a plain function, not an async def")
 
 
 def require_idempotency_key(name: str, fn: Callable[..., Any]) -> None:
@@ -258,6 +285,11 @@ def tool(
 
     def register(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
+        if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} is a generator; a tool returns its result (async def or def)"
+            )
+        _refuse_async(list_keys, f"tool {tool_name!r}: list_keys (the effect audit calls it)")
         gate = approval_policy(approval, kind=kind, name=tool_name)
         params = inspect.signature(fn).parameters
         if reserved := sorted(RESERVED_PARAMS & set(params)):
@@ -286,6 +318,7 @@ def tool(
             list_keys=list_keys,
             retry=policy,
             approval=gate,
+            is_async=is_async(fn),
         )
         _tools[tool_name] = registered
         return registered
@@ -336,7 +369,22 @@ def agent(
     if batch_ms is not None and not (isinstance(batch_ms, int | float) and batch_ms >= 0):
         raise AgentDefinitionError(f"batch_ms must be milliseconds >= 0, not {batch_ms!r}")
 
+    if callable(title):
+        _refuse_async(title, f"agent {name!r}: title (called when a run starts)")
+
     def register(fn: Callable[..., Any]) -> Agent:
+        if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            raise AgentDefinitionError(
+                f"agent {name!r} is a generator; an agent returns its result (async def or def)"
+            )
+        asynchronous = is_async(fn)
+        if not asynchronous:
+            for t in tools:
+                if t.is_async:
+                    raise AgentDefinitionError(
+                        f"agent {name!r} is a plain def but its tool {t.name!r} is an async def: "
+                        "make the agent an async def (and await ctx.call), or the tool a def"
+                    )
         registered = Agent(
             name=name,
             fn=fn,
@@ -351,6 +399,7 @@ def agent(
             durability=durability,
             batch_steps=batch_steps,
             batch_ms=batch_ms,
+            is_async=asynchronous,
         )
         _agents[name] = registered
         return registered

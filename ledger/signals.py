@@ -14,6 +14,13 @@ run sends it after its commit (never if it rolls back), with ``run_id`` and ``ca
 - ``recovery``: the sweep re-queued a run whose worker's lease expired, or whose message was
   lost; ``handback``: a stopping worker gave a running run back at a step boundary.
 
+A batch start (``transitions.run_start_many``) queues many runs in one transaction and
+announces them once, after its commit: ``runs_queued`` with ``run_ids`` (in order) and
+``cause`` (``start``), then ``run_queued`` for each run with ``batched=True``. A receiver that
+publishes (the workers') takes the batch from ``runs_queued`` (one publish, one broker
+connection) and skips the ``batched`` announcements; one that only reads ``run_queued`` still
+sees every run.
+
 A receiver that raises is logged, not propagated: the run stays queued for the next receiver
 or sweep. The workers connect it to their tasks (``runs.operations``)::
 
@@ -39,6 +46,8 @@ from django.dispatch import Signal
 log = logging.getLogger(__name__)
 
 run_queued = Signal()
+#: Many runs queued by one transaction (a batch start): ``run_ids``, ``cause``.
+runs_queued = Signal()
 
 #: The causes that make a new run (the workers start it) rather than resume one.
 NEW_RUN_CAUSES = frozenset({"start", "fork", "clean", "continue"})
@@ -74,6 +83,39 @@ def send_run_queued_on_commit(*, run_id: str, cause: str, eta: datetime | None =
                     receiver,
                     answer,
                 )
+
+    transaction.on_commit(send)
+
+
+def send_runs_queued_on_commit(*, run_ids: list[str], cause: str) -> None:
+    """Once the current transaction commits (never if it rolls back): ``runs_queued`` once with
+    all of ``run_ids``, then ``run_queued`` for each with ``batched=True``."""
+    if _held.get() or not run_ids:
+        return
+    ids = list(run_ids)
+
+    def send() -> None:
+        for receiver, answer in runs_queued.send_robust(sender=None, run_ids=ids, cause=cause):
+            if isinstance(answer, Exception):
+                log.error(
+                    "%d runs were queued (%s) but the receiver %r failed: %r; they stay queued",
+                    len(ids),
+                    cause,
+                    receiver,
+                    answer,
+                )
+        for run_id in ids:
+            for receiver, answer in run_queued.send_robust(
+                sender=None, run_id=run_id, cause=cause, batched=True
+            ):
+                if isinstance(answer, Exception):
+                    log.error(
+                        "run %s was queued (%s) but the receiver %r failed: %r; it stays queued",
+                        run_id,
+                        cause,
+                        receiver,
+                        answer,
+                    )
 
     transaction.on_commit(send)
 

@@ -99,3 +99,4 @@ class ExecutionEnding(TextChoices):
     HANDED_BACK = "handed_back", "handed back"  # a stopping worker returned it before a step
     LEASE_LOST = "lease_lost", "lease lost"  # the worker found its lease taken and stopped
     CRASHED = "crashed"  # found by the sweep: the worker stopped renewing its lease
+    CANCELLED = "cancelled", "cancelled"  # its run was cancelled (the error says by whom, why)

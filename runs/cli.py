@@ -3,6 +3,7 @@ directory, and Celery's worker and beat.
 
     runledger start_run refund '{"invoice_id": "inv_1002"}'
     runledger worker --concurrency 8        # the runs' pool (8) and the control process
+    runledger worker --runs-in-flight 500   # one process holding up to 500 runs, on threads
     runledger worker --only runs -c 8       # celery -A runs worker -Q <runs queue> -c 8
     runledger worker --only control         # the sweep and notifications only
     runledger beat                          # celery -A runs beat (exactly one)
@@ -78,6 +79,7 @@ def worker(args: list[str]) -> int:
     either exits the other is stopped, and the command exits with the first one's code (the
     supervisor restarts the whole)."""
     only, rest = _take_only(args)
+    rest = _runs_in_flight(rest)
     if only is None and any(
         a in ("-Q", "--queues", "-h", "--help") or a.startswith("--queues=") for a in rest
     ):
@@ -96,6 +98,31 @@ def worker(args: list[str]) -> int:
         app.start(["worker", *queues, *rest])
         return 0
     return _supervise(rest)
+
+
+def _runs_in_flight(args: list[str]) -> list[str]:
+    """``--runs-in-flight N``: the runs' pool holds up to N runs in one process, each on a
+    thread (Celery's threads pool, ``-P threads -c N``): a run waiting on a model or a tool
+    costs a thread, not a process, and no database connection (``RUNLEDGER_DB_POOL_SIZE``
+    bounds the process's). Refused beside ``-P``/``-c`` of one's own (which say otherwise)."""
+    rest = list(args)
+    for i, arg in enumerate(rest):
+        if arg != "--runs-in-flight" and not arg.startswith("--runs-in-flight="):
+            continue
+        value = arg.split("=", 1)[1] if "=" in arg else (rest[i + 1] if i + 1 < len(rest) else "")
+        del rest[i : i + (1 if "=" in arg else 2)]
+        if not value.isdigit() or int(value) < 1:
+            _refuse(f"--runs-in-flight takes a number of runs (1 or more), not {value!r}")
+        clashing = {"-P", "--pool", "-c", "--concurrency"}
+        if any(a in clashing or a.startswith(("--pool=", "--concurrency=")) for a in rest):
+            _refuse("--runs-in-flight sets the pool and its size: leave out -P and -c")
+        return [*rest, "-P", "threads", "-c", value]
+    return rest
+
+
+def _refuse(message: str) -> None:
+    sys.stderr.write(f"runledger worker: {message}\n")
+    sys.exit(2)
 
 
 def _take_only(args: list[str]) -> tuple[str | None, list[str]]:

@@ -2,6 +2,8 @@
 
 - the product (``ledger``, ``runs``) never imports the development equipment (``harness``);
 - ``ledger`` never imports ``runs``;
+- the transitions (the one writer) and the selectors (the reads) never import the processes:
+  a transition never runs a process (the dry replay's verdict is handed to it by its caller);
 - the dashboard never imports the examples, and no dashboard view module imports another;
 - ``ledger.agents`` — what an agent module imports — reaches no model module and no Django
   settings (checked here on the import graph; tests/ledger/test_agent_modules_without_django.py
@@ -25,6 +27,7 @@ DJANGO_FREE = {
     "ledger.canonical",
     "ledger.conf",
     "ledger.engine",
+    "ledger.engine.aio",
     "ledger.engine.calls",
     "ledger.engine.context",
     "ledger.engine.decide",
@@ -89,6 +92,13 @@ def test_the_product_never_imports_the_equipment() -> None:
 
 def test_the_ledger_never_imports_the_project() -> None:
     assert offenders("ledger", ("runs",)) == []
+
+
+def test_transitions_and_selectors_never_import_the_processes() -> None:
+    """Processes (execute, sweep, the dry replay ...) call transitions and selectors, never the
+    other way round — an import inside a function counts too, it closes the same circle."""
+    assert offenders("ledger/transitions", ("ledger.processes",)) == []
+    assert offenders("ledger/selectors", ("ledger.processes",)) == []
 
 
 def test_the_dashboard_never_imports_the_examples() -> None:

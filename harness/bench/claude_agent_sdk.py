@@ -117,7 +117,9 @@ with ClaudeWire() as served:
         run = start_unannounced(agent="claude_refund", inputs={"prompt": PROMPT})
         adapted.append(timed_execution(run.run_id))
         Run.objects.filter(pk=run.run_id).update(status="failed")
-        transitions.run_resume(run_id=run.run_id, by="bench", reason="replay", seen_version=None)
+        transitions.run_resume(
+            run_id=run.run_id, by="bench", reason="replay", seen_version=None, anyway=True
+        )
         replayed.append(timed_execution(run.run_id))
     p, x, a, r = median(plain), median(proxied), median(adapted), median(replayed)
     load = os.getloadavg()[0]

@@ -37,6 +37,9 @@ class Call:
     seq: int | None = None  # taken up front for a fan-out sibling (on the calling thread)
     next_step_id: str | None = None  # a fan-out sibling's link to the next sibling
     approval: Approval | None = None  # an effect a person approves before it is sent
+    #: ``execute`` gives a coroutine (an ``async def`` tool or model client): an async agent
+    #: awaits it on the loop; anything else runs on a thread (``ledger.engine.aio``).
+    is_async: bool = False
 
 
 def misfit(call: Call) -> bool:

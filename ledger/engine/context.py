@@ -10,9 +10,10 @@ write the ledger; the dry replay (``ledger.processes.preview``) only compares. B
 from __future__ import annotations
 
 import functools
+import inspect
 import random as random_module
 import uuid as uuid_module
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
@@ -21,8 +22,14 @@ from ledger import canonical, llm
 from ledger.conf import conf
 from ledger.engine.calls import Call
 from ledger.engine.walk import Walk
-from ledger.errors import AgentDefinitionError, BudgetExhausted, ContinueAsNew, DuplicateStepId
-from ledger.registry import Agent, Approval, Tool, approval_policy
+from ledger.errors import (
+    AgentDefinitionError,
+    BudgetExhausted,
+    ContinueAsNew,
+    DuplicateStepId,
+    NotAwaited,
+)
+from ledger.registry import Agent, Approval, Tool, approval_policy, is_async
 from ledger.states import StepKind, StepStatus
 
 Clock = Callable[[], datetime]
@@ -36,6 +43,10 @@ class Steps(Protocol):
     def step(self, call: Call) -> Any: ...
 
     def fanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]: ...
+
+    def astep(self, call: Call) -> Awaitable[Any]: ...
+
+    def afanout(self, calls: list[Call], max_workers: int) -> Awaitable[dict[str, Any]]: ...
 
 
 class RunContext:
@@ -90,6 +101,22 @@ class RunContext:
         before it is sent, as ``@tool(approval=...)`` does for every call (``True`` or an
         ``Approval``; ``None`` keeps the tool's own; ``False`` is refused for a gated tool).
         """
+        if isinstance(tool, Tool) and tool.is_async:
+            raise NotAwaited(
+                f"tool {tool.name!r} is an async def: a sync agent cannot call it; make the "
+                "agent an async def and write `await ctx.call(...)`, or the tool a def"
+            )
+        call = self._call_step(tool, step, approval, inputs)
+        return tool.fn(**inputs) if call is None else self._steps.step(call)
+
+    def _call_step(
+        self,
+        tool: Tool,
+        step: str | None,
+        approval: Approval | bool | None,
+        inputs: dict[str, Any],
+    ) -> Call | None:
+        """The step of ``ctx.call``; None for a pure tool (recomputed, not recorded)."""
         if not isinstance(tool, Tool):
             raise TypeError(f"ctx.call() takes a registered @tool, not {tool!r}")
         gate = tool.approval
@@ -101,10 +128,10 @@ class RunContext:
             gate = approval_policy(approval, kind=tool.kind, name=tool.name) or gate
         step_id = self._step_id(step, tool.name)
         if tool.kind == StepKind.PURE:
-            return tool.fn(**inputs)
+            return None
         call = self._tool_call(step_id, tool, inputs)
         call.approval = gate
-        return self._steps.step(call)
+        return call
 
     def parallel(
         self, branches: Mapping[str, Branch], /, *, step: str, max_workers: int = 4
@@ -118,6 +145,20 @@ class RunContext:
         after all have finished. Siblings are chained in the sorted order of their keys, so a
         dict built in another order (from a set, say) replays identically.
         """
+        calls, pure = self._fanout_calls(branches, step, max_workers)
+        for key, (tool, inputs) in pure.items():
+            if tool.is_async:
+                raise NotAwaited(f"branch {key!r}: tool {tool.name!r} is an async def")
+            pure[key] = tool.fn(**inputs)
+        done = self._steps.fanout(list(calls.values()), max_workers) if calls else {}
+        by_key = {**pure, **{key: done[call.step_id] for key, call in calls.items()}}
+        return {key: by_key[key] for key in branches}
+
+    def _fanout_calls(
+        self, branches: Mapping[str, Branch], step: str, max_workers: int
+    ) -> tuple[dict[str, Call], dict[str, Any]]:
+        """The siblings' calls by key (in the sorted order of their keys) and the pure ones'
+        (tool, inputs), which are recomputed, not recorded."""
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         base = self._step_id(step, "parallel")
@@ -126,13 +167,11 @@ class RunContext:
         for key in sorted(_branch_keys(branches)):
             tool, inputs = _branch(key, branches[key])
             if tool.kind == StepKind.PURE:
-                pure[key] = tool.fn(**inputs)
+                pure[key] = (tool, inputs)
             else:
                 calls[key] = self._tool_call(f"{base}.{key}", tool, dict(inputs))
                 calls[key].approval = tool.approval
-        done = self._steps.fanout(list(calls.values()), max_workers) if calls else {}
-        by_key = {**pure, **{key: done[call.step_id] for key, call in calls.items()}}
-        return {key: by_key[key] for key in branches}
+        return calls, pure
 
     def continue_as_new(self, inputs: Any) -> NoReturn:
         """End this run as succeeded and continue in a new queued run of the same agent.
@@ -194,26 +233,49 @@ class RunContext:
         retries: int = 2,
     ) -> Any:
         """A model call: inputs hashed, output stored, never re-derived on replay."""
+        return self._steps.step(
+            self._model_call(prompt, model, system, tools, step, retries, asynchronous=False)
+        )
+
+    def _model_call(
+        self,
+        prompt: str,
+        model: str,
+        system: str,
+        tools: list[Tool] | tuple[Tool, ...] | None,
+        step: str | None,
+        retries: int,
+        *,
+        asynchronous: bool,
+    ) -> Call:
+        """The step of ``ctx.model``: for an async agent, a client's ``acomplete`` (awaited on
+        the loop) where it has one, else its ``complete`` (on a thread)."""
         step_id = self._step_id(step, "model")
         schema, schema_hash = _schemas(tuple(tools) if tools is not None else self.agent.tools)
         inputs = {"model": model, "system": system, "prompt": prompt, "tool_schema": schema_hash}
 
+        client = llm.client_for(model) if asynchronous else None
+        on_loop = client is not None and is_async(getattr(client, "acomplete", None))
+
         def execute(_key: str | None) -> Any:
-            return llm.client_for(model).complete(
+            if on_loop:
+                return client.acomplete(  # type: ignore[union-attr]
+                    model=model, prompt=prompt, system=system, tools=schema
+                )
+            return (client or llm.client_for(model)).complete(
                 model=model, prompt=prompt, system=system, tools=schema
             )
 
-        return self._steps.step(
-            self._prepare(
-                step_id,
-                kind=StepKind.MODEL,
-                tool="model",
-                inputs=inputs,
-                execute=execute,
-                retries=retries,
-                model_id=model,
-                prompt_hash=canonical.hash_text(canonical.dumps([system, prompt])),
-            )
+        return self._prepare(
+            step_id,
+            kind=StepKind.MODEL,
+            tool="model",
+            inputs=inputs,
+            execute=execute,
+            retries=retries,
+            model_id=model,
+            prompt_hash=canonical.hash_text(canonical.dumps([system, prompt])),
+            is_async=on_loop,
         )
 
     def model_request(
@@ -232,19 +294,28 @@ class RunContext:
         ``retries`` are the engine's own attempts on an error ``send`` raises (an SDK that
         retries transient errors itself needs none). Used by ``ledger.loops``.
         """
+        return self._steps.step(self._request_call(request, send, model, step, retries))
+
+    def _request_call(
+        self,
+        request: Mapping[str, Any],
+        send: Callable[[dict[str, Any]], Any],
+        model: str,
+        step: str | None,
+        retries: int,
+    ) -> Call:
         step_id = self._step_id(step, "model")
         data = canonical.normalize(dict(request), step_id=step_id)
-        return self._steps.step(
-            self._prepare(
-                step_id,
-                kind=StepKind.MODEL,
-                tool="model",
-                inputs=data,
-                execute=lambda _key: send(data),
-                retries=retries,
-                model_id=model,
-                prompt_hash=canonical.hash_text(canonical.dumps(data)),
-            )
+        return self._prepare(
+            step_id,
+            kind=StepKind.MODEL,
+            tool="model",
+            inputs=data,
+            execute=lambda _key: send(data),
+            retries=retries,
+            model_id=model,
+            prompt_hash=canonical.hash_text(canonical.dumps(data)),
+            is_async=is_async(send),
         )
 
     def recorded(self, *, step: str) -> bool:
@@ -280,11 +351,13 @@ class RunContext:
     # --- building calls -------------------------------------------------------------------
 
     def _recorded(self, step: str | None, name: str, read: Callable[[], Any]) -> Any:
+        return self._steps.step(self._clock_call(step, name, read))
+
+    def _clock_call(self, step: str | None, name: str, read: Callable[[], Any]) -> Call:
         step_id = self._step_id(step, name)
-        call = self._prepare(
+        return self._prepare(
             step_id, kind=StepKind.CLOCK, tool=name, inputs={}, execute=lambda _k: read()
         )
-        return self._steps.step(call)
 
     def _tool_call(self, step_id: str, tool: Tool, inputs: dict[str, Any]) -> Call:
         fencing = {"fencing_token": self.fencing_token}
@@ -299,9 +372,15 @@ class RunContext:
         reconcile = tool.reconcile
         if reconcile is not None and tool.reconcile_takes_fencing_token:
             lookup = reconcile
+            if is_async(lookup):
 
-            def reconcile(key: str) -> Any:
-                return lookup(key, **fencing)
+                async def reconcile(key: str) -> Any:
+                    return await lookup(key, **fencing)
+
+            else:
+
+                def reconcile(key: str) -> Any:
+                    return lookup(key, **fencing)
 
         return self._prepare(
             step_id,
@@ -314,6 +393,7 @@ class RunContext:
             policy=tool.retry,
             source=tool,
             ttl_seconds=tool.ttl_seconds,
+            is_async=tool.is_async,
         )
 
     def _step_id(self, step: str | None, name: str) -> str:
@@ -352,6 +432,142 @@ class RunContext:
             f"results and RUNLEDGER_MAX_HISTORY_BYTES_PER_RUN is {limit}; the agent should "
             "continue_as_new (carry its results into a new run) before its ledger grows this big",
         )
+
+
+class AsyncRunContext(RunContext):
+    """What an ``async def`` agent receives: the same calls, awaited.
+
+    ``await ctx.call(tool, ...)``, ``await ctx.parallel(...)``, ``await ctx.model(...)``,
+    ``await ctx.model_request(...)``, ``await ctx.now()``, ``await ctx.uuid()`` and
+    ``await ctx.random()`` record the same steps as a sync agent's calls — the same step ids,
+    input hashes and effect keys (each call takes its step id when it is made, before it is
+    awaited). The rest (``scope``, ``effects``, ``history_length``, ``continue_as_new`` …) is
+    the sync context's. One step at a time: a call made before the one before it was awaited
+    (``asyncio.gather`` of ctx calls, or a forgotten ``await``) raises ``NotAwaited``; for
+    calls at once, ``ctx.parallel``.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._open: str | None = None  # the step made and not yet awaited to its end
+
+    def call(  # type: ignore[override]
+        self,
+        tool: Tool,
+        /,
+        *,
+        step: str | None = None,
+        approval: Approval | bool | None = None,
+        **inputs: Any,
+    ) -> Awaitable[Any]:
+        """``await ctx.call(tool, **inputs)``: as ``RunContext.call``; an ``async def`` tool is
+        awaited on the loop, a sync one runs on a thread."""
+        self._check_awaited(f"ctx.call({getattr(tool, 'name', tool)!r})")
+        call = self._call_step(tool, step, approval, inputs)
+        if call is None:
+            return _value_of(tool.fn, inputs)
+        return self._pending(call)
+
+    def parallel(  # type: ignore[override]
+        self, branches: Mapping[str, Branch], /, *, step: str, max_workers: int = 4
+    ) -> Awaitable[dict[str, Any]]:
+        """``await ctx.parallel({...}, step=...)``: as ``RunContext.parallel`` (the same step
+        ids), the siblings at most ``max_workers`` at once as tasks on the loop."""
+        self._check_awaited(f"ctx.parallel(step={step!r})")
+        calls, pure = self._fanout_calls(branches, step, max_workers)
+        self._open = f"{step} (ctx.parallel)"
+        return self._fanout(branches, calls, pure, max_workers)
+
+    async def _fanout(
+        self,
+        branches: Mapping[str, Branch],
+        calls: dict[str, Call],
+        pure: dict[str, Any],
+        max_workers: int,
+    ) -> dict[str, Any]:
+        try:
+            for key, (tool, inputs) in pure.items():
+                pure[key] = await _value_of(tool.fn, inputs)
+            done = await self._steps.afanout(list(calls.values()), max_workers) if calls else {}
+        finally:
+            self._open = None
+        by_key = {**pure, **{key: done[call.step_id] for key, call in calls.items()}}
+        return {key: by_key[key] for key in branches}
+
+    def model(  # type: ignore[override]
+        self,
+        prompt: str,
+        *,
+        model: str,
+        system: str = "",
+        tools: list[Tool] | tuple[Tool, ...] | None = None,
+        step: str | None = None,
+        retries: int = 2,
+    ) -> Awaitable[Any]:
+        """``await ctx.model(...)``: the client's ``acomplete`` on the loop where it has one."""
+        self._check_awaited("ctx.model()")
+        return self._pending(
+            self._model_call(prompt, model, system, tools, step, retries, asynchronous=True)
+        )
+
+    def model_request(  # type: ignore[override]
+        self,
+        request: Mapping[str, Any],
+        *,
+        send: Callable[[dict[str, Any]], Any],
+        model: str,
+        step: str | None = None,
+        retries: int = 0,
+    ) -> Awaitable[Any]:
+        """``await ctx.model_request(...)``: ``send`` may be an ``async def``."""
+        self._check_awaited("ctx.model_request()")
+        return self._pending(self._request_call(request, send, model, step, retries))
+
+    def now(self, *, step: str | None = None) -> Awaitable[datetime]:  # type: ignore[override]
+        self._check_awaited("ctx.now()")
+        call = self._clock_call(step, "now", lambda: self._clock().isoformat())
+        return _then(self._pending(call), datetime.fromisoformat)
+
+    def uuid(self, *, step: str | None = None) -> Awaitable[str]:  # type: ignore[override]
+        self._check_awaited("ctx.uuid()")
+        call = self._clock_call(step, "uuid", lambda: str(uuid_module.uuid4()))
+        return _then(self._pending(call), str)
+
+    def random(self, *, step: str | None = None) -> Awaitable[float]:  # type: ignore[override]
+        self._check_awaited("ctx.random()")
+        call = self._clock_call(step, "random", lambda: random_module.SystemRandom().random())
+        return _then(self._pending(call), float)
+
+    def unawaited(self) -> str | None:
+        """The step made and never awaited, if any (checked when the agent returns)."""
+        return self._open
+
+    def _check_awaited(self, what: str) -> None:
+        if self._open is not None:
+            raise NotAwaited(
+                f"{what} was made before step {self._open!r} was awaited: await each ctx call "
+                "before making the next (ctx.parallel runs calls at once)"
+            )
+
+    def _pending(self, call: Call) -> Awaitable[Any]:
+        self._open = call.step_id
+        return self._awaited(call)
+
+    async def _awaited(self, call: Call) -> Any:
+        try:
+            return await self._steps.astep(call)
+        finally:
+            self._open = None
+
+
+async def _value_of(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Any:
+    """A pure tool's value (recomputed, not recorded): awaited when it is an ``async def``."""
+    value = fn(**inputs)
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _then(pending: Awaitable[Any], convert: Callable[[Any], Any]) -> Any:
+    return convert(await pending)
 
 
 def _schemas(tools: tuple[Tool, ...]) -> tuple[list[dict[str, Any]], str]:

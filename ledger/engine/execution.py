@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ledger.engine.context import RunContext
+from ledger.engine.context import AsyncRunContext, RunContext
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
 from ledger.engine.live import LiveSteps
@@ -38,7 +38,8 @@ def live_context(
     steps = LiveSteps(
         walk=walk, token=token, fence=fence, clock=clock, sleep=sleep, rand=rand, holds=holds
     )
-    return RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
+    kind = AsyncRunContext if agent.is_async else RunContext
+    return kind(walk=walk, steps=steps, inputs=inputs, clock=clock, fencing_token=fence.token)
 
 
 def flush(ctx: RunContext) -> None:
@@ -47,6 +48,14 @@ def flush(ctx: RunContext) -> None:
     steps = ctx._steps
     if isinstance(steps, LiveSteps):
         steps.flush()
+
+
+def sync_flusher(ctx: RunContext) -> None:
+    """Wait until the batches handed to the flusher thread are committed (batched durability),
+    before the caller opens the transaction that records the execution's end."""
+    steps = ctx._steps
+    if isinstance(steps, LiveSteps):
+        steps.sync_flusher()
 
 
 def look_up_started(ctx: RunContext) -> list[str]:

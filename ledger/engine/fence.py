@@ -94,6 +94,13 @@ class LeaseFence:
     def wait_out_previous_holder(self, step_id: str) -> None:
         """Sleep until no previous holder of the lease can still send an effect (at most the
         margin past the previous lease's expiry; usually not at all)."""
+        left = self.previous_holder_left(step_id)
+        if left > 0:
+            time.sleep(left)
+
+    def previous_holder_left(self, step_id: str) -> float:
+        """Seconds until no previous holder of the lease can still send an effect (0: none);
+        the caller waits them out (an async run on its loop, without a thread)."""
         left = self.quiet_at - time.monotonic()
         if left > 0:
             log.info(
@@ -102,11 +109,16 @@ class LeaseFence:
                 step_id,
                 left,
             )
-            time.sleep(left)
+        return max(0.0, left)
 
     def check(self, step_id: str) -> None:
         """Immediately before an effect leaves the process: ``LeaseExpired`` past the deadline."""
         faultpoints.point("engine.before_send")
+        self.recheck(step_id)
+
+    def recheck(self, step_id: str) -> None:
+        """``check`` without its fault point: an async run checks on its ledger thread and
+        again on the loop, immediately before the tool call, after the hop between them."""
         late = time.monotonic() - self.deadline
         if late >= 0:
             raise LeaseExpired(

@@ -26,15 +26,25 @@ before a fan-out, at the end of the execution, or when the batch's bounds are re
 Fan-out siblings run on threads: each is an ordinary step (its own row, its own fenced
 commits, on the thread's own database connection), so a crash re-runs only the siblings
 without a settled row.
+
+Async agents (``ledger.engine.aio``): the logic above is written once, as generators that yield
+what leaves the process — ``_Send`` (the tool, model or clock call), ``_Ask`` (a lookup),
+``_Wait`` (a back-off, or the previous holder's window) — and are sent the answer (or have
+its exception thrown in, where the old code caught it). ``step``/``fanout`` drive them in line
+for a sync agent, exactly as before; ``astep``/``afanout`` advance them on a ledger thread
+(decisions and writes, then the connection is given back) and do the requests on the loop,
+the lease checked again immediately before an effect's call. A fan-out's siblings are tasks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,7 +57,7 @@ from django.utils import timezone
 
 from ledger import canonical, faultpoints, observe, retry, transitions
 from ledger.conf import conf
-from ledger.engine import drain, failures, gate
+from ledger.engine import aio, drain, failures, gate, pooling
 from ledger.engine.batch import Batch, Flusher
 from ledger.engine.calls import Call, describe, misfit, storable
 from ledger.engine.decide import Action, StepRow, decide
@@ -87,6 +97,41 @@ class _Job:
     row: StepRow | None
     prev: str | None
     abandon: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Send:
+    """What leaves the process: the call's tool (or model, or clock) under effect key ``key``;
+    ``fenced`` (an effect): only while the lease is provably ours."""
+
+    call: Call
+    key: str | None
+    fenced: bool = False
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """A lookup: ask the downstream system what became of the effect under ``key``."""
+
+    lookup: Callable[[str], Any]
+    key: str
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """A wait: a retry's back-off (``backoff``, on the execution's sleep), else the previous
+    lease holder's window (real time)."""
+
+    seconds: float
+    backoff: bool
+
+
+#: The engine's step logic is written once as generators that yield what must leave the process
+#: (a ``_Send``, an ``_Ask`` or a ``_Wait``) and are sent its answer: ``LiveSteps._drive`` does
+#: each in line (a sync agent), ``LiveSteps._adrive`` on the event loop with the ledger writes
+#: on threads (an async agent; ``ledger.engine.aio``).
+Request = _Send | _Ask | _Wait
+StepGen = Generator[Request, Any, Any]
 
 
 _STALE_WHY = {
@@ -135,6 +180,26 @@ class LiveSteps:
     # --- one step -------------------------------------------------------------------------
 
     def step(self, call: Call) -> Any:
+        """Replay, settle or execute one call of a sync agent, on the calling thread."""
+        return self._drive(self._step(call))
+
+    async def astep(self, call: Call) -> Any:
+        """The same for an async agent: the decisions and writes on a ledger thread, the tool
+        call on the loop. A replay that needs no table returns at once, in line."""
+        if self._replays_in_memory(call):
+            return self._drive(self._step(call))
+        return await self._adrive(self._step(call))
+
+    def _replays_in_memory(self, call: Call) -> bool:
+        row = self.walk.live_row(call.step_id)
+        if row is None or row.status != StepStatus.SUCCEEDED:
+            return False
+        if self._batch is not None and self._batch.due():
+            return False
+        now = self._clock()
+        return decide(kind=call.kind, input_hash=call.input_hash, row=row, now=now) == Action.REPLAY
+
+    def _step(self, call: Call) -> StepGen:
         self._holds.check_whole(call.step_id)
         row = self.walk.live_row(call.step_id)
         if drain.requested() and (row is None or row.status != StepStatus.SUCCEEDED):
@@ -145,14 +210,85 @@ class LiveSteps:
         if self._batch is not None and self._batch.due():
             self._flush_soon()
         try:
-            result = self._run(
-                call, row, prev=self.walk.prev, abandon=abandon, batchable=self._batch is not None
-            )
+            with pooling.step_connection():  # the next step's wait holds no connection
+                result = yield from self._run(
+                    call,
+                    row,
+                    prev=self.walk.prev,
+                    abandon=abandon,
+                    batchable=self._batch is not None,
+                )
         except ApprovalRejected:
             self.walk.advance(call.step_id)  # its row records the rejection on the path
             raise
         self.walk.advance(call.step_id)
         return result
+
+    # --- the drivers -----------------------------------------------------------------------
+
+    def _drive(self, gen: StepGen) -> Any:
+        """Run a step's generator on this thread, doing each request in line."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = gen.send(value) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = self._do(request)
+            except BaseException as exc:  # the generator handles it as the old code did
+                error = exc
+
+    def _do(self, request: Request) -> Any:
+        if isinstance(request, _Send):
+            return request.call.execute(request.key)
+        if isinstance(request, _Ask):
+            return aio.call_sync(request.lookup, request.key)  # an async lookup: on the loop
+        (self._sleep if request.backoff else time.sleep)(request.seconds)
+        return None
+
+    async def _adrive(self, gen: StepGen) -> Any:
+        """Run a step's generator for an async agent: each advance (decisions, ledger writes)
+        on a ledger thread that gives its connection back; each request on the loop."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            done, request, result = await aio.ledger_phase(_advance, gen, value, error)
+            if done:
+                return result
+            assert request is not None
+            value, error = None, None
+            if isinstance(request, _Send) and request.fenced:
+                try:  # checked on the ledger thread; again here, immediately before it leaves
+                    self._fence.recheck(request.call.step_id)
+                except LeaseLost:
+                    gen.close()
+                    raise
+            try:
+                value = await self._ado(request)
+            except BaseException as exc:
+                error = exc
+
+    async def _ado(self, request: Request) -> Any:
+        if isinstance(request, _Send):
+            call = request.call
+            if call.kind == StepKind.CLOCK:
+                return call.execute(request.key)  # a clock read: nothing to wait for
+            if call.is_async:
+                value = call.execute(request.key)
+                return await value if inspect.isawaitable(value) else value
+            return await aio.call_async(call.execute, request.key)
+        if isinstance(request, _Ask):
+            return await aio.call_async(request.lookup, request.key)
+        if request.backoff and self._sleep is not time.sleep:
+            waited = self._sleep(request.seconds)  # a test's clock, or an async sleep
+            if inspect.isawaitable(waited):
+                await waited
+            return None
+        await asyncio.sleep(request.seconds)
+        return None
 
     def flush(self) -> None:
         """Batched durability: return once every step executed so far is committed."""
@@ -162,6 +298,11 @@ class LiveSteps:
             self._flusher.sync()
         if len(self._batch):
             self._write_batch(self._batch.take())
+
+    def sync_flusher(self) -> None:
+        """The batches handed to the flusher thread are committed (or raise why not)."""
+        if self._flusher is not None:
+            self._flusher.sync()
 
     def close(self) -> None:
         """The execution is over: full batches handed to the flusher commit, its thread ends."""
@@ -202,7 +343,7 @@ class LiveSteps:
         prev: str | None,
         abandon: list[str],
         batchable: bool = False,
-    ) -> Any:
+    ) -> StepGen:
         """Replay, settle or execute one step; ``prev`` is the step whose link it writes.
 
         Touches no per-execution state but the walk's counters and in-memory ledger (under
@@ -223,14 +364,14 @@ class LiveSteps:
         self._holds.check_tool(call.step_id, call.tool)  # it would reach the tool
         if action == Action.RECONCILE:
             assert row is not None
-            settled = self._reconcile(call, row)
+            settled = yield from self._reconcile(call, row)
             if settled is not NOT_HAPPENED:
                 return settled
         elif action == Action.RECHECK:
             assert row is not None
-            if self._failed_effect_happened(call, row):
+            if (yield from self._failed_effect_happened(call, row)):
                 return row.result
-        result = self._execute(
+        result = yield from self._execute(
             call, row, prev=prev, abandon=abandon, batchable=batchable and row is None
         )
         self.walk.count(executed=1)
@@ -251,14 +392,14 @@ class LiveSteps:
 
     # --- effects whose outcome is in doubt --------------------------------------------------
 
-    def _failed_effect_happened(self, call: Call, row: StepRow) -> bool:
+    def _failed_effect_happened(self, call: Call, row: StepRow) -> Generator[Request, Any, bool]:
         """A failed effect is asked about before it is sent again: its last attempt may have
         reached the downstream system before the error (a timeout after the charge)."""
         if not call.reconcile:
             return False
         assert row.effect_key is not None
-        self._fence.wait_out_previous_holder(call.step_id)
-        answer = call.reconcile(row.effect_key)
+        yield from self._wait_out_previous_holder(call.step_id)
+        answer = yield _Ask(call.reconcile, row.effect_key)
         if answer is None or answer is NOT_HAPPENED:
             return False  # send again under the same key, as the tool's retry policy allows
         try:
@@ -268,7 +409,7 @@ class LiveSteps:
         self._settle(row, data, text)
         return True
 
-    def _reconcile(self, call: Call, row: StepRow) -> Any:
+    def _reconcile(self, call: Call, row: StepRow) -> StepGen:
         """A started effect: ask the downstream system through the effect key."""
         assert row.effect_key is not None
         if call.reconcile is None:
@@ -278,8 +419,8 @@ class LiveSteps:
                 f"effect {call.tool!r} was started under key {row.effect_key} and the crash "
                 "left its outcome unknown; the tool has no read path to ask",
             )
-        self._fence.wait_out_previous_holder(call.step_id)
-        answer = call.reconcile(row.effect_key)
+        yield from self._wait_out_previous_holder(call.step_id)
+        answer = yield _Ask(call.reconcile, row.effect_key)
         observe.emit("reconciled", answer=_answer_name(answer))
         if answer is None:
             raise NeedsReconciliation(
@@ -317,9 +458,11 @@ class LiveSteps:
             self._fence.wait_out_previous_holder(row.step_id)
             try:
                 if tool.reconcile_takes_fencing_token:
-                    answer = tool.reconcile(row.effect_key, fencing_token=self._fence.token)  # type: ignore[call-arg]
+                    answer = aio.call_sync(
+                        tool.reconcile, row.effect_key, fencing_token=self._fence.token
+                    )
                 else:
-                    answer = tool.reconcile(row.effect_key)
+                    answer = aio.call_sync(tool.reconcile, row.effect_key)
             except Exception as exc:
                 notes.append(f"{row.step_id}: the lookup failed ({describe(exc)})")
                 continue
@@ -379,19 +522,19 @@ class LiveSteps:
         prev: str | None,
         abandon: list[str],
         batchable: bool = False,
-    ) -> Any:
+    ) -> StepGen:
         attempt = row.attempt + 1 if row is not None else 1
         seq = row.seq if row is not None else call.seq or self.walk.take_seq()
         errors = list(row.errors) if row is not None else []
         left = _retries_left(call, row)
         if row is not None and row.status == StepStatus.FAILED:
-            self._wait_pending(call, row)  # a retry whose wait had not ended (an early wake)
+            yield from self._wait_pending(call, row)  # a retry whose wait had not ended
         effect = call.kind == StepKind.EFFECT
         key = None
         if effect:
             key = row.effect_key if row is not None and row.effect_key else self._effect_key(call)
             if row is not None:  # a previous execution attempted it: let its window end first
-                self._fence.wait_out_previous_holder(call.step_id)
+                yield from self._wait_out_previous_holder(call.step_id)
         gate_id = None
         if effect and call.approval is not None and (row is None or not row.effect_key):
             # No intent yet: a person approves these exact arguments first (ledger.engine.gate).
@@ -413,7 +556,7 @@ class LiveSteps:
             bad_arguments = False
             failure: BaseException
             try:
-                outcome = call.execute(key)
+                outcome = yield _Send(call, key, fenced=effect)
                 data, text = canonical.canonical(outcome, step_id=call.step_id)
             except NotJSON as exc:
                 if effect:
@@ -441,7 +584,7 @@ class LiveSteps:
             if wait is None:
                 raise StepFailed(call.step_id, attempt, error)
             left -= 1
-            self._pause(call, wait, attempt + 1)
+            yield from self._pause(call, wait, attempt + 1)
             attempt += 1
 
     # --- retries ----------------------------------------------------------------------------
@@ -500,7 +643,7 @@ class LiveSteps:
         )
         return record, wait
 
-    def _wait_pending(self, call: Call, row: StepRow) -> None:
+    def _wait_pending(self, call: Call, row: StepRow) -> StepGen:
         """A failed row whose retry is not due yet (the run was woken early): wait the rest."""
         last = row.errors[-1] if row.errors else None
         if not isinstance(last, dict) or "retry_at" not in last:
@@ -511,20 +654,26 @@ class LiveSteps:
             return
         wait = (due - self._clock()).total_seconds()
         if wait > 0:
-            self._pause(call, wait, row.attempt + 1)
+            yield from self._pause(call, wait, row.attempt + 1)
 
-    def _pause(self, call: Call, wait: float, attempt: int) -> None:
+    def _pause(self, call: Call, wait: float, attempt: int) -> StepGen:
         """Wait before attempt ``attempt``: asleep holding the lease (the heartbeat renews it)
         when short; otherwise ``RetryLater`` ends the execution and releases the run."""
         if wait <= conf.RUNLEDGER_RETRY_SLEEP_MAX_SECONDS:
             if wait > 0:
-                self._sleep(wait)
+                yield _Wait(wait, backoff=True)
             return
         raise RetryLater(
             call.step_id,
             wait,
             f"attempt {attempt} of {call.tool!r} is due in {wait:.1f}s; the run waits released",
         )
+
+    def _wait_out_previous_holder(self, step_id: str) -> StepGen:
+        """Before touching an effect a previous execution attempted (``ledger.engine.fence``)."""
+        left = self._fence.previous_holder_left(step_id)
+        if left > 0:
+            yield _Wait(left, backoff=False)
 
     def _gate(
         self, call: Call, row: StepRow | None, *, seq: int, prev: str | None, abandon: list[str]
@@ -689,6 +838,46 @@ class LiveSteps:
         history bound, stale refusal (nothing runs when a sibling is stale, as for one step),
         replay of the finished siblings, seq numbers and links. Then the rest run at once.
         """
+        jobs, results, ids = self._fanout_jobs(calls)
+        results.update(self._run_jobs(jobs, max_workers))
+        self.walk.advance(*ids)
+        return results
+
+    async def afanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
+        """The same for an async agent: the preparation on a ledger thread, then at most
+        ``max_workers`` siblings at once as tasks on the loop, each an ordinary async step."""
+        jobs, results, ids = await aio.ledger_phase(self._fanout_jobs, calls)
+        results.update(self._collect(jobs, await self._gathered(jobs, max_workers)))
+        self.walk.advance(*ids)
+        return results
+
+    async def _gathered(
+        self, jobs: list[_Job], max_workers: int
+    ) -> list[tuple[Any, BaseException | None]]:
+        limit = asyncio.Semaphore(max_workers)
+        stopped = False
+
+        async def sibling(job: _Job) -> tuple[Any, BaseException | None]:
+            nonlocal stopped
+            async with limit:
+                if stopped:
+                    return None, _NotRun()
+                try:
+                    run = self._run(job.call, job.row, prev=job.prev, abandon=job.abandon)
+                    return await self._adrive(run), None
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    # A lost lease or a dying process: start no more siblings (as on threads).
+                    dying = isinstance(exc, LeaseLost) or not isinstance(exc, Exception)
+                    stopped = stopped or dying
+                    return None, exc
+
+        return list(await asyncio.gather(*(sibling(job) for job in jobs)))
+
+    def _fanout_jobs(self, calls: list[Call]) -> tuple[list[_Job], dict[str, Any], list[str]]:
+        """The calling side of a fan-out: the siblings that need work, the replayed results,
+        and the siblings' step ids in chain order."""
         walk = self.walk
         if calls:
             self._holds.check_whole(calls[0].step_id)
@@ -722,9 +911,7 @@ class LiveSteps:
             jobs.append(_Job(call, row, prev if self._relink(prev, call) else None, abandon))
         if jobs and drain.requested():
             raise HandedBack(jobs[0].call.step_id)
-        results.update(self._run_jobs(jobs, max_workers))
-        walk.advance(*ids)
-        return results
+        return jobs, results, ids
 
     def _relink(self, prev: str | None, call: Call) -> bool:
         row = self.walk.ledger.get(prev) if prev is not None else None
@@ -737,6 +924,12 @@ class LiveSteps:
             outcomes = self._serial(jobs)
         else:
             outcomes = self._threaded(jobs, max_workers)
+        return self._collect(jobs, outcomes)
+
+    def _collect(
+        self, jobs: list[_Job], outcomes: list[tuple[Any, BaseException | None]]
+    ) -> dict[str, Any]:
+        """The siblings' results by step id; the fan-out's error when any failed."""
         results: dict[str, Any] = {}
         errors: list[BaseException] = []
         for job, (value, error) in zip(jobs, outcomes, strict=True):
@@ -757,9 +950,8 @@ class LiveSteps:
                 outcomes.append((None, _NotRun()))
                 continue
             try:
-                outcomes.append(
-                    (self._run(job.call, job.row, prev=job.prev, abandon=job.abandon), None)
-                )
+                run = self._run(job.call, job.row, prev=job.prev, abandon=job.abandon)
+                outcomes.append((self._drive(run), None))
             except Exception as exc:
                 outcomes.append((None, exc))
         return outcomes
@@ -785,9 +977,20 @@ class LiveSteps:
 
     def _on_thread(self, job: _Job) -> Any:
         try:
-            return self._run(job.call, job.row, prev=job.prev, abandon=job.abandon)
+            return self._drive(self._run(job.call, job.row, prev=job.prev, abandon=job.abandon))
         finally:
             connections.close_all()  # this thread's own connection; the pool's threads end
+
+
+def _advance(
+    gen: StepGen, value: Any, error: BaseException | None
+) -> tuple[bool, Request | None, Any]:
+    """One advance of a step's generator: (finished, its next request, its result)."""
+    try:
+        request = gen.send(value) if error is None else gen.throw(error)
+    except StopIteration as stop:
+        return True, None, stop.value
+    return False, request, None
 
 
 @contextlib.contextmanager
@@ -796,7 +999,8 @@ def _ledger_write(step_id: str, what: str) -> Iterator[None]:
     own ``except Exception`` cannot catch: whether the write committed is unknown, so nothing
     may go on as if it had (or had not) — above all, no effect may be sent."""
     try:
-        yield
+        with pooling.step_connection():  # written: the connection goes back to the pool
+            yield
     except DatabaseError as exc:
         raise LedgerUnavailable(step_id, what, exc) from exc
 

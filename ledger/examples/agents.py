@@ -7,7 +7,15 @@ import time
 from typing import Any
 
 from ledger import faultpoints, llm
-from ledger.agents import Approval, ApprovalRejected, RunContext, agent, tool
+from ledger.agents import (
+    Approval,
+    ApprovalRejected,
+    AsyncRunContext,
+    RunContext,
+    agent,
+    off_loop,
+    tool,
+)
 from ledger.examples import simulators
 from ledger.loops import Limits, chat, messages
 
@@ -155,6 +163,81 @@ def refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         body=f"We refunded {invoice['total_cents']} cents ({charge['charge_id']}).",
     )
     ctx.call(
+        notify_team,
+        step="notify",
+        channel="#billing",
+        text=f"refunded {invoice['invoice_id']}: {charge['charge_id']}",
+    )
+    return {
+        "refunded": True,
+        "invoice_id": invoice["invoice_id"],
+        "charge_id": charge["charge_id"],
+        "message_id": email["message_id"],
+        "decided_at": decided_at.isoformat(),
+    }
+
+
+async def _provider_lookup_async(idempotency_key: str) -> Any:
+    """The provider's lookup by key, awaited (an async reconcile)."""
+    return await off_loop(simulators.provider_lookup, idempotency_key)
+
+
+@tool(kind="effect", reconcile=_provider_lookup_async)
+async def refund_charge_async(
+    customer: str, amount_cents: int, *, idempotency_key: str, fencing_token: int | None = None
+) -> dict[str, Any]:
+    """Refund through the payment provider, from async code (its client is sync: on a thread)."""
+    return await off_loop(  # type: ignore[no-any-return]
+        simulators.provider_charge,
+        customer=customer,
+        amount_cents=-amount_cents,
+        idempotency_key=idempotency_key,
+        fencing_token=fencing_token,
+    )
+
+
+@agent(
+    "refund_async",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge_async, send_email, notify_team],
+    title="Refund invoice {invoice_id} (async)",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
+)
+async def refund_async(ctx: AsyncRunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``refund`` as an async agent: the same steps, awaited (a sync read and sync effects on
+    threads, an async effect and lookup, the model client's ``acomplete``)."""
+    invoice = await ctx.call(fetch_invoice, step="fetch_invoice", invoice_id=inputs["invoice_id"])
+    decided_at = await ctx.now(step="decided_at")
+    decision = await ctx.model(
+        REFUND_PROMPT.format(**invoice),
+        model=inputs.get("model") or default_model(),
+        step="decide",
+    )
+    if refund_decision(decision) != "approve":
+        await ctx.call(
+            notify_team,
+            step="notify",
+            channel="#billing",
+            text=f"refund of {invoice['invoice_id']} denied: needs a human",
+        )
+        return {"refunded": False, "invoice_id": invoice["invoice_id"]}
+    charge = await ctx.call(
+        refund_charge_async,
+        step="refund",
+        customer=invoice["customer"],
+        amount_cents=invoice["total_cents"],
+    )
+    email = await ctx.call(
+        send_email,
+        step="email_customer",
+        to=f"{invoice['customer']}@example.com",
+        subject="Your refund",
+        body=f"We refunded {invoice['total_cents']} cents ({charge['charge_id']}).",
+    )
+    await ctx.call(
         notify_team,
         step="notify",
         channel="#billing",

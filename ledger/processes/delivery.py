@@ -8,10 +8,15 @@ row's idempotency key — the webhook's ``Idempotency-Key`` header and payload f
 ``Message-ID`` and ``X-Runledger-Idempotency-Key`` header — so a receiver recognises a message
 sent again after a deliverer died between sending and recording it (the kill test sets
 ``RUNLEDGER_KILL_AT=notify.after_send`` to die in exactly that window).
+
+No delivery follows a redirect: a 3xx is a failed attempt (its status recorded). A completion
+event goes only where the SSRF policy (``ledger.egress``) allows, checked again at each attempt
+after resolving the name, to the address checked.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
@@ -19,11 +24,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
-from ledger import faultpoints, observe, transitions, webhooks
+from ledger import egress, faultpoints, observe, transitions, webhooks
 from ledger.conf import conf
 from ledger.models import Notification
 from ledger.transitions import notify
@@ -123,10 +129,13 @@ def _send_event(row: Notification, *, at: datetime) -> None:
     headers = webhooks.signed_headers(
         secret=subscription.secret, msg_id=notify.message_id(row.idempotency_key), at=at, body=body
     )
-    _post(subscription.url, body, headers, what=f"subscription {subscription.pk}'s URL")
+    _post_checked(subscription.url, body, headers, what=f"subscription {subscription.pk}'s URL")
 
 
 def _post(url: str, body: str, headers: dict[str, str], *, what: str) -> None:
+    """The operator's own webhook (``RUNLEDGER_NOTIFY_WEBHOOK_URL``, set in the deployment's
+    settings): through urllib, so an egress proxy in ``HTTPS_PROXY`` is honoured, but never
+    following a redirect."""
     request = urllib.request.Request(
         url,
         data=body.encode(),
@@ -134,13 +143,45 @@ def _post(url: str, body: str, headers: dict[str, str], *, what: str) -> None:
         headers={"Content-Type": "application/json", "User-Agent": "runledger", **headers},
     )
     try:
-        with urllib.request.urlopen(request, timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS) as r:
-            if not 200 <= r.status < 300:
-                raise DeliveryError(f"{what} answered HTTP {r.status}")
+        with _NO_REDIRECTS.open(request, timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS) as r:
+            _check_status(int(r.status), what=what)
     except urllib.error.HTTPError as exc:
-        raise DeliveryError(f"{what} answered HTTP {exc.code}") from None
+        _check_status(int(exc.code), what=what)
     except (urllib.error.URLError, OSError) as exc:
         raise DeliveryError(f"{what} is unreachable: {exc}") from None
+
+
+def _post_checked(url: str, body: str, headers: dict[str, str], *, what: str) -> None:
+    """An application's subscription: the URL and every address its name resolves to pass
+    the SSRF policy now (``ledger.egress``), the request goes to the address checked, and a
+    redirect is not followed."""
+    try:
+        status = egress.post(
+            url,
+            body.encode(),
+            {"Content-Type": "application/json", "User-Agent": "runledger", **headers},
+            timeout=conf.RUNLEDGER_NOTIFY_TIMEOUT_SECONDS,
+        )
+    except egress.Refused as exc:
+        raise DeliveryError(f"{what} is refused by the webhook policy: {exc}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise DeliveryError(f"{what} is unreachable: {exc}") from None
+    _check_status(status, what=what)
+
+
+def _check_status(status: int, *, what: str) -> None:
+    if 300 <= status < 400:
+        raise DeliveryError(f"{what} answered HTTP {status}, a redirect (never followed)")
+    if not 200 <= status < 300:
+        raise DeliveryError(f"{what} answered HTTP {status}")
+
+
+class _Refuse3xx(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_Refuse3xx)
 
 
 def _send_email(row: Notification) -> None:

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import canonical, registry
+from ledger.engine import aio
 from ledger.errors import NotJSON
 from ledger.models import Difference, EffectAudit, EffectAuditFinding, Step, StepStatus
 from ledger.registry import NOT_HAPPENED, Tool
@@ -111,7 +112,7 @@ def _check(work: _Pass, row: Step, pacer: _Pacer) -> None:
     pacer.wait()
     assert row.effect_key is not None
     try:
-        answer = tool.reconcile(row.effect_key)
+        answer = aio.call_sync(tool.reconcile, row.effect_key)  # an async lookup: on the loop
     except Exception:
         answer = None
     audit.checked += 1

@@ -1,37 +1,37 @@
-"""What a worker does with a run: claim it, execute (or resume) its agent from the top under a
-heartbeat, and record how the execution ended (the sweep that recovers dead workers' runs is
-``ledger.processes.sweep``).
+"""What a worker does with a run: claim it, execute (or resume) its agent from the top while the
+process's lease renewer (``ledger.processes.leases``) keeps its lease, and record how the
+execution ended (the sweep that recovers dead workers' runs is ``ledger.processes.sweep``).
 
 Every write goes through ``ledger.transitions``; the Celery tasks in ``runs.operations.tasks`` and
-the
-commands call these functions with run ids.
+the commands call these functions with run ids.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import random
 import socket
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from ledger import canonical, logcontext, observe, registry, selectors, transitions
 from ledger.conf import conf
-from ledger.engine import RunContext
-from ledger.engine.execution import close, flush, live_context, look_up_started
+from ledger.engine import AsyncRunContext, RunContext, aio, pooling
+from ledger.engine.execution import close, flush, live_context, look_up_started, sync_flusher
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
 from ledger.errors import (
+    AgentDefinitionError,
     AgentMissing,
     ApprovalRejected,
     BudgetExhausted,
@@ -41,6 +41,7 @@ from ledger.errors import (
     HandedBack,
     LeaseLost,
     LedgerUnavailable,
+    NotAwaited,
     NotJSON,
     RetryLater,
     RunBlocked,
@@ -48,6 +49,7 @@ from ledger.errors import (
     StepFailed,
 )
 from ledger.models import ExecutionEnding, Run, RunStatus
+from ledger.processes import leases
 
 log = logging.getLogger(__name__)
 
@@ -69,79 +71,6 @@ class Outcome:
     continued_as: str = ""  # the new run's id when the agent called ctx.continue_as_new
 
 
-class Heartbeat:
-    """Renews a lease from a background thread while the agent executes; each confirmed
-    renewal moves the execution's effect deadline (``fence``), a refused one ends it."""
-
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        token: str,
-        seconds: float,
-        fence: LeaseFence,
-        holds: Holds | None = None,
-    ) -> None:
-        self.run_id, self.token, self.seconds, self.fence = run_id, token, seconds, fence
-        self.holds = holds
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.seconds)
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(self.seconds / 3):
-                sent_at = time.monotonic()  # before the statement: the deadline errs early
-                renewed = self._renew()
-                if renewed is False:
-                    self.fence.revoked()
-                    self.lost.set()
-                    return
-                if renewed:
-                    self.fence.confirmed(sent_at=sent_at)
-                    self._refresh_holds()
-        except Exception:
-            log.exception("heartbeat for run %s failed", self.run_id)
-        finally:
-            connection.close()
-
-    def _refresh_holds(self) -> None:
-        """Read the pauses again (one query a beat, none per step): a pause made while the
-        agent executes stops it at its next step that the pause covers."""
-        if self.holds is None:
-            return
-        try:
-            self.holds.refresh()
-        except DatabaseError as exc:
-            log.warning("heartbeat for run %s: could not read the pauses (%s)", self.run_id, exc)
-            connection.close()
-
-    def _renew(self) -> bool | None:
-        """One renewal: True when confirmed, False when the lease is no longer ours, None when
-        the database failed (the server restarting, a cut connection). That is not a lost
-        lease, but not a confirmation either: the effect deadline does not move; the next beat
-        tries again on a new connection, and if none succeeds in time the lease expires (the
-        fence stops effects first) and the sweep recovers."""
-        try:
-            return transitions.lease_renew(
-                run_id=self.run_id, token=self.token, seconds=self.seconds
-            )
-        except DatabaseError as exc:
-            log.warning(
-                "heartbeat for run %s: the database failed (%s); retrying", self.run_id, exc
-            )
-            connection.close()
-            return None
-
-
 def run_execute(
     *,
     run_id: str,
@@ -152,9 +81,14 @@ def run_execute(
     task_id: str = "",
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
+    runner: Runner | None = None,
 ) -> Outcome | None:
     """Claim the run, execute (or resume) its agent from the top, record the outcome and the
     execution (``ledger.models.Execution``: one insert at the claim, one update at the end).
+
+    An ``async def`` agent's coroutine runs on ``runner`` (default ``ledger.engine.aio.run``:
+    this process's shared event loop, the calling thread waiting for it, holding no database
+    connection); the claim, the heartbeat and the outcome are the same as a sync agent's.
 
     Returns None when the run is not claimable (missing, finished, leased by another live
     worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
@@ -172,17 +106,42 @@ def run_execute(
         log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
+        waits = _Waits(sleep, rand, runner or aio.run)
         return _execute_leased(
-            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, _Waits(sleep, rand)
+            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits
         )
+
+
+async def arun_execute(*, run_id: str, worker: str, **options: Any) -> Outcome | None:
+    """``run_execute`` for code that is on an event loop: the claim, the heartbeat and the
+    outcome (sync, Django ORM) on a thread of the loop's default executor, an async agent's
+    coroutine on *this* loop. Takes ``run_execute``'s options but ``runner``."""
+    loop = asyncio.get_running_loop()
+
+    def on_this_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+        return aio.run(coro, loop=loop)
+
+    def execute() -> Outcome | None:
+        try:
+            return run_execute(run_id=run_id, worker=worker, runner=on_this_loop, **options)
+        finally:
+            connections.close_all()  # the executor's thread keeps none
+
+    return await asyncio.to_thread(execute)
+
+
+#: Runs an async agent's coroutine to its end from the worker's thread (``aio.run``).
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 @dataclass(frozen=True)
 class _Waits:
-    """How a retry's back-off waits (``time.sleep``) and draws its jitter (``random.random``)."""
+    """How a retry's back-off waits (``time.sleep``) and draws its jitter (``random.random``),
+    and where an async agent runs (``runner``)."""
 
     sleep: Callable[[float], None]
     rand: Callable[[], float]
+    runner: Runner = aio.run
 
 
 def _agent_lost_to_an_import_error(run_id: str) -> bool:
@@ -246,16 +205,17 @@ def _execute_leased(
     holds = Holds(lambda: selectors.active_pauses(run_id=run_id, agent=run.agent))
     ex = _Execution(run=run, token=token)
     try:
-        holds.refresh()  # one query at the claim; the heartbeat reads them again
+        holds.refresh()  # one query at the claim; the process's lease renewer reads them again
         if heartbeat:
-            with Heartbeat(run_id=run_id, token=token, seconds=seconds, fence=fence, holds=holds):
+            with _renewed(run, token, seconds, fence, holds):
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        why = _lost_why(run_id, exc)
         log.warning(
-            "run %s: %s lost its lease; it wrote nothing more and stops (%s)", run_id, worker, exc
+            "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
         )
-        _end_lease_lost(ex, str(exc), clock)
+        _end_lease_lost(ex, why, clock)
         return None
     except LedgerUnavailable as exc:
         return _ledger_unavailable(ex, exc, clock)
@@ -264,6 +224,22 @@ def _execute_leased(
         return None
     finally:
         close_old_connections()
+
+
+@contextlib.contextmanager
+def _renewed(
+    run: Run, token: str, seconds: float, fence: LeaseFence, holds: Holds
+) -> Iterator[None]:
+    """The execution's lease is renewed by the process's one renewer (``ledger.processes.leases``:
+    one statement for all its runs) while the block runs."""
+    renewer = leases.renewer()
+    held = renewer.hold(
+        run_id=run.run_id, token=token, seconds=seconds, fence=fence, agent=run.agent, holds=holds
+    )
+    try:
+        yield
+    finally:
+        renewer.let_go(held)
 
 
 def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) -> Outcome | None:
@@ -288,6 +264,21 @@ def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) ->
         _left_for_the_sweep(run_id, f"{exc}; recording the failure failed too ({again})")
         return None
     return Outcome(run_id=run_id, status=RunStatus.FAILED, step_id=exc.step_id, detail=error)
+
+
+def _lost_why(run_id: str, exc: LeaseLost) -> str:
+    """Why the lease is gone, in words: what the run is now and who holds it (a cancel's own
+    words are recorded by the cancel)."""
+    said = "" if str(exc) in ("", run_id) else f" ({exc})"
+    try:
+        now = Run.objects.filter(pk=run_id).values("status", "lease_owner", "detail").first()
+    except DatabaseError:
+        now = None
+    if now is None:
+        return f"this worker's lease on the run was taken{said}"
+    held = f", held by {now['lease_owner']}" if now["lease_owner"] else ""
+    detail = f": {now['detail']}" if now["detail"] and now["status"] != RunStatus.RUNNING else ""
+    return f"this worker's lease was taken: the run is {now['status']}{held}{detail}{said}"
 
 
 def _end_lease_lost(ex: _Execution, why: str, clock: Clock) -> None:
@@ -363,7 +354,7 @@ def _execute_claimed(
         )
         try:
             _check_plan(run, definition, token, clock)
-            return _execute_agent(ex, clock, definition, ctx, inputs)
+            return _execute_agent(ex, clock, definition, ctx, inputs, waits.runner)
         except RunBlocked as exc:
             return _block(ex, clock, exc)
         finally:
@@ -373,11 +364,22 @@ def _execute_claimed(
 
 
 def _execute_agent(
-    ex: _Execution, clock: Clock, definition: registry.Agent, ctx: RunContext, inputs: Any
+    ex: _Execution,
+    clock: Clock,
+    definition: registry.Agent,
+    ctx: RunContext,
+    inputs: Any,
+    runner: Runner = aio.run,
 ) -> Outcome:
     """Call the agent with its context; record how the call ended."""
+    pooling.release()  # the claim's reads are done: the agent's first wait holds no connection
     try:
-        result = definition.fn(ctx, inputs)
+        if isinstance(ctx, AsyncRunContext):
+            if not connection.in_atomic_block:
+                connection.close()  # the run waits on the loop holding no connection of ours
+            result = runner(_awaited_agent(definition, ctx, inputs))
+        else:
+            result = definition.fn(ctx, inputs)
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
         return _continue(ex, clock, signal)
@@ -387,7 +389,7 @@ def _execute_agent(
         return _hand_back(ex, clock, back)
     except RunBlocked as exc:
         return _block(ex, clock, exc)
-    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected) as exc:
+    except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected, AgentDefinitionError) as exc:
         step_id = getattr(exc, "step_id", "") or ""
         with logcontext.bound(**({"step_id": step_id} if step_id else {})):
             log.error("run %s failed: %s", ex.run.run_id, exc)
@@ -399,6 +401,17 @@ def _execute_agent(
         log.exception("run %s: agent raised", ex.run.run_id)
         return _finish(ex, clock, RunStatus.FAILED, error=f"{exc!r}\n{tb}")
     return _finish(ex, clock, RunStatus.SUCCEEDED, result=data)
+
+
+async def _awaited_agent(definition: registry.Agent, ctx: AsyncRunContext, inputs: Any) -> Any:
+    """An async agent's call, awaited; a step it made and never awaited is a ``NotAwaited``."""
+    result = await definition.fn(ctx, inputs)
+    forgotten = ctx.unawaited()
+    if forgotten is not None:
+        raise NotAwaited(
+            f"step {forgotten!r} was made and never awaited (write `await ctx.call(...)`)"
+        )
+    return result
 
 
 def _count_resume(run: Run, token: str, clock: Clock) -> None:
@@ -448,6 +461,10 @@ def _check_plan(run: Run, definition: registry.Agent, token: str, clock: Clock) 
 def _recording_outcome(ctx: RunContext | None) -> Iterator[None]:
     """The transaction that records how an execution ended. Under batched durability the steps
     still waiting commit first, in it: a run never ends with executed steps left unrecorded."""
+    if ctx is not None:
+        # The flusher's batches commit first, on its own connection: this thread must not hold
+        # one from the pool (in the transaction below) while it waits for them.
+        sync_flusher(ctx)
     with transaction.atomic():
         if ctx is not None:
             flush(ctx)

@@ -7,10 +7,15 @@ started effect that must be settled, it would execute, or the path diverges. No 
 effect runs; nothing is written. The walk stops at the first call that has no recorded result
 (it cannot know what the result would be), at a divergence, or when its time is up; calls after
 a stale step are marked as depending on a stale observation.
+
+An async agent is walked the same way, on the calling thread with no event loop: the dry steps
+never suspend, so its coroutine runs to its end in one ``send``; an ``await`` of anything other
+than the run context stops the walk there.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +26,7 @@ from django.utils import timezone
 
 from ledger import canonical, registry, selectors
 from ledger.conf import conf
-from ledger.engine import RunContext, collector
+from ledger.engine import AsyncRunContext, RunContext, collector
 from ledger.engine.calls import Call
 from ledger.engine.decide import Action, decide
 from ledger.engine.walk import Walk
@@ -168,6 +173,13 @@ class DrySteps:
             entry.detail += "; " + _gate_note(self.walk.run_id, call, self.clock())
         raise _Stop(f"{call.step_id} would execute; the walk cannot see past it")
 
+    async def astep(self, call: Call) -> Any:
+        """An async agent's call: judged as a sync one's, never suspending (``_run_inline``)."""
+        return self.step(call)
+
+    async def afanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
+        return self.fanout(calls, max_workers)
+
     def fanout(self, calls: list[Call], max_workers: int) -> dict[str, Any]:
         """Each sibling is reported (replay, stale, settle, execute); the walk stops after the
         fan-out when any sibling would need work, as the engine would run them all at once."""
@@ -235,10 +247,11 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
 
     steps = DrySteps(walk=walk, preview=preview, deadline=time.monotonic() + seconds, clock=clock)
     inputs = canonical.ordered(run.inputs)
-    ctx = RunContext(walk=walk, steps=steps, inputs=inputs, clock=clock)
+    kind = AsyncRunContext if definition.is_async else RunContext
+    ctx = kind(walk=walk, steps=steps, inputs=inputs, clock=clock)
     try:
         with collector.held_off():  # no tool runs; bounded by ``seconds`` (engine.collector)
-            definition.fn(ctx, inputs)
+            _run_inline(definition.fn(ctx, inputs))
         preview.finished = True
     except _Stop as stop:
         preview.stopped = str(stop)
@@ -259,10 +272,30 @@ def preview_resume(*, run_id: str, seconds: float = 5.0) -> Preview:
     return preview
 
 
+def _run_inline(result: Any) -> Any:
+    """An async agent's coroutine, run to its end on this thread with no event loop: the dry
+    steps never suspend, so every ``await ctx...`` returns at once. An agent that awaits
+    anything else (a sleep, a client of its own) cannot be walked further without running it."""
+    if not inspect.iscoroutine(result):
+        return result
+    why = "the agent awaits something other than its run context; the walk stops there"
+    try:
+        result.send(None)
+    except StopIteration as stop:
+        return stop.value
+    except RuntimeError as exc:
+        if "no running event loop" not in str(exc):
+            raise
+        raise _Stop(why) from None  # asyncio.sleep and the like, with no loop to run them
+    result.close()
+    raise _Stop(why)
+
+
 def would_stop_again(run_id: str) -> str:
     """Why a resume of ``run_id`` now would stop again before anything new runs ("" when it
-    would get further): the one check behind every resume and retry (the transitions call it,
-    the dashboard's, the command line's and the bulk previews show it), time-bounded by
+    would get further): the one check behind every resume and retry (``ledger.processes.resume``
+    hands it to the transitions; the dashboard's, the command line's and the bulk previews show
+    it), time-bounded by
     ``RUNLEDGER_PREVIEW_SECONDS``. Reads only."""
     return preview_resume(run_id=run_id, seconds=conf.RUNLEDGER_PREVIEW_SECONDS).blocks_again()
 

@@ -52,7 +52,10 @@ def bulk_preview(
     limit: int = BULK_LIMIT,
 ) -> BulkPlan:
     """What ``action`` would do to each run of a selection (run ids) or of the runs list's
-    filter (the same ``RunFilter`` the list and the commands use). Writes nothing."""
+    filter (the same ``RunFilter`` the list and the commands use), judged on the rows. Writes
+    nothing. It does not run the dry replay (a selector never runs a process):
+    ``ledger.processes.resume.bulk_preview`` adds its verdict, skipping the resumes that would
+    stop again at once."""
     check_action(action)
     runs = list(_select(run_ids, flt, now or timezone.now())[: limit + 1])
     items = [_plan(action, run, max_resumes) for run in runs[:limit]]
@@ -96,19 +99,8 @@ def _verdict(action: str, run: Run, max_resumes: int | None) -> tuple[bool, str]
     budget = max_resumes if max_resumes is not None else run.max_resumes
     if run.reason == "budget" and run.resume_count >= budget:
         return False, f"skip: resume budget used up ({run.resume_count} of {budget}); raise it"
-    why = _stops_again(run.run_id)
-    if why:
-        return False, f"skip: it would stop again at once, no resume spent ({why})"
     raised = f", budget {run.max_resumes} → {budget}" if budget != run.max_resumes else ""
     return True, f"queue for resume ({run.resume_count} of {budget} resumes used{raised})"
-
-
-def _stops_again(run_id: str) -> str:
-    """The transitions' own check (``run_resume`` refuses what this reports), so the preview
-    and the action agree."""
-    from ledger.processes.preview import would_stop_again  # the dry replay runs the engine
-
-    return would_stop_again(run_id)
 
 
 def check_action(action: str) -> None:

@@ -40,6 +40,27 @@ def active_pauses(*, run_id: str, agent: str) -> ActivePauses:
     return ActivePauses(whole=whole, tools=by_tool)
 
 
+def active_pauses_of(*, runs: list[tuple[str, str]]) -> dict[str, ActivePauses]:
+    """``active_pauses`` of many runs, each ``(run_id, agent)``, in one query (the lease
+    renewer's, for every run its process holds)."""
+    run_ids = {run_id for run_id, _ in runs}
+    agents = {agent for _, agent in runs}
+    rows = list(
+        Pause.objects.filter(lifted_at__isnull=True).filter(
+            Q(scope=PauseScope.RUN, target__in=run_ids)
+            | Q(scope=PauseScope.AGENT, target__in=agents)
+            | Q(scope=PauseScope.TOOL)
+        )
+    )
+    tools = {p.target: p for p in rows if p.scope == PauseScope.TOOL}
+    by_run = {p.target: p for p in rows if p.scope == PauseScope.RUN}
+    by_agent = {p.target: p for p in rows if p.scope == PauseScope.AGENT}
+    return {
+        run_id: ActivePauses(whole=by_run.get(run_id) or by_agent.get(agent), tools=dict(tools))
+        for run_id, agent in runs
+    }
+
+
 def pauses_list(*, active: bool = True) -> QuerySet[Pause]:
     """Pauses, newest first, each with ``held``: the runs it holds now."""
     held = Count("held_runs", filter=Q(held_runs__status=RunStatus.PAUSED))

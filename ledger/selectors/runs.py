@@ -444,6 +444,11 @@ def run_detail(*, run_id: str) -> Run:
     return Run.objects.select_related("parent").get(pk=run_id)
 
 
+def runs_by_ids(*, run_ids: list[str]) -> QuerySet[Run]:
+    """The runs of ``run_ids`` (those that exist, in no particular order): one query."""
+    return Run.objects.filter(pk__in=run_ids)
+
+
 @dataclass(frozen=True)
 class Progress:
     """How far a running run has got: its recorded steps and the row written last."""

@@ -7,6 +7,7 @@ same transaction. A refused action raises an ``OperationError`` (``ledger.errors
 nothing.
 
 - ``steps``: the engine's step writes (hand-written SQL, fenced by the lease token);
+- ``starts``: many runs started in one transaction (a batch start);
 - ``lifecycle``: create, lease claim/renew, count a resume, release for a retry's back-off
   (defer) and wake, replan, block, hold paused, finish, continue as new, re-queue by the
   sweep, the execution record (the workers' side);
@@ -34,6 +35,7 @@ Imports ``ledger.models``, ``ledger.selectors`` and ``ledger.registry``; never t
 from __future__ import annotations
 
 from ledger.errors import (
+    BatchRefused,
     Busy,
     Conflict,
     InvalidInput,
@@ -63,6 +65,7 @@ from ledger.transitions.events import subscribe, subscriptions_follow, unsubscri
 from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_token
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
+    HeldLease,
     Started,
     beacon_beat,
     beacon_forget,
@@ -70,6 +73,7 @@ from ledger.transitions.lifecycle import (
     execution_end,
     lease_claim,
     lease_renew,
+    leases_renew,
     run_block,
     run_continue_as_new,
     run_count_resume,
@@ -107,17 +111,21 @@ from ledger.transitions.settle import (
     step_reconcile_again,
 )
 from ledger.transitions.stale import TodaysInputs, run_reexecute_from, step_accept_stale
+from ledger.transitions.starts import MAX_BATCH, run_start_many
 from ledger.transitions.steps import StepWrite, step_update, step_write, step_write_batch
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_REASON_CHARS",
     "RUN_EDITABLE",
     "STEP_EDITABLE",
     "Actor",
+    "BatchRefused",
     "BulkOutcome",
     "Busy",
     "Conflict",
     "GateLink",
+    "HeldLease",
     "InvalidInput",
     "NotAllowed",
     "OnCommit",
@@ -142,6 +150,7 @@ __all__ = [
     "gate_use",
     "lease_claim",
     "lease_renew",
+    "leases_renew",
     "notification_claim",
     "notification_failed",
     "notification_sent",
@@ -171,6 +180,7 @@ __all__ = [
     "run_stamp_plan",
     "run_start",
     "run_start_clean",
+    "run_start_many",
     "run_start_once",
     "run_woke",
     "runs_archive_record",

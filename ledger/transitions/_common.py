@@ -3,11 +3,12 @@ the audit row, and the two run writes several actions end in (queue for resume, 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +22,16 @@ from ledger import canonical, signals
 from ledger.conf import conf
 from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.inputs import parse_json_text
-from ledger.models import STOPPED_STATUSES, AuditEvent, Run, RunStatus, Settlement, Step
+from ledger.models import (
+    STOPPED_STATUSES,
+    AuditEvent,
+    Execution,
+    ExecutionEnding,
+    Run,
+    RunStatus,
+    Settlement,
+    Step,
+)
 from ledger.transitions import notify
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
@@ -163,7 +173,35 @@ def record(
     settlement: Settlement | None = None,
 ) -> AuditEvent:
     """Append one audit event (call it inside the transaction that makes the change)."""
-    event = AuditEvent(
+    event = audit_event(
+        by=by,
+        action=action,
+        at=at,
+        run_id=run_id,
+        step_id=step_id,
+        before=before,
+        after=after,
+        reason=reason,
+        settlement=settlement,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def audit_event(
+    *,
+    by: str,
+    action: str,
+    at: datetime,
+    run_id: str = "",
+    step_id: str = "",
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    settlement: Settlement | None = None,
+) -> AuditEvent:
+    """The audit event ``record`` appends, unsaved (for ``bulk_create`` of many)."""
+    return AuditEvent(
         actor=by,
         at=at,
         action=action,
@@ -174,8 +212,6 @@ def record(
         reason=reason,
         settlement=settlement,
     )
-    event.save(force_insert=True)
-    return event
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,6 +230,32 @@ def _iso(value: Any) -> str:
 
 #: SQLSTATE of PostgreSQL's lock_not_available (a lock wait past ``lock_timeout``).
 LOCK_NOT_AVAILABLE = "55P03"
+
+
+class LockRefused(Exception):
+    """A bounded lock wait (``bounded_lock_wait``) ran out: another session holds the row."""
+
+
+@contextlib.contextmanager
+def bounded_lock_wait(seconds: float) -> Iterator[None]:
+    """One transaction in which no statement waits longer than ``seconds`` for a lock
+    (PostgreSQL's ``lock_timeout``, local to the transaction: a pooler in transaction mode
+    keeps it too). Past it the transaction rolls back and ``LockRefused`` is raised: recovery
+    skips what another session holds (a frozen worker's, another sweep's) and comes back to it
+    on its next pass, instead of waiting behind it. Elsewhere (SQLite) a plain transaction."""
+    try:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('lock_timeout', %s, true)",
+                        [f"{max(1, round(seconds * 1000))}ms"],
+                    )
+            yield
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise LockRefused(str(exc).strip()) from exc
 
 
 def lock_run(run_id: str) -> Run:
@@ -289,7 +351,10 @@ def requeue(run: Run, *, max_resumes: int | None, clock: Clock) -> None:
 def cancel(run: Run, *, detail: str, clock: Clock) -> None:
     """Cancel a run (locked by the caller, in the caller's transaction) for good: the lease
     token is revoked in the same write, so a worker still executing it has every later write
-    refused. The subscribed applications' ``run.cancelled`` is queued with it."""
+    refused. The subscribed applications' ``run.cancelled`` is queued with it, and the
+    execution in progress (if any) ends ``cancelled`` with ``detail`` as its error: its worker,
+    refused at its next write, only adds its step counts (``execution_end``); a worker that
+    never comes back leaves no execution open."""
     now = clock()
     write_run(
         run,
@@ -303,6 +368,9 @@ def cancel(run: Run, *, detail: str, clock: Clock) -> None:
         updated_at=now,
         status_changed_at=now,
         finished_at=now,
+    )
+    Execution.objects.filter(run_id=run.run_id, ended_at__isnull=True).update(
+        ending=ExecutionEnding.CANCELLED, ended_at=now, error=detail[:2000]
     )
     notify.notify_run_event(run_id=run.run_id, at=now)  # run.cancelled, with the cancel
 

@@ -9,6 +9,7 @@ commits (the dashboard passes a function that enqueues the Celery task).
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime
 
 from django.db import transaction
@@ -53,13 +54,15 @@ def run_resume(
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
     anyway: bool = False,
+    stops_again: str | None = None,
 ) -> Run:
     """Queue a stopped run (needs attention or failed) for a worker; optionally raise its
     resume budget (never lower it). ``seen_version=None`` skips the version check.
 
-    Refused with ``WouldStopAgain`` (nothing written, no resume spent) when the dry replay says
-    the run would stop again at once (``ledger.processes.preview.would_stop_again``), unless
-    ``anyway``."""
+    ``stops_again`` is the dry replay's verdict, which the caller obtained (a transition never
+    runs a process): "" when a resume would get further, else the sentence saying why it would
+    stop again — then refused with ``WouldStopAgain`` (nothing written, no resume spent) unless
+    ``anyway``. ``ledger.processes.resume.run_resume`` runs the dry replay and calls this."""
     return _requeue(
         run_id=run_id,
         by=by,
@@ -71,6 +74,8 @@ def run_resume(
         allowed=STOPPED_STATUSES,
         action=AuditAction.RUN_RESUME,
         anyway=anyway,
+        stops_again=stops_again,
+        name="run_resume",
     )
 
 
@@ -84,10 +89,12 @@ def run_retry(
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
     anyway: bool = False,
+    stops_again: str | None = None,
 ) -> Run:
     """Retry a failed run: the resume replays what succeeded and executes the failed step
     again (attempt + 1, the same effect key when it is an effect). Refused like
-    ``run_resume`` when it would stop again at once, unless ``anyway``."""
+    ``run_resume`` when ``stops_again`` says it would stop again at once, unless ``anyway``;
+    ``ledger.processes.resume.run_retry`` runs the dry replay and calls this."""
     return _requeue(
         run_id=run_id,
         by=by,
@@ -99,6 +106,8 @@ def run_retry(
         allowed=(RunStatus.FAILED,),
         action=AuditAction.RUN_RETRY,
         anyway=anyway,
+        stops_again=stops_again,
+        name="run_retry",
     )
 
 
@@ -114,11 +123,13 @@ def _requeue(
     allowed: tuple[str, ...],
     action: str,
     anyway: bool,
+    stops_again: str | None,
+    name: str,
 ) -> Run:
-    name = actor_name(by)
+    if stops_again is None and not anyway:
+        _warn_unchecked(name)
+    who = actor_name(by)
     text = require_reason(reason)
-    if not anyway:
-        refuse_if_it_stops_again(run_id, allowed)
     with transaction.atomic():
         locked = lock_run(run_id)
         check_run_version(locked, seen_version)
@@ -128,10 +139,12 @@ def _requeue(
                 f"run {locked.run_id} is {locked.status}; {action.replace('run_', '')} applies "
                 f"to a run that is {' or '.join(s.replace('_', ' ') for s in allowed)}"
             )
+        if stops_again and not anyway:
+            raise WouldStopAgain(locked.run_id, stops_again)
         before = run_snapshot(locked)
         requeue(locked, max_resumes=max_resumes, clock=clock)
         record(
-            by=name,
+            by=who,
             action=action,
             at=clock(),
             run_id=locked.run_id,
@@ -143,20 +156,15 @@ def _requeue(
     return locked
 
 
-def refuse_if_it_stops_again(run_id: str, allowed: tuple[str, ...] = STOPPED_STATUSES) -> None:
-    """``WouldStopAgain`` when a resume of ``run_id`` would stop again at once. The dry replay
-    runs before the transaction (it executes agent code; no lock is held meanwhile): a run
-    that moves in between is caught by the version check. Runs that the transition refuses
-    anyway (not stopped, no such run) are left to its own, cheaper, refusal."""
-    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    if status not in allowed:
-        return
-    _refuse_archived(run_id)
-    from ledger.processes.preview import would_stop_again  # the dry replay runs the engine
-
-    why = would_stop_again(run_id)
-    if why:
-        raise WouldStopAgain(run_id, why)
+def _warn_unchecked(name: str) -> None:
+    warnings.warn(
+        f"transitions.{name} no longer runs the dry replay itself (a transition never runs a "
+        f"process): call ledger.processes.resume.{name} for the checked {name[4:]}, or pass "
+        "the verdict (stops_again=ledger.processes.preview.would_stop_again(run_id)) or "
+        "anyway=True",
+        DeprecationWarning,
+        stacklevel=4,
+    )
 
 
 def _refuse_archived(run_id: str) -> None:

@@ -46,9 +46,13 @@ def bulk_apply(
     max_resumes: int | None = None,
     on_commit: OnCommit = None,
     clock: Clock = timezone.now,
+    stops_again: Mapping[str, str] | None = None,
 ) -> list[BulkOutcome]:
     """Apply ``action`` to each run in ``targets`` (run id → the version the person saw, or
-    None for no check), each in its own transaction. Returns one outcome per run, in order."""
+    None for no check), each in its own transaction. Returns one outcome per run, in order.
+
+    ``stops_again`` (run id → the dry replay's verdict, see ``run_resume``) refuses a resume or
+    retry that would stop again at once; ``ledger.processes.resume.bulk_apply`` obtains it."""
     check_action(action)
     require_reason(reason)
     if len(targets) > BULK_LIMIT:
@@ -66,6 +70,7 @@ def bulk_apply(
                 max_resumes=max_resumes,
                 on_commit=later,
                 clock=clock,
+                stops_again=None if stops_again is None else stops_again.get(run_id),
             )
         )
     return outcomes
@@ -81,6 +86,7 @@ def _apply_one(
     max_resumes: int | None,
     on_commit: OnCommit,
     clock: Clock,
+    stops_again: str | None,
 ) -> BulkOutcome:
     try:
         if action == "cancel":
@@ -97,6 +103,7 @@ def _apply_one(
                 seen_version=version,
                 max_resumes=max_resumes,
                 clock=clock,
+                stops_again=stops_again,
             )
             if on_commit is not None:  # deprecated: run_resume's commit announced the run
                 on_commit(done.run_id)

@@ -9,7 +9,14 @@ a few dozen total rows and the deltas since the last fold. PostgreSQL only (see 
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+import logging
+
+from django.db import connection
+
+from ledger.conf import conf
+from ledger.transitions._common import LockRefused, bounded_lock_wait
+
+log = logging.getLogger(__name__)
 
 FOLD = """
 WITH moved AS (DELETE FROM ledger_runstatusdelta RETURNING status, reason, n),
@@ -22,12 +29,18 @@ ON CONFLICT (status, reason) DO UPDATE SET n = ledger_runstatuscount.n + EXCLUDE
 
 def run_fold(sql: str) -> int:
     """One fold statement in its own transaction (PostgreSQL only; elsewhere a no-op): the
-    number of total rows it touched."""
+    number of total rows it touched. Its lock waits are bounded (the sweep runs it): when
+    another session holds the deltas or totals (a frozen sweep), this pass folds nothing and
+    the next one folds them all."""
     if connection.vendor != "postgresql":
         return 0
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(sql)
-        return max(cur.rowcount, 0)
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS), connection.cursor() as cur:
+            cur.execute(sql)
+            return max(cur.rowcount, 0)
+    except LockRefused as exc:
+        log.warning("fold skipped: another session holds its rows (%s)", exc)
+        return 0
 
 
 def fold_status_counts() -> int:

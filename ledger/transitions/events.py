@@ -3,7 +3,8 @@ remove it, and carry a run's subscriptions into its continuation. The events the
 queued by ``notify.notify_run_event`` in the transaction of each transition that ends or stops
 a run, and delivered by ``ledger.processes.delivery`` (signed as Standard Webhooks).
 
-A refused subscription (a URL that is not http(s), an unknown event, an unknown agent or run,
+A refused subscription (a URL that is not http(s) or points inside the network — the SSRF
+policy of ``ledger.egress`` —, an unknown event, an unknown agent or run,
 both or neither of agent and run) raises ``InvalidInput`` and writes nothing. When a person or
 a service asks (``by``: ``cli:<login>``, ``api:<name>``), the change is audited.
 """
@@ -18,7 +19,7 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import registry
+from ledger import egress, registry
 from ledger.errors import InvalidInput, NotAllowed
 from ledger.models import AuditAction, Run, WebhookSubscription
 from ledger.transitions._common import Actor, Clock, actor_name, record
@@ -208,6 +209,10 @@ def _check_url(url: Any) -> str:
         raise InvalidInput(
             f"{text[:200]!r} is not an http(s) URL (e.g. https://app.example.com/hooks/runledger)"
         ) from None
+    try:
+        egress.check_url(text)
+    except egress.Refused as exc:
+        raise InvalidInput(f"{text[:200]!r} is refused as a webhook: {exc}") from None
     return text
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ledger import canonical, registry, signals
@@ -27,6 +28,7 @@ from ledger.inputs import check_run_id
 from ledger.models import (
     ACTIVE_STATUSES,
     AuditAction,
+    AuditEvent,
     Beacon,
     Execution,
     ExecutionEnding,
@@ -37,7 +39,14 @@ from ledger.models import (
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
-from ledger.transitions._common import TAKEN_LEASE, Actor, actor_name, record
+from ledger.transitions._common import (
+    TAKEN_LEASE,
+    Actor,
+    LockRefused,
+    actor_name,
+    audit_event,
+    bounded_lock_wait,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +77,9 @@ def run_start(
 ) -> Run:
     """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
     ``requires``; a chosen ``run_id`` must match ``ledger.inputs.RUN_ID_PATTERN``
-    (``InvalidInput`` otherwise: nothing is written). The run's title and labels are made from
-    the inputs by the agent's declaration unless given.
+    (``InvalidInput`` otherwise: nothing is written). The run's title is made from the inputs
+    by the agent's declaration unless given; its labels are the declared ones made from the
+    inputs, with ``labels`` added (the given value wins on the same key).
 
     ``parent``/``parent_kind`` record lineage (``"continue"`` for a continuation, ``"fork"``).
     ``by``: the person who started it (a command's ``cli:<login>``, a token's ``api:<name>``),
@@ -85,7 +95,7 @@ def run_start(
     A run id or idempotency key that is taken raises ``IntegrityError``; ``run_start_once`` is
     the idempotent form.
     """
-    run = _new_run(
+    run = new_run(
         agent=agent,
         inputs=inputs,
         run_id=run_id,
@@ -115,23 +125,28 @@ def _save_new(
         run.save(force_insert=True)
         subscribed = events.subscribe_run_at_start(run, webhooks or [], by=by) if webhooks else []
         if by is not None:
-            after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
-            if run.idempotency_key is not None:
-                after["idempotency_key"] = run.idempotency_key
-            record(
-                by=actor_name(by),
-                action=AuditAction.RUN_START,
-                at=run.created_at,
-                run_id=run.run_id,
-                after=after,
-                reason=reason.strip() or "started by hand",
-            )
+            start_audit(run, by=by, reason=reason).save(force_insert=True)
         if run.parent_id is None:
             signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
     return subscribed
 
 
-def _new_run(
+def start_audit(run: Run, *, by: Actor, reason: str) -> AuditEvent:
+    """The audit event of a person's (or a token's) start of ``run``, unsaved."""
+    after = {"agent": run.agent, "inputs": run.inputs, "max_resumes": run.max_resumes}
+    if run.idempotency_key is not None:
+        after["idempotency_key"] = run.idempotency_key
+    return audit_event(
+        by=actor_name(by),
+        action=AuditAction.RUN_START,
+        at=run.created_at,
+        run_id=run.run_id,
+        after=after,
+        reason=reason.strip() or "started by hand",
+    )
+
+
+def new_run(
     *,
     agent: str,
     inputs: Any,
@@ -159,7 +174,7 @@ def _new_run(
         agent=agent,
         inputs=data,
         title=check_title(title) if title is not None else definition.title_for(data),
-        labels=check_labels(labels) if labels is not None else definition.labels_for(data),
+        labels=_labels(definition.labels_for(data), labels),
         idempotency_key=check_idempotency_key(idempotency_key),
         status=RunStatus.QUEUED,
         plan_version=definition.plan_version if stamp else "",
@@ -207,8 +222,9 @@ def run_start_once(
 
     A run whose id is ``run_id``, or whose idempotency key is ``idempotency_key``, is the same
     start when it is of the same agent with the same canonical inputs (and the same key and id
-    where both were given): it is returned, nothing is written. Otherwise ``Conflict`` says what
-    differs and nothing is written. Two identical starts racing make one run (the unique
+    where both were given): it is returned as it is, nothing is written (a title or labels
+    other than the first start's are not compared, and not applied). Otherwise ``Conflict``
+    says what differs and nothing is written. Two identical starts racing make one run (the unique
     constraints decide; the loser reads the winner's row).
 
     ``webhooks``: per-run subscriptions (``[{"url": …, "events": […]}]``, checked before
@@ -216,7 +232,7 @@ def run_start_once(
     (its ``webhooks`` are not compared: the run's subscriptions are those of the first start).
     """
     specs = events.check_run_webhooks(webhooks)
-    candidate = _new_run(
+    candidate = new_run(
         agent=agent,
         inputs=inputs,
         run_id=run_id,
@@ -246,15 +262,27 @@ def run_start_once(
 def _earlier_start(candidate: Run, *, chosen_id: str | None) -> Run | None:
     """The run an identical earlier start made, None if there is none; ``Conflict`` when the
     id or the key is taken by a different start."""
-    found: dict[str, Run] = {}
+    by_id = None
     if chosen_id is not None:
         by_id = Run.objects.filter(pk=candidate.run_id).first()
-        if by_id is not None:
-            found["run id"] = by_id
+    by_key = None
     if candidate.idempotency_key is not None:
         by_key = Run.objects.filter(idempotency_key=candidate.idempotency_key).first()
-        if by_key is not None:
-            found["idempotency key"] = by_key
+    return same_start(candidate, chosen_id=chosen_id, by_id=by_id, by_key=by_key)
+
+
+def same_start(
+    candidate: Run, *, chosen_id: str | None, by_id: Run | None, by_key: Run | None
+) -> Run | None:
+    """The conflict rules of a start, given the run holding the candidate's chosen id
+    (``by_id``) and the one holding its idempotency key (``by_key``): the run to answer when it
+    is the same start, None when neither exists, ``Conflict`` (saying what differs) when the id
+    or the key belongs to a different start."""
+    found: dict[str, Run] = {}
+    if by_id is not None:
+        found["run id"] = by_id
+    if by_key is not None:
+        found["idempotency key"] = by_key
     if not found:
         return None
     runs = {r.run_id: r for r in found.values()}
@@ -332,6 +360,20 @@ def check_title(title: str) -> str:
     return " ".join(title.split())[:TITLE_CHARS]
 
 
+def _labels(declared: dict[str, str], given: dict[str, str] | None) -> dict[str, str]:
+    """The run's labels: those the agent declares (made from the inputs), and the start's own
+    beside them, which win on the same key."""
+    if given is None:
+        return declared
+    merged = {**declared, **check_labels(given)}
+    if len(merged) > MAX_LABELS:
+        raise InvalidInput(
+            f"labels: at most {MAX_LABELS}, the agent's declared ones ({', '.join(declared)}) "
+            "included"
+        )
+    return merged
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
         raise InvalidInput(f"labels are an object of at most {MAX_LABELS} text values")
@@ -356,7 +398,8 @@ def lease_claim(
     A compare-and-set on the run row: of any number of workers claiming at once, one wins. A
     run released for a retry's back-off is not claimable before its ``wake_at``. The
     expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
-    (the fencing token the tools receive) grows by one.
+    (the fencing token the tools receive) grows by one. The first claim of the run writes
+    its ``started_at``; a later one (a resume) keeps it.
     """
     now = clock()
     token = secrets.token_hex(16)
@@ -372,6 +415,7 @@ def lease_claim(
             heartbeat_at=now,
             status=RunStatus.RUNNING,
             updated_at=now,
+            started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
             executions=F("executions") + 1,
             version=F("version") + 1,
             **TAKEN_LEASE,
@@ -392,6 +436,71 @@ def lease_renew(
         )
         == 1
     )
+
+
+#: One statement renews every lease a process holds: the rows still held by the given tokens
+#: are locked unless another session holds them (``SKIP LOCKED``: an operator's action or the
+#: run's own step write; never waited on, tried again at the next beat), then extended. It
+#: answers, for each lease still ours, whether it was renewed; a lease not in the answer is
+#: no longer ours (taken over, re-queued, cancelled, finished).
+RENEW_ALL = """
+WITH held AS (
+    SELECT * FROM unnest(%(runs)s::varchar[], %(tokens)s::varchar[], %(ttls)s::float8[])
+        AS h(run_id, token, ttl)
+), ours AS (
+    SELECT r.run_id FROM ledger_run r JOIN held h
+        ON r.run_id = h.run_id AND r.lease_token = h.token
+     WHERE r.status = 'running'
+), free AS (
+    SELECT r.run_id, h.ttl FROM ledger_run r JOIN held h
+        ON r.run_id = h.run_id AND r.lease_token = h.token
+     WHERE r.status = 'running'
+       FOR NO KEY UPDATE OF r SKIP LOCKED
+), renewed AS (
+    UPDATE ledger_run r
+       SET lease_expires_at = %(now)s + make_interval(secs => f.ttl), heartbeat_at = %(now)s
+      FROM free f WHERE r.run_id = f.run_id
+    RETURNING r.run_id
+)
+SELECT o.run_id, (n.run_id IS NOT NULL) FROM ours o LEFT JOIN renewed n ON n.run_id = o.run_id
+"""
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    run_id: str
+    token: str
+    seconds: float
+
+
+def leases_renew(*, leases: list[HeldLease], clock: Clock = timezone.now) -> dict[str, bool | None]:
+    """Extend every lease a worker process holds, in one statement on PostgreSQL (one per lease
+    elsewhere). For each run: True renewed, False no longer ours (the lease is lost), None held
+    by another session this moment (neither: the next beat tries again)."""
+    if not leases:
+        return {}
+    now = clock()
+    if connection.vendor != "postgresql":
+        return {
+            lease.run_id: lease_renew(
+                run_id=lease.run_id, token=lease.token, seconds=lease.seconds, clock=lambda: now
+            )
+            for lease in leases
+        }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RENEW_ALL,
+            {
+                "runs": [lease.run_id for lease in leases],
+                "tokens": [lease.token for lease in leases],
+                "ttls": [float(lease.seconds) for lease in leases],
+                "now": now,
+            },
+        )
+        answer: dict[str, bool | None] = {
+            run_id: None if not done else True for run_id, done in cursor.fetchall()
+        }
+    return {lease.run_id: answer.get(lease.run_id, False) for lease in leases}
 
 
 # --- while a worker holds the lease ------------------------------------------------------
@@ -623,20 +732,30 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
     if lease.token is not None:
         runs = runs.filter(lease_expires_at__lt=now)
     why = f"worker {owner} stopped renewing its lease; re-queued by the sweep"
-    with transaction.atomic():
-        updated = runs.update(
-            status=RunStatus.QUEUED,
-            **TAKEN_LEASE,
-            **_RELEASED,
-            detail=why,
-            updated_at=now,
-            status_changed_at=now,
-            version=F("version") + 1,
-        )
-        if updated == 1:
-            Execution.objects.filter(run_id=run_id, ended_at__isnull=True).update(
-                ending=ExecutionEnding.CRASHED, ended_at=now, error=f"found by the sweep: {why}"
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            # A row another session holds (a frozen worker inside a step's write) is skipped,
+            # not waited on: the next pass comes back to it.
+            if not _skip_locked(runs):
+                return False
+            updated = runs.update(
+                status=RunStatus.QUEUED,
+                **TAKEN_LEASE,
+                **_RELEASED,
+                detail=why,
+                updated_at=now,
+                status_changed_at=now,
+                version=F("version") + 1,
             )
+            if updated == 1:
+                Execution.objects.filter(run_id=run_id, ended_at__isnull=True).update(
+                    ending=ExecutionEnding.CRASHED,
+                    ended_at=now,
+                    error=f"found by the sweep: {why}",
+                )
+    except LockRefused as exc:
+        log.warning("run %s: its rows are held by another session; skipped (%s)", run_id, exc)
+        return False
     if updated == 1:
         log.warning("run %s: lease of %s expired; re-queued", run_id, owner)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
@@ -646,9 +765,13 @@ def run_requeue_expired(*, lease: ExpiredLease, clock: Clock = timezone.now) -> 
 def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.now) -> bool:
     """Claim the right to enqueue a lost run once more (compare-and-set on updated_at)."""
     now = clock()
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at).update(
-        updated_at=now
-    )
+    runs = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at)
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            updated = runs.update(updated_at=now) if _skip_locked(runs) else 0
+    except LockRefused as exc:
+        log.warning("run %s: its row is held by another session; skipped (%s)", run_id, exc)
+        return False
     if updated == 1:
         log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
@@ -693,9 +816,16 @@ def execution_end(
     clock: Clock = timezone.now,
 ) -> bool:
     """Record how execution ``number`` ended (one update); False when its end was recorded
-    already (the sweep found it crashed first: a lost lease then corrects that)."""
+    already (the sweep found it crashed first: a lost lease then corrects that). A lost lease
+    of an execution that the run's cancel ended already (``cancelled``, by whom and why) only
+    adds the worker's counts."""
     open_rows = Execution.objects.filter(run_id=run_id, number=number)
     if ending == ExecutionEnding.LEASE_LOST:
+        counted = open_rows.filter(ending=ExecutionEnding.CANCELLED).update(
+            replayed=replayed, executed=executed
+        )
+        if counted:
+            return True
         open_rows = open_rows.filter(ending__in=(ExecutionEnding.RUNNING, ExecutionEnding.CRASHED))
     else:
         open_rows = open_rows.filter(ended_at__isnull=True)
@@ -713,9 +843,24 @@ def execution_end(
     )
 
 
-def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> None:
-    """Record that a periodic duty ran (the sweep's heartbeat on the runs list)."""
-    Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})
+def beacon_beat(*, name: str, detail: dict[str, Any], clock: Clock = timezone.now) -> bool:
+    """Record that a periodic duty ran (the sweep's heartbeat on the runs list); False when
+    another session holds the beacon's row (a frozen process in the middle of its own beat):
+    this beat is skipped rather than waited for, the next one records it."""
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            Beacon.objects.update_or_create(name=name, defaults={"at": clock(), "detail": detail})
+    except LockRefused as exc:
+        log.warning("beacon %s: held by another session; this beat skipped (%s)", name, exc)
+        return False
+    return True
+
+
+def _skip_locked(runs: QuerySet[Run]) -> bool:
+    """Lock the one row of ``runs`` unless another session holds it (``SKIP LOCKED``): True
+    when this transaction now holds it, False when it is held elsewhere or does not match."""
+    held = runs.select_for_update(skip_locked=True, no_key=True).values_list("pk", flat=True)
+    return bool(list(held[:1]))
 
 
 def beacon_forget(*, name: str) -> None:

@@ -10,7 +10,14 @@ elsewhere a no-op (the search reads the step table itself there).
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+import logging
+
+from django.db import connection
+
+from ledger.conf import conf
+from ledger.transitions._common import LockRefused, bounded_lock_wait
+
+log = logging.getLogger(__name__)
 
 #: Runs folded by one statement; the sweep folds until none is left or a pass finds them held.
 BATCH = 2000
@@ -51,13 +58,17 @@ def fold_search_words(*, passes: int = 50) -> int:
     if connection.vendor != "postgresql":
         return 0
     grown = 0
-    for _ in range(passes):
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(FOLD, {"batch": BATCH})
-            moved, n = cur.fetchone()
-            grown += n
-            if moved == 0:
-                # Nothing moved: no words wait, or their runs are held (next pass) or gone.
-                cur.execute(ORPHANS)
-                break
+    wait = conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS
+    try:
+        for _ in range(passes):
+            with bounded_lock_wait(wait), connection.cursor() as cur:
+                cur.execute(FOLD, {"batch": BATCH})
+                moved, n = cur.fetchone()
+                grown += n
+                if moved == 0:
+                    # Nothing moved: no words wait, or their runs are held (next pass) or gone.
+                    cur.execute(ORPHANS)
+                    break
+    except LockRefused as exc:  # a frozen fold holds words: the next pass takes them
+        log.warning("search words fold stopped: another session holds its rows (%s)", exc)
     return grown

@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import canonical, registry
+from ledger.engine import aio
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
 from ledger.models import (
     AuditAction,
@@ -114,7 +115,7 @@ def step_reconcile_again(*, step: Step, by: Actor, clock: Clock = timezone.now) 
 
 def _ask(reconcile: Any, key: str) -> tuple[str, Any, str]:
     try:
-        answer = reconcile(key)
+        answer = aio.call_sync(reconcile, key)  # an async def lookup: on the shared loop
     except Exception as exc:
         return "error", None, f"the lookup raised {type(exc).__name__}: {exc}"[:2000]
     if answer is None:

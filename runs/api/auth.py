@@ -17,6 +17,7 @@ from ninja.throttling import AuthRateThrottle
 from ledger.transitions import Actor
 from runs.api import problems, tokens
 from runs.api.models import ApiToken
+from runs.dashboard.roles import role_of
 
 
 class TokenAuth(HttpBearer):
@@ -31,6 +32,11 @@ class TokenAuth(HttpBearer):
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
         if not header:
+            if any(name.lower() in _QUERY_TOKENS for name in request.GET):
+                raise problems.unauthorized(
+                    "a token in the query string is never accepted (URLs are logged and "
+                    "kept by proxies and browsers): send it as 'Authorization: Bearer <token>'"
+                )
             raise problems.unauthorized()
         if scheme.lower() != "bearer" or not secret.strip():
             raise problems.unauthorized("the Authorization header must be 'Bearer <token>'")
@@ -41,6 +47,10 @@ class TokenAuth(HttpBearer):
         if found is None:
             raise problems.unauthorized("this token is not valid (unknown or revoked)")
         return found
+
+
+#: Query parameters a client might put a token in: refused with a word on where it belongs.
+_QUERY_TOKENS = frozenset({"access_token", "token", "api_key", "apikey", "bearer"})
 
 
 class TokenThrottle(AuthRateThrottle):
@@ -66,8 +76,17 @@ def token_of(request: HttpRequest) -> ApiToken:
 def require(request: HttpRequest, action: str) -> ApiToken:
     """The request's token when its role may do ``action``; a 403 problem otherwise."""
     token = token_of(request)
-    if not token.may(action):
-        raise problems.forbidden(f"a {token.role} token may not {_WORDS.get(action, action)}")
+    words = _WORDS.get(action, action)
+    if not token.role_allows(action):
+        raise problems.forbidden(f"a {token.role} token may not {words}")
+    if not token.person_allows(action):
+        person = token.user
+        assert person is not None
+        raise problems.forbidden(
+            f"this {token.role} token acts for {person.get_username()}, who is now "
+            f"{role_of(person) or 'in no role'} and may not {words}: a token never acts beyond "
+            "its person's role of the moment"
+        )
     return token
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
+
 #: What each role may do through the API (the dashboard's roles, the same names).
 ROLE_ACTIONS: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),
@@ -12,6 +14,16 @@ ROLE_ACTIONS: dict[str, frozenset[str]] = {
     "approver": frozenset({"read", "approve"}),
 }
 ROLES = tuple(ROLE_ACTIONS)
+#: The dashboard permission a person must hold *now* for their token to do each action: a
+#: person's token acts no further than the lesser of its own role and its person's.
+ACTION_PERMISSIONS: dict[str, str] = {
+    "read": VIEW_DASHBOARD,
+    "start": OPERATE_RUNS,
+    "operate": OPERATE_RUNS,
+    "propose": OPERATE_RUNS,
+    "subscribe": OPERATE_RUNS,
+    "approve": APPROVE_SETTLEMENTS,
+}
 
 
 class ApiToken(models.Model):
@@ -46,4 +58,15 @@ class ApiToken(models.Model):
         return self.revoked_at is not None
 
     def may(self, action: str) -> bool:
+        """The token's role allows ``action`` and, for a person's token, the person may do it
+        at this moment (their role was not lowered since, they are still active)."""
+        return self.role_allows(action) and self.person_allows(action)
+
+    def role_allows(self, action: str) -> bool:
         return action in ROLE_ACTIONS.get(self.role, frozenset())
+
+    def person_allows(self, action: str) -> bool:
+        user = self.user
+        if user is None:
+            return True
+        return user.is_active and user.has_perm(ACTION_PERMISSIONS[action])

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from ninja import NinjaAPI, Schema
 from ninja.errors import (
     AuthenticationError,
@@ -27,6 +29,7 @@ from ninja.errors import (
 
 from ledger import api as ledger_api
 from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
+from ledger.inputs import queryable
 
 log = logging.getLogger(__name__)
 
@@ -130,16 +133,62 @@ def busy(detail: str, *, retry_after: int = 2) -> Problem:
 
 
 def _validation(exc: ValidationError) -> Problem:
+    """Each invalid field named as the caller sent it (``reason``, ``webhooks[0].url``,
+    ``status``), where (``body``, ``query``, ``path``, ``header``), and what is wrong in
+    words; never the framework's locations (``body.body.…``) or union tags (``literal[…]``)."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in exc.errors:
+        where, path = _field(tuple(e.get("loc", ())))
+        grouped.setdefault((where, path), []).append(e)
     errors = [
-        {
-            "path": ".".join(str(p) for p in e.get("loc", ())),
-            "message": e.get("msg", ""),
-            "type": e.get("type", ""),
-        }
-        for e in exc.errors
+        {"path": path, "in": where, "message": _message(found), "type": found[0].get("type", "")}
+        for (where, path), found in grouped.items()
     ]
     text = "; ".join(f"{e['path']}: {e['message']}" for e in errors[:10])
     return Problem(422, "validation", "Invalid request", text, errors=errors)
+
+
+#: The sources django-ninja names first in an error's location.
+_SOURCES = frozenset({"body", "query", "path", "header", "cookie", "form", "file"})
+#: A union member's tag in pydantic's locations (``literal['a','b']``, ``function-after[…]``).
+_TAG = re.compile(r"[a-z][a-z0-9_-]*\[.*\]|int|float|str|bool|none", re.DOTALL)
+
+
+def _field(loc: tuple[Any, ...]) -> tuple[str, str]:
+    """(where, the field's path as sent) of a django-ninja error location such as
+    ``("body", "body", "webhooks", 0, "url")`` or ``("query", "q", "status", "literal[…]")``."""
+    where = str(loc[0]) if loc and loc[0] in _SOURCES else "body"
+    rest = [p for p in (loc[1:] if loc and loc[0] in _SOURCES else loc)
+            if not (isinstance(p, str) and _TAG.fullmatch(p))]  # fmt: skip
+    if len(rest) >= 2:
+        rest = rest[1:]  # the view's parameter holding a schema (``body``, ``q``)
+    path = ""
+    for part in rest:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return where, path or where
+
+
+def _message(found: list[dict[str, Any]]) -> str:
+    """One field's errors in words (a union's members' errors merged into one)."""
+    if all(e.get("type") in ("literal_error", "enum") for e in found):
+        choices: list[str] = []
+        for e in found:
+            expected = str((e.get("ctx") or {}).get("expected", ""))
+            choices += [c for c in re.findall(r"'([^']*)'", expected) if c not in choices]
+        return "must be one of " + ", ".join(choices)
+    words: list[str] = []
+    for e in found:
+        kind, msg = e.get("type", ""), str(e.get("msg", ""))
+        if kind == "missing":
+            msg = "required"
+        elif kind == "extra_forbidden":
+            msg = "unknown field"
+        else:
+            msg = msg.replace("Input should be", "must be")
+            msg = msg[:1].lower() + msg[1:]
+        if msg not in words:
+            words.append(msg)
+    return " or ".join(words)
 
 
 def _http_error(exc: HttpError) -> Problem:
@@ -148,6 +197,8 @@ def _http_error(exc: HttpError) -> Problem:
         from django.conf import settings
 
         return too_large(settings.RUNLEDGER_API_MAX_BODY_BYTES)
+    if isinstance(cause, Unstorable):
+        return unstorable(cause)
     if exc.status_code == 400 and cause is not None:
         detail = "the body is not JSON"
         if isinstance(cause, json.JSONDecodeError | ValueError):
@@ -217,6 +268,89 @@ def _problem_for(exc: Exception) -> Problem:
         )
     log.exception("API: unexpected error")
     return Problem(500, "internal", "Internal error", "an unexpected error; it was logged")
+
+
+class ApiEdge:
+    """What every request under the API's prefix meets before (and after) routing:
+
+    - text PostgreSQL cannot hold — a NUL, a lone surrogate — in the path, a query parameter
+      or a header is a 422 problem (the body's is refused by the API's parser, ``Unstorable``);
+    - Django's own 404 page (a path no route matches) and django-ninja's 405 (a method the path
+      does not take) become problem documents, a 405 keeping its ``Allow`` header.
+    """
+
+    PREFIX = "/api/v1/"
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if not request.path_info.startswith(self.PREFIX):
+            return self.get_response(request)
+        bad = _unstorable_in_request(request)
+        if bad is not None:
+            return response(bad)
+        answer = self.get_response(request)
+        if answer.status_code not in (404, 405):
+            return answer
+        if answer.get("Content-Type", "").startswith(MEDIA_TYPE):
+            return answer
+        if answer.status_code == 404:
+            return response(not_found(f"no such resource: {request.path_info}"))
+        allowed = answer.get("Allow", "")
+        refused = Problem(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            f"{request.method} is not a method of {request.path_info} (allowed: {allowed})",
+            headers={"Allow": allowed},
+        )
+        return response(refused)
+
+
+class Unstorable(ValueError):
+    """Text the database cannot hold (a NUL, a lone surrogate) at ``path`` of ``where``."""
+
+    def __init__(self, path: str, where: str = "body") -> None:
+        super().__init__(f"{path}: {UNSTORABLE}")
+        self.path, self.where = path, where
+
+
+UNSTORABLE = "text may not hold a NUL character or a lone surrogate (the ledger cannot store it)"
+
+
+def unstorable_json(value: Any, path: str = "") -> None:
+    """Raise ``Unstorable`` naming the first string (a value or a key) of parsed JSON that the
+    database cannot hold."""
+    if isinstance(value, str):
+        if not queryable(value):
+            raise Unstorable(path or "body")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not queryable(str(key)):
+                raise Unstorable(f"{path}.<key>" if path else "<key>")
+            unstorable_json(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            unstorable_json(item, f"{path}[{i}]")
+
+
+def unstorable(exc: Unstorable) -> Problem:
+    errors = [{"path": exc.path, "in": exc.where, "message": UNSTORABLE, "type": "unstorable"}]
+    return Problem(422, "invalid-input", "Invalid input", str(exc), errors=errors)
+
+
+def _unstorable_in_request(request: HttpRequest) -> Problem | None:
+    if not queryable(request.path_info):
+        return unstorable(Unstorable("path", "path"))
+    for key, values in request.GET.lists():
+        if not queryable(key) or not all(queryable(v) for v in values):
+            return unstorable(Unstorable(key if queryable(key) else "<parameter>", "query"))
+    for name, value in request.headers.items():
+        if not queryable(value):
+            return unstorable(Unstorable(name, "header"))
+    return None
 
 
 #: A lock wait past ``lock_timeout`` (55P03) and a deadlock PostgreSQL broke (40P01): the

@@ -13,7 +13,7 @@ from django.urls import reverse
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from ledger.api import RunState
+from ledger.api import MAX_BATCH, RunState
 from ledger.inputs import RUN_ID_PATTERN
 from ledger.models import Gate, Pause, Run, Settlement, Step, WebhookSubscription
 from ledger.selectors import AttemptFailure, ExecutionRow, attempt_failures
@@ -39,7 +39,7 @@ def refuse_unknown_query(request: HttpRequest, model: type[Schema]) -> None:
     unknown = sorted(set(request.GET) - set(model.model_fields))
     if unknown:
         errors = [
-            {"path": f"query.{name}", "message": "unknown parameter", "type": "extra_forbidden"}
+            {"path": name, "in": "query", "message": "unknown parameter", "type": "extra_forbidden"}
             for name in unknown
         ]
         raise problems.Problem(
@@ -82,6 +82,24 @@ class StartIn(Strict):
         description="subscribe URLs to this run's completion events, in the start's own "
         "transaction (each secret is in the 201 answer, once); a repeated start subscribes "
         "nothing again",
+    )
+
+
+class StartItemIn(StartIn):
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="this run's idempotency key (the `Idempotency-Key` header of a single start)",
+    )
+
+
+class StartBatchIn(Strict):
+    runs: list[StartItemIn] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description=f"1 to {MAX_BATCH} runs to start, each as the body of `POST /runs` plus its "
+        "own `idempotency_key`",
     )
 
 
@@ -483,9 +501,21 @@ class WebhookCreatedOut(WebhookOut):
 
 
 class StartedOut(RunOut):
+    created: bool = Field(
+        description="true when this start made the run (201); false when the run id or "
+        "`Idempotency-Key` named a run an identical start made already (200), which is "
+        "answered as it is: its title and labels are those of its first start"
+    )
     webhooks: list[WebhookCreatedOut] = Field(
         description="the per-run subscriptions this start made, with their secrets (empty on "
         "a repeat: an identical start subscribes nothing again)"
+    )
+
+
+class StartedBatchOut(Schema):
+    runs: list[StartedOut] = Field(
+        description="one per run asked for, in the same order; `created` false where an "
+        "identical earlier start (in an earlier request or earlier in this batch) made the run"
     )
 
 

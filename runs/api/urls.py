@@ -20,7 +20,11 @@ class StrictJSON(Parser):
     """JSON as RFC 8259 has it: no NaN or Infinity (Python's parser takes them)."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return json.loads(request.body, parse_constant=_no_constant)
+        """The body, or ``Unstorable`` when a string of it (a value or a key, at any depth)
+        holds text PostgreSQL cannot store — refused here, once for every field."""
+        data = json.loads(request.body, parse_constant=_no_constant)
+        problems.unstorable_json(data)
+        return data
 
 
 def _no_constant(name: str) -> Any:

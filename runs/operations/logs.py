@@ -59,6 +59,45 @@ class LedgerContext(logging.Filter):
         return True
 
 
+#: An API token (``rl_`` and its secret) or a webhook signing secret, wherever it appears.
+SECRET = re.compile(r"\b(rl_|whsec_)[A-Za-z0-9_\-+/=]{8,}")
+#: A query parameter whose value is a credential, whatever it holds.
+SECRET_PARAMETER = re.compile(
+    r"(?i)(^|[?&;])((?:access_|api_|auth_|bearer_)?token|api_?key|secret|password|"
+    r"authorization|auth)=([^&;#\s\"]*)"
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` without credentials: tokens and secrets, and the values of query parameters
+    named for one (``access_token=…``), replaced by ``[redacted]``."""
+    if not text:
+        return text
+    text = SECRET_PARAMETER.sub(lambda m: f"{m[1]}{m[2]}={REDACTED}", text)
+    return SECRET.sub(lambda m: m[1] + REDACTED, text)
+
+
+class RedactSecrets(logging.Filter):
+    """Removes credentials from a record before any handler writes it: its message (a request
+    line carrying ``?access_token=rl_…``, a URL with a secret) and the request fields a line
+    may carry (``query``, ``referer``, ``path``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: leave it to the formatter to report
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        for name in ("query", "referer", "path", "request_line"):
+            value = getattr(record, name, None)
+            if isinstance(value, str):
+                setattr(record, name, redact(value))
+        return True
+
+
 def json_formatter() -> logging.Formatter:
     """One JSON object a line; a record's extra attributes are fields of it."""
     return JsonFormatter(
@@ -80,6 +119,8 @@ def use_json(handler: logging.Handler) -> None:
     handler.setFormatter(json_formatter())
     if not any(isinstance(f, LedgerContext) for f in handler.filters):
         handler.addFilter(LedgerContext())
+    if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+        handler.addFilter(RedactSecrets())
 
 
 class RequestContextMiddleware:
@@ -125,12 +166,26 @@ class GunicornLogger(glogging.Logger):
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
-        if not json_wanted():
-            return
         for log in (self.error_log, self.access_log):
             for handler in log.handlers:
-                if getattr(handler, "_gunicorn", False):
+                if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+                    handler.addFilter(RedactSecrets())
+                if json_wanted() and getattr(handler, "_gunicorn", False):
                     handler.setFormatter(json_formatter())
+
+    def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> Any:
+        """gunicorn's access-log atoms (the plain format) without credentials: the request
+        line, the query, the referer and any header (``{authorization}i``) redacted."""
+        atoms = super().atoms(resp, req, environ, request_time)
+        for key in ("r", "q", "f", "U"):
+            if isinstance(atoms.get(key), str):
+                atoms[key] = redact(atoms[key])
+        for key in list(atoms):
+            if key in ("{authorization}i", "{cookie}i", "{x-api-key}i"):
+                atoms[key] = REDACTED
+            elif key.endswith("}i") and isinstance(atoms[key], str):
+                atoms[key] = redact(atoms[key])
+        return atoms
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not json_wanted():
@@ -149,13 +204,13 @@ class GunicornLogger(glogging.Logger):
             extra={
                 "method": method,
                 "path": path,
-                "query": environ.get("QUERY_STRING", ""),
+                "query": redact(environ.get("QUERY_STRING", "")),
                 "status": int(status) if status.isdigit() else status,
                 "bytes": getattr(resp, "sent", None),
                 "duration_ms": round(request_time.total_seconds() * 1000, 1),
                 "peer": environ.get("REMOTE_ADDR", ""),
                 "user_agent": environ.get("HTTP_USER_AGENT", ""),
-                "referer": environ.get("HTTP_REFERER", ""),
+                "referer": redact(environ.get("HTTP_REFERER", "")),
                 "request_id": headers.get("x-request-id", ""),
             },
         )

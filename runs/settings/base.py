@@ -109,6 +109,9 @@ MIDDLEWARE = [
     # /healthz, /readyz and /metrics answer before the host check and the HTTPS redirect: a load
     # balancer or Prometheus reaches a web process by its address over plain HTTP.
     "runs.operations.probes.ProbesMiddleware",
+    # Under /api/v1/: text the ledger cannot store in a path, query or header is a 422; a path
+    # no route matches (404) and a wrong method (405) answer problem documents, not HTML pages.
+    "runs.api.problems.ApiEdge",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

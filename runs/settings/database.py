@@ -6,6 +6,7 @@ import dj_database_url
 
 from runs.settings import env, sections
 from runs.settings.base import VAR_DIR
+from runs.settings.postgres import POSTGRES_ENGINES, configure_postgres
 
 DATABASE_URL = (
     env.str(
@@ -39,6 +40,42 @@ DATABASE_DISABLE_SERVER_SIDE_CURSORS = env.bool(
     "reads in chunks (retention, large pages) cannot outlive a transaction there.",
 )
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_DISABLE_SERVER_SIDE_CURSORS
+
+RUNLEDGER_DB_POOL_SIZE = env.int(
+    "RUNLEDGER_DB_POOL_SIZE",
+    10,
+    section=sections.DATABASE,
+    doc="PostgreSQL: the most connections one process holds (Django's psycopg pool, "
+    "`OPTIONS['pool']`). A run takes a connection per step and gives it back, so a worker "
+    "holding hundreds of runs needs no more than this; a thread that finds the pool empty waits "
+    "`RUNLEDGER_DB_POOL_TIMEOUT_SECONDS`. `0` turns the pool off: one persistent connection per "
+    "thread, kept 60 s (`CONN_MAX_AGE`), as before.",
+)
+RUNLEDGER_DB_POOL_TIMEOUT_SECONDS = env.float(
+    "RUNLEDGER_DB_POOL_TIMEOUT_SECONDS",
+    30.0,
+    section=sections.DATABASE,
+    doc="PostgreSQL with the pool on: how long a thread waits for a free connection before its "
+    "query fails (a step's write fails as a lost database: the run is left to the sweep).",
+)
+RUNLEDGER_DB_IDLE_IN_TRANSACTION_SECONDS = env.float(
+    "RUNLEDGER_DB_IDLE_IN_TRANSACTION_SECONDS",
+    60.0,
+    section=sections.DATABASE,
+    doc="PostgreSQL: `idle_in_transaction_session_timeout` of every connection the product "
+    "opens: a process frozen (SIGSTOP, a VM pause) inside a transaction loses its session and "
+    "its locks after this long, never holds them for good. Sent as a startup option; with "
+    "`DATABASE_DISABLE_SERVER_SIDE_CURSORS=1` (behind PgBouncer, which refuses startup "
+    "options) as a `SET` on each new connection instead. `0` leaves the server's own.",
+)
+if DATABASES["default"]["ENGINE"] in POSTGRES_ENGINES:
+    configure_postgres(
+        DATABASES["default"],
+        pool_size=RUNLEDGER_DB_POOL_SIZE,
+        pool_timeout=RUNLEDGER_DB_POOL_TIMEOUT_SECONDS,
+        idle_in_transaction=RUNLEDGER_DB_IDLE_IN_TRANSACTION_SECONDS,
+        behind_pooler=DATABASE_DISABLE_SERVER_SIDE_CURSORS,
+    )
 
 # A fault test that cuts the workers' line to the ledger reaches the example downstream systems
 # on another line, as a real payment provider or mail server would be: a cut ledger connection

@@ -18,7 +18,11 @@ RUNLEDGER_LOG_FORMAT = env.str(
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"ledger_context": {"()": "runs.operations.logs.LedgerContext"}},
+    "filters": {
+        "ledger_context": {"()": "runs.operations.logs.LedgerContext"},
+        # No credential reaches a log line: ?access_token=rl_… in a request line, a secret.
+        "redact": {"()": "runs.operations.logs.RedactSecrets"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(context)s %(message)s"},
         "json": {"()": "runs.operations.logs.json_formatter"},
@@ -27,7 +31,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "plain" if RUNLEDGER_LOG_FORMAT == "plain" else "json",
-            "filters": ["ledger_context"],
+            "filters": ["ledger_context", "redact"],
         }
     },
     # One handler, on the root: the ledger's and runs' records (at their levels) and everything

@@ -133,7 +133,9 @@ def test_the_handle_waits_for_the_outcome_and_reads_the_result() -> None:
     state = handle.wait(timeout=60)
     worker.join()
     assert state.status == "succeeded" and state.settled and state.finished
-    assert state.title == "Refund for the dispute" and state.labels == {"shop": "eu"}
+    assert state.title == "Refund for the dispute"
+    assert state.labels == {"invoice_id": "inv_1001", "shop": "eu"}  # declared, and the start's
+    assert state.created_at <= state.started_at <= state.finished_at  # type: ignore[operator]
     assert handle.result(timeout=1) == Run.objects.get().result
     assert handle.result()["charge_id"].startswith("ch_")
 

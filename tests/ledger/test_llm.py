@@ -50,11 +50,14 @@ def messages_api(monkeypatch):
     server.shutdown()
 
 
+@pytest.mark.parametrize("name", ["refund", "refund_async"])
 def test_with_a_key_the_example_agent_asks_a_real_model_once_and_replays_it(
-    messages_api, execute
+    name, messages_api, execute
 ) -> None:
+    """The sync agent through ``AnthropicClient.complete`` (stdlib HTTP), the async one through
+    its ``acomplete`` (the official SDK's ``AsyncAnthropic``): the same request, the same row."""
     assert examples.default_model() == "claude-haiku-4-5"
-    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    run = transitions.run_start(agent=name, inputs={"invoice_id": "inv_1001"})
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded" and outcome.result["refunded"] is True
     assert len(messages_api) == 1

@@ -44,6 +44,10 @@ def test_a_superuser_adds_a_subscription_and_sees_its_secret_once(admin_client) 
         ({"agent": "", "run_id": "run_missing"}, "there is no run &#x27;run_missing&#x27;"),
         ({"agent": ""}, "subscribe either an agent"),
         ({"url": "ftp://app.example.com/x"}, "is not an http(s) URL"),
+        # the SSRF policy (issue 30): refused in the admin as everywhere else
+        ({"url": "http://169.254.169.254/latest/meta-data/"}, "refused as a webhook"),
+        ({"url": "http://metadata.google.internal/"}, "cloud metadata service"),
+        ({"url": "https://u:pw@app.example.com/x"}, "user name or password"),
     ],
 )
 def test_a_bad_subscription_is_refused_in_the_form(admin_client, change, message) -> None:

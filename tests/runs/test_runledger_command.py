@@ -60,3 +60,24 @@ def test_worker_and_beat_are_celerys_own_commands_on_the_projects_app(tmp_path: 
     beat = runledger(tmp_path, "beat", "--help")
     assert beat.returncode == 0, beat.stderr
     assert "periodic task scheduler" in beat.stdout
+
+
+def test_runs_in_flight_is_the_threads_pool_of_that_size(capsys) -> None:
+    from runs.cli import _runs_in_flight
+
+    assert _runs_in_flight(["-l", "info", "--runs-in-flight", "500"]) == [
+        *("-l", "info"),
+        *("-P", "threads", "-c", "500"),
+    ]
+    assert _runs_in_flight(["--runs-in-flight=8"]) == ["-P", "threads", "-c", "8"]
+    assert _runs_in_flight(["-c", "4"]) == ["-c", "4"]  # prefork, as before
+    for wrong, says in [
+        (["--runs-in-flight", "many"], "takes a number of runs"),
+        (["--runs-in-flight", "0"], "takes a number of runs"),
+        (["--runs-in-flight", "50", "-c", "4"], "leave out -P and -c"),
+        (["--runs-in-flight", "50", "--pool=prefork"], "leave out -P and -c"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            _runs_in_flight(wrong)
+        assert stopped.value.code == 2
+        assert says in capsys.readouterr().err

@@ -68,9 +68,11 @@ class EventReceiver:
     (headers, raw body) exactly as received. ``hold()`` makes it take requests without
     answering until ``release()`` (a receiver slower than the deliverer's timeout)."""
 
-    def __init__(self, port: int | None = None, path: str = "/hooks/runledger") -> None:
+    def __init__(
+        self, port: int | None = None, path: str = "/hooks/runledger", host: str = "127.0.0.1"
+    ) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}{path}"
+        self.url = f"http://{host}:{self.port}{path}"
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self._answer = threading.Event()
         self._answer.set()
@@ -89,7 +91,7 @@ class EventReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server = ThreadingHTTPServer((host, self.port), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

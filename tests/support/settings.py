@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
+# The receivers of the webhook tests listen on loopback, which the SSRF policy refuses unless
+# allowed (tests/ledger/processes/test_webhook_egress.py proves the default refuses it).
+os.environ.setdefault("RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
 os.environ.setdefault("RUNLEDGER_SILENCED_CHECKS", "runledger.E001,runledger.W001")
 
 from runs.settings import *  # noqa: F403

@@ -267,7 +267,9 @@ class Command(BaseCommand):
             rows.append(row)
         Step.objects.bulk_create(rows, batch_size=2000)
         Run.objects.filter(pk=run_id).update(status="failed")
-        transitions.run_resume(run_id=run_id, by="bench", reason="bench", seen_version=None)
+        transitions.run_resume(
+            run_id=run_id, by="bench", reason="bench", seen_version=None, anyway=True
+        )
         return run_id
 
     def _resume_child(self, run_id: str, steps: int) -> None:

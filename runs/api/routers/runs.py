@@ -16,6 +16,7 @@ from ledger import api as ledger_api
 from ledger import selectors, transitions
 from ledger.inputs import queryable
 from ledger.models import Run, Step
+from ledger.processes import resume as resume_process
 from ledger.processes import stale
 from ledger.waiting import SETTLED
 from runs.api import problems
@@ -32,6 +33,8 @@ from runs.api.schemas import (
     RunStatusName,
     RunSummary,
     StaleAcceptedOut,
+    StartBatchIn,
+    StartedBatchOut,
     StartedOut,
     StartIn,
     StepOut,
@@ -78,9 +81,12 @@ def step_or_404(run: Run, pk: int) -> Step:
     "/runs",
     response={200: StartedOut, 201: StartedOut, **REFUSALS},
     summary="Start a run (idempotent)",
-    description="201 with the new run; 200 with the same run when the run id or the "
-    "`Idempotency-Key` was used with the same agent and inputs; 409 when they were used with "
-    "other values (the problem says what differs). `webhooks` subscribes URLs to this run's "
+    description="201 with the new run (`created` true); 200 with the same run (`created` "
+    "false) when the run id or the `Idempotency-Key` was used with the same agent and inputs "
+    "(a title or labels are not compared: the run keeps those of its first start); 409 when "
+    "they were used with another agent or other inputs (the problem says what differs). "
+    "`labels` are added to the labels the agent declares (made from the inputs); on the same "
+    "key the start's value wins. `webhooks` subscribes URLs to this run's "
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
     "once, and a repeat (200) subscribes nothing again.",
 )
@@ -111,7 +117,60 @@ def start(
         for sub, secret in handle.subscriptions
     ]
     run = RunOut.of(run_or_404(handle.run_id))
-    return Status(201 if handle.created else 200, StartedOut(**run.model_dump(), webhooks=made))
+    answer = StartedOut(**run.model_dump(), created=handle.created, webhooks=made)
+    return Status(201 if handle.created else 200, answer)
+
+
+@router.post(
+    "/runs/batch",
+    response={200: StartedBatchOut, 201: StartedBatchOut, **REFUSALS},
+    summary="Start many runs (idempotent, one transaction)",
+    description="Up to 1,000 runs, each as the body of `POST /runs` with its own "
+    "`idempotency_key`, written in one transaction and sent to the workers in one publish. "
+    "The answer lists each run in the order asked, with `created` (false where an identical "
+    "earlier start, in an earlier request or earlier in this batch, made it): 201 when the "
+    "batch made at least one run, 200 when every item was a repeat. One bad item refuses the "
+    "whole batch and nothing is written: 409 when every bad item is a conflict (its id or key "
+    "was used with other values), else 422; the problem's `errors` lists each bad item "
+    "(`index`, `type`: invalid | unknown-agent | conflict, `message`, `current`). A body that "
+    "is not a list of 1 to 1,000 runs, or whose items do not validate, is a 422 "
+    "(`errors[].path` names the item: `body.body.runs.3.run_id`).",
+)
+def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatchOut]:
+    token = require(request, "start")
+    items = [
+        {
+            **item.model_dump(exclude_none=True, exclude={"webhooks"}),
+            "webhooks": [w.model_dump() for w in item.webhooks] if item.webhooks else None,
+        }
+        for item in body.runs
+    ]
+    try:
+        handles = ledger_api.start_runs(
+            items, by=actor(token), reason=f"started through the API (token {token.name})"
+        )
+    except ledger_api.BatchRefused as exc:
+        status = 409 if exc.conflicts_only else 422
+        errors = [e.as_dict() for e in exc.errors]
+        raise problems.Problem(
+            status, "batch-refused", "Batch refused", str(exc), errors=errors
+        ) from exc
+    except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
+        raise problems.refusal(exc) from exc
+    rows = {r.run_id: r for r in selectors.runs_by_ids(run_ids=[h.run_id for h in handles])}
+    answer = [
+        StartedOut(
+            **RunOut.of(rows[h.run_id]).model_dump(),
+            created=h.created,
+            webhooks=[
+                WebhookCreatedOut(**WebhookOut.of(sub).model_dump(), secret=secret)
+                for sub, secret in h.subscriptions
+            ],
+        )
+        for h in handles
+    ]
+    made = any(h.created for h in handles)
+    return Status(201 if made else 200, StartedBatchOut(runs=answer))
 
 
 class ListQuery(Strict):
@@ -219,8 +278,8 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
 )
 def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
     """Each execution of the run, claim to end, in order: the worker, when, how it ended
-    (finished, stopped for a person, paused, failed, released, handed back, lease lost,
-    crashed), the steps replayed and executed, and the error."""
+    (finished, stopped for a person, paused, failed, released, handed back, cancelled, lease
+    lost, crashed), the steps replayed and executed, and the error."""
     require(request, "read")
     run = run_or_404(run_id)
     return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
@@ -270,7 +329,7 @@ def resume(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
     return _act(
         request,
         run_id,
-        transitions.run_resume,
+        resume_process.run_resume,
         reason=body.reason,
         seen_version=body.seen_version,
         max_resumes=body.max_resumes,
@@ -283,7 +342,7 @@ def retry(request: HttpRequest, run_id: str, body: ResumeIn) -> RunOut:
     return _act(
         request,
         run_id,
-        transitions.run_retry,
+        resume_process.run_retry,
         reason=body.reason,
         seen_version=body.seen_version,
         max_resumes=body.max_resumes,

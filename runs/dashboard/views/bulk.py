@@ -1,5 +1,6 @@
 """Bulk actions from the runs list: a selection (checkboxes) or the current filter, first a
-preview of what will happen to each run (``selectors.bulk_preview``, writes nothing), then the
+preview of what will happen to each run (``ledger.processes.resume.bulk_preview``: the rows'
+verdict and the dry replay's, writes nothing), then the
 act on exactly the runs and versions the preview showed, with one outcome per run."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger import selectors, transitions
 from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
+from ledger.processes import resume as resume_process
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
@@ -48,7 +50,7 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
     run_ids = [r for r in given if "\x00" not in r]
     if not run_ids:
         return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}
-    plan = selectors.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
+    plan = resume_process.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
     missing = sorted(set(given) - {i.run_id for i in plan.items})
     problems = [f"No run {r!r}." for r in missing[:20]]
     return {"plan": plan, "scope": "selection", "problems": problems}
@@ -57,7 +59,7 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
 def _plan_filter(
     action: str, flt: selectors.RunFilter, max_resumes: int | None, now: datetime
 ) -> selectors.BulkPlan:
-    return selectors.bulk_preview(action=action, flt=flt, now=now, max_resumes=max_resumes)
+    return resume_process.bulk_preview(action=action, flt=flt, now=now, max_resumes=max_resumes)
 
 
 def _filter_words(query: dict[str, str]) -> str:
@@ -103,7 +105,7 @@ def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "runs/bulk_done.html", refused, status=400)
     data = form.cleaned_data
     try:
-        outcomes = transitions.bulk_apply(
+        outcomes = resume_process.bulk_apply(
             action=data["action"],
             targets=targets,
             by=request.user,

@@ -1,7 +1,8 @@
 """Operator actions on whole runs: resume, retry, cancel, fork, a clean run. Each form page
 shows what will happen (the dry replay where one applies) and writes nothing; each POST calls
-one function of ``ledger.transitions``. A resume or retry the dry replay says would stop again
-at once is refused by the transition itself (``WouldStopAgain``) unless the operator ticks
+one function of ``ledger.transitions`` — a resume or retry through ``ledger.processes.resume``,
+which runs the dry replay first and hands its verdict to the transition: one that would stop
+again at once is refused (``WouldStopAgain``) unless the operator ticks
 "resume anyway": no resume is spent silently.
 """
 
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_http_methods
 
 from ledger import selectors, transitions
 from ledger.models import FINAL_STATUSES, Run
+from ledger.processes import resume as resume_process
 from runs.dashboard import presenting
 from runs.dashboard.http import HtmxHttpRequest, render_refused, run_for
 from runs.dashboard.models import OPERATE_RUNS
@@ -82,7 +84,7 @@ def _apply_run_action(request: HtmxHttpRequest, run: Run, action: str, data: dic
     common = {"run_id": run.run_id, "by": request.user, "reason": data["reason"]}
     if action == "cancel":
         return transitions.run_cancel(**common, seen_version=data["seen_version"])
-    act = transitions.run_resume if action == "resume" else transitions.run_retry
+    act = resume_process.run_resume if action == "resume" else resume_process.run_retry
     return act(
         **common,
         seen_version=data["seen_version"],

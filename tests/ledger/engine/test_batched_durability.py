@@ -244,7 +244,10 @@ def test_the_count_of_statements_one_per_batch(execute) -> None:
             return execute_(sql, params, many, context)
 
         def attach(sender: Any, connection: Any, **kwargs: Any) -> None:
-            connection.execute_wrappers.append(seen)  # the flusher's thread opens its own
+            # The flusher's thread opens its own; with the pool a thread's connection is
+            # "created" again at each checkout: count each statement once.
+            if seen not in connection.execute_wrappers:
+                connection.execute_wrappers.append(seen)
 
         connection_created.connect(attach, dispatch_uid="batched-count")
         try:

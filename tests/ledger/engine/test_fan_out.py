@@ -31,6 +31,7 @@ from harness import faults
 from harness.cluster import wait_for
 from ledger import registry, transitions
 from ledger.agents import agent, tool
+from ledger.engine import pooling
 from ledger.examples import simulators
 from ledger.examples.models import OutboxMessage, ProviderCharge
 from ledger.models import Run, Step
@@ -175,9 +176,6 @@ def test_siblings_run_at_once_each_on_its_own_connection_and_chain_in_key_order(
 ) -> None:
     fan = fanout(["read_c", "pay_a", "read_b"])
     fan.together(3)  # passes only if the three tools run at the same time
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        main_pid = cur.fetchone()[0]
     outcome = execute(start().run_id)
     assert outcome.status == "succeeded"
     assert outcome.result["order"] == ["read_c", "pay_a", "read_b"]  # the caller's order
@@ -188,14 +186,21 @@ def test_siblings_run_at_once_each_on_its_own_connection_and_chain_in_key_order(
     assert [r.next_step_id for r in rows.values()] == [*list(rows)[1:], None]
     assert all(r.status == "succeeded" and r.attempt == 1 for r in rows.values())
     assert rows["fan.pay_a"].effect_key == f"{RUN_ID}:fan.pay_a"
-    assert len(set(fan.pids.values())) == 3 and main_pid not in fan.pids.values()
+    # Three connections at once (the barrier holds them together). With the pool on, one may
+    # be the connection the agent's thread gave back after its step: it holds none meanwhile.
+    assert len(set(fan.pids.values())) == 3
     assert ProviderCharge.objects.count() == 1
 
-    # Each sibling's thread closed its connection when it finished.
+    # Each sibling's thread gave its connection up when it finished: closed, or with the pool
+    # on (ledger.engine.pooling) back in the pool, idle, for the next step of any run (this
+    # check may itself run on one of them).
+    pooled = pooling.pooled()
+
     def siblings_gone() -> bool:
         with connection.cursor() as cur:
             cur.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+                + (" AND state <> 'idle' AND pid <> pg_backend_pid()" if pooled else ""),
                 [list(fan.pids.values())],
             )
             return cur.fetchone()[0] == 0

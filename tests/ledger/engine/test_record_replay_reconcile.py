@@ -23,6 +23,16 @@ from tests.support.ledger_writes import read_write
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
 RUN_ID = "run_fixed_for_comparison"
+#: The refund agent the tests below start: ``refund``, or its async twin (``refund_agent``).
+REFUND = {"agent": "refund"}
+
+
+@pytest.fixture(params=["refund", "refund_async"])
+def refund_agent(request: pytest.FixtureRequest) -> Any:
+    """The sync example agent and its async twin: the same cases, the same ledger."""
+    REFUND["agent"] = request.param
+    yield request.param
+    REFUND["agent"] = "refund"
 
 
 def effects() -> dict[str, int]:
@@ -38,9 +48,9 @@ def steps(run_id: str) -> dict[str, Step]:
 
 
 @pytest.fixture
-def baseline(execute) -> dict[str, Any]:
+def baseline(execute, refund_agent) -> dict[str, Any]:
     """The uninterrupted run's result, then a clean slate for the crash under test."""
-    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"}, run_id=RUN_ID)
+    run = start_refund()
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
     Step.objects.all().delete()
@@ -51,10 +61,12 @@ def baseline(execute) -> dict[str, Any]:
 
 
 def start_refund(invoice: str = "inv_1001") -> Run:
-    return transitions.run_start(agent="refund", inputs={"invoice_id": invoice}, run_id=RUN_ID)
+    return transitions.run_start(
+        agent=REFUND["agent"], inputs={"invoice_id": invoice}, run_id=RUN_ID
+    )
 
 
-def test_an_uninterrupted_run_writes_one_row_per_call_in_order(execute) -> None:
+def test_an_uninterrupted_run_writes_one_row_per_call_in_order(refund_agent, execute) -> None:
     run = start_refund()
     outcome = execute(run.run_id)
     assert outcome.status == "succeeded"
@@ -75,7 +87,9 @@ def test_an_uninterrupted_run_writes_one_row_per_call_in_order(execute) -> None:
     assert effects() == {"charges": 1, "emails": 1, "notifications": 1}
 
 
-def test_a_resume_replays_succeeded_steps_without_executing_them(execute, crash_at) -> None:
+def test_a_resume_replays_succeeded_steps_without_executing_them(
+    refund_agent, execute, crash_at
+) -> None:
     from harness import faults
 
     calls: list[int] = []
@@ -92,7 +106,7 @@ def test_a_resume_replays_succeeded_steps_without_executing_them(execute, crash_
 
 
 def test_a_crash_after_the_intent_commit_leaves_a_started_row_and_resume_sends_once(
-    execute, crash_at, baseline
+    refund_agent, execute, crash_at, baseline
 ) -> None:
     run = start_refund()
     crash_at("charge.before_effect")
@@ -112,7 +126,9 @@ def test_a_crash_after_the_intent_commit_leaves_a_started_row_and_resume_sends_o
     )
 
 
-def test_a_started_effect_is_reconciled_not_retried(execute, crash_at, baseline) -> None:
+def test_a_started_effect_is_reconciled_not_retried(
+    refund_agent, execute, crash_at, baseline
+) -> None:
     run = start_refund()
     crash_at("charge.after_effect")
     execute(run.run_id, crash_expected=True)
@@ -126,7 +142,7 @@ def test_a_started_effect_is_reconciled_not_retried(execute, crash_at, baseline)
 
 
 def test_an_email_crash_is_reconciled_through_message_id_search(
-    execute, crash_at, baseline
+    refund_agent, execute, crash_at, baseline
 ) -> None:
     run = start_refund()
     crash_at("email.after_effect")
@@ -137,7 +153,7 @@ def test_an_email_crash_is_reconciled_through_message_id_search(
 
 
 def test_an_effect_with_no_read_path_blocks_for_settlement_and_is_not_repeated(
-    execute, crash_at
+    refund_agent, execute, crash_at
 ) -> None:
     run = start_refund()
     crash_at("notify.after_effect")
@@ -161,7 +177,7 @@ def test_an_effect_with_no_read_path_blocks_for_settlement_and_is_not_repeated(
 
 
 def test_a_changed_prompt_is_refused_as_stale_and_nothing_executes(
-    execute, crash_at, monkeypatch
+    refund_agent, execute, crash_at, monkeypatch
 ) -> None:
     run = start_refund()
     crash_at("charge.before_effect")
@@ -352,7 +368,9 @@ def test_a_worker_whose_lease_was_taken_commits_nothing(execute, clock, crash_at
         )
 
 
-def test_a_cancelled_run_stays_cancelled_when_its_worker_carries_on(execute, clock) -> None:
+def test_a_cancelled_run_stays_cancelled_when_its_worker_carries_on(
+    refund_agent, execute, clock
+) -> None:
     run = start_refund()
 
     def cancel_midway() -> None:

@@ -9,6 +9,7 @@ import pytest
 from ledger import selectors, transitions
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import AuditEvent, Run, Step
+from ledger.processes import resume
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -39,18 +40,39 @@ def test_resume_of_a_run_that_would_block_again_is_refused_and_spends_nothing(
     run_id = renewal_blocked.run_id
     before, events = state(run_id), AuditEvent.objects.count()
     with pytest.raises(transitions.WouldStopAgain, match="charge has no read path") as refused:
-        transitions.run_resume(run_id=run_id, by=people.alice, reason="go", seen_version=None)
+        resume.run_resume(run_id=run_id, by=people.alice, reason="go", seen_version=None)
     assert "no resume spent" in str(refused.value)
     with pytest.raises(transitions.WouldStopAgain):
-        transitions.run_resume(
+        resume.run_resume(
             run_id=run_id, by=people.alice, reason="go", seen_version=None, max_resumes=9
         )
     assert state(run_id) == before and AuditEvent.objects.count() == events
     assert enqueued.ids == []
 
-    done = transitions.run_resume(
+    done = resume.run_resume(
         run_id=run_id, by=people.alice, reason="go", seen_version=None, anyway=True
     )
+    assert done.status == "queued" and enqueued.ids == [run_id]
+
+
+def test_the_transition_refuses_on_the_verdict_its_caller_hands_it(
+    renewal_blocked, people, enqueued
+) -> None:
+    """The transition runs no dry replay: it acts on the verdict it is given (a sentence
+    refuses, "" admits), and without one it warns that nothing was checked."""
+    run_id = renewal_blocked.run_id
+    before, events = state(run_id), AuditEvent.objects.count()
+    with pytest.raises(transitions.WouldStopAgain, match="told so"):
+        transitions.run_resume(
+            run_id=run_id, by=people.alice, reason="go", seen_version=None, stops_again="told so"
+        )
+    assert state(run_id) == before and AuditEvent.objects.count() == events
+    assert enqueued.ids == []
+
+    with pytest.warns(DeprecationWarning, match="processes.resume.run_resume"):
+        done = transitions.run_resume(
+            run_id=run_id, by=people.alice, reason="go", seen_version=None
+        )
     assert done.status == "queued" and enqueued.ids == [run_id]
 
 
@@ -62,7 +84,7 @@ def test_bulk_resume_of_a_run_that_would_block_again_is_refused_with_the_reason(
     ids = [renewal_blocked.run_id, failed.run_id]
     before = state(renewal_blocked.run_id)
 
-    plan = selectors.bulk_preview(action="resume", run_ids=ids)
+    plan = resume.bulk_preview(action="resume", run_ids=ids)
     verdicts = {i.run_id: (i.allowed, i.will) for i in plan.items}
     assert verdicts[renewal_blocked.run_id][0] is False
     assert "would stop again at once, no resume spent" in verdicts[renewal_blocked.run_id][1]
@@ -73,7 +95,7 @@ def test_bulk_resume_of_a_run_that_would_block_again_is_refused_with_the_reason(
     # A target the preview would not list (a stale page, a hand-written request) is refused
     # by the transition itself, with the same reason.
     events = AuditEvent.objects.count()
-    outcomes = transitions.bulk_apply(
+    outcomes = resume.bulk_apply(
         action="resume",
         targets={renewal_blocked.run_id: before[1], failed.run_id: None},
         by=people.alice,

@@ -10,6 +10,7 @@ from ledger import selectors, transitions
 from ledger.examples import agents as examples
 from ledger.examples.models import Notification, OutboxMessage, ProviderCharge
 from ledger.models import AppendOnly, AuditEvent, Run, Step
+from ledger.processes import resume
 from ledger.processes.preview import preview_resume
 from tests.support.operator_agents import step_of
 
@@ -34,15 +35,13 @@ def budget_stopped(execute, crash_at) -> Run:
 def test_resume_raises_the_budget_audits_and_enqueues(execute, budget_stopped, people, enqueued):
     run = budget_stopped
     with pytest.raises(transitions.NotAllowed, match="budget is used up"):
-        transitions.run_resume(
-            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
-        )
+        resume.run_resume(run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version)
     with pytest.raises(transitions.NotAllowed, match="raised, not lowered"):
-        transitions.run_resume(
+        resume.run_resume(
             run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version, max_resumes=0
         )
     assert not AuditEvent.objects.exists() and enqueued.ids == []
-    transitions.run_resume(
+    resume.run_resume(
         run_id=run.run_id,
         by=people.alice,
         reason="the invoice service is back",
@@ -61,7 +60,7 @@ def test_an_action_on_a_run_that_moved_is_a_conflict_and_changes_nothing(
     budget_stopped, people
 ) -> None:
     run = budget_stopped
-    transitions.run_resume(
+    resume.run_resume(
         run_id=run.run_id, by=people.bob, reason="r", seen_version=run.version, max_resumes=3
     )
     with pytest.raises(
@@ -98,9 +97,7 @@ def test_cancel_is_final_and_recorded(execute, people) -> None:
     with pytest.raises(
         transitions.NotAllowed, match="resume applies to a run that is needs attention"
     ):
-        transitions.run_resume(
-            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
-        )
+        resume.run_resume(run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version)
     assert list(AuditEvent.objects.values_list("action", flat=True)) == ["run_cancel"]
     assert not Step.objects.filter(run=run).exists()
 
@@ -112,7 +109,7 @@ def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) 
     monkeypatch.setitem(
         examples.INVOICES, "inv_2999", {"customer": "cus_ken", "total_cents": 300, "reason": "x"}
     )
-    transitions.run_retry(
+    resume.run_retry(
         run_id=run.run_id,
         by=people.alice,
         reason="invoice imported",
@@ -124,9 +121,7 @@ def test_retry_runs_a_failed_step_again(execute, people, enqueued, monkeypatch) 
     assert (fetch.status, fetch.attempt, len(fetch.errors)) == ("succeeded", 4, 3)
     run.refresh_from_db()
     with pytest.raises(transitions.NotAllowed, match="retry applies to a run that is failed"):
-        transitions.run_retry(
-            run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version
-        )
+        resume.run_retry(run_id=run.run_id, by=people.alice, reason="r", seen_version=run.version)
 
 
 def test_a_fork_copies_the_ledger_up_to_a_step_and_never_resends_copied_effects(
@@ -187,24 +182,24 @@ def test_bulk_previews_each_run_then_reports_each_outcome(execute, budget_stoppe
     ids = [budget_stopped.run_id, failed.run_id, done.run_id, moved.run_id]
     events = AuditEvent.objects.count()
 
-    plan = selectors.bulk_preview(action="resume", run_ids=ids)
+    plan = resume.bulk_preview(action="resume", run_ids=ids)
     verdicts = {i.run_id: (i.allowed, i.will) for i in plan.items}
     assert verdicts[budget_stopped.run_id][0] is False
     assert "budget used up" in verdicts[budget_stopped.run_id][1]
     assert verdicts[failed.run_id] == (True, "queue for resume (0 of 5 resumes used)")
     assert verdicts[done.run_id] == (False, "skip: succeeded (only needs_attention or failed runs)")
     assert set(plan.targets) == {failed.run_id, moved.run_id}
-    raised = selectors.bulk_preview(action="resume", run_ids=ids, max_resumes=5)
+    raised = resume.bulk_preview(action="resume", run_ids=ids, max_resumes=5)
     assert dict((i.run_id, i.allowed) for i in raised.items)[budget_stopped.run_id] is True
-    by_filter = selectors.bulk_preview(action="retry", flt=selectors.RunFilter(status="failed"))
+    by_filter = resume.bulk_preview(action="retry", flt=selectors.RunFilter(status="failed"))
     assert {i.run_id for i in by_filter.items} == {failed.run_id, moved.run_id}
     assert AuditEvent.objects.count() == events  # a preview writes nothing
 
     # Someone retries one of them between the preview and the confirmation.
-    transitions.run_retry(
+    resume.run_retry(
         run_id=moved.run_id, by=people.bob, reason="mine", seen_version=plan.targets[moved.run_id]
     )
-    outcomes = transitions.bulk_apply(
+    outcomes = resume.bulk_apply(
         action="resume",
         targets={**plan.targets, "run_gone": None},
         by=people.alice,
@@ -263,10 +258,8 @@ def test_an_edited_result_makes_its_dependents_stale_and_is_audited(execute, peo
     preview = preview_resume(run_id=run.run_id)
     assert preview.stale_ids == {"decide", "refund", "email_customer"}  # built from the customer
     with pytest.raises(transitions.WouldStopAgain, match="step decide is stale"):
-        transitions.run_resume(
-            run_id=run.run_id, by=people.alice, reason="check", seen_version=None
-        )
-    transitions.run_resume(
+        resume.run_resume(run_id=run.run_id, by=people.alice, reason="check", seen_version=None)
+    resume.run_resume(
         run_id=run.run_id, by=people.alice, reason="check", seen_version=None, anyway=True
     )
     outcome = execute(run.run_id)

@@ -68,7 +68,7 @@ def test_a_gate_is_listed_shown_and_approved_once_by_a_persons_token(caller: Any
     carl = caller("approver", user="carl")  # an approver token whose person lost the role
     user_set_role(user=User.objects.get(username="carl"), role="viewer")
     doc = refused(carl.post(f"/api/v1/approvals/{gate.pk}/approve", {}), 403, before)
-    assert "person's token" in doc["detail"]
+    assert "role of the moment" in doc["detail"]  # it acts for its person as they are now
     alice = caller("approver", user="alice")
     refused(alice.post("/api/v1/approvals/999999/approve", {}), 404, before)
     refused(alice.post(f"/api/v1/approvals/{gate.pk}/approve", {"why": "x"}), 422, before)

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Which roles may call each operation (by method and path template).
 ALLOWED: dict[tuple[str, str], set[str]] = {
     ("post", "/api/v1/runs"): {"operator"},
+    ("post", "/api/v1/runs/batch"): {"operator"},
     ("get", "/api/v1/runs"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/runs/{run_id}"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/runs/{run_id}/wait"): {"viewer", "operator", "approver"},
@@ -57,6 +58,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
 
 BODIES: dict[str, dict[str, Any]] = {
     "/api/v1/runs": {"agent": "refund", "inputs": {"invoice_id": "inv_1001"}},
+    "/runs/batch": {"runs": [{"agent": "refund", "inputs": {"invoice_id": "inv_1001"}}]},
     "/resume": {"reason": "go on"},
     "/retry": {"reason": "go on"},
     "/cancel": {"reason": "stop"},

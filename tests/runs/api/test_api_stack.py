@@ -89,3 +89,27 @@ def test_a_worker_killed_inside_an_effect_is_recovered_and_wait_answers_the_resu
             charges = ProviderCharge.objects.all()
             assert charges.count() == 1  # the effect happened once
             assert api.result(run.run_id)["charge_id"] == charges.get().charge_id
+
+
+def test_a_batch_started_over_http_is_fanned_out_and_executed_by_a_real_worker(
+    tmp_path: Path, token: str
+) -> None:
+    """POST /runs/batch on gunicorn, one runledger.start_runs message on a private broker, a
+    real Celery worker fanning it out and executing every run."""
+    import shutil
+
+    from harness.soak import broker
+
+    name = "redis" if shutil.which("redis-server") else "filesystem"
+    with broker(name, tmp_path / "broker") as url, ApiStack(tmp_path / "s", broker_url=url) as s:
+        s.worker("w1", concurrency=2)
+        with rl.Client(s.url, token) as api:
+            items = [
+                {"agent": "refund", "inputs": {"invoice_id": f"inv_100{i}"}} for i in range(1, 7)
+            ]
+            runs = api.start_many(items)
+            assert [r.created for r in runs] == [True] * 6
+            for run in runs:
+                done = api.wait(run.run_id, timeout=180)
+                assert done.status == "succeeded", (done, s.log("w1"))
+    assert Run.objects.filter(status="succeeded").count() == 6

@@ -7,11 +7,11 @@ Audited like the dashboard's Resume: the audit row names the actor ``cli:<login>
 
 from __future__ import annotations
 
-from ledger import transitions
+from ledger.processes import resume
 from runs.operations.commands import RequeueCommand
 
 
 class Command(RequeueCommand):
     help = "Queue a stopped run (needs attention, failed) to resume from its ledger."
     default_reason = "resumed from the command line"
-    transition = transitions.run_resume
+    transition = resume.run_resume

@@ -6,11 +6,11 @@ effect key for an effect). Audited as ``cli:<login>``. Exit codes: see ``_common
 
 from __future__ import annotations
 
-from ledger import transitions
+from ledger.processes import resume
 from runs.operations.commands import RequeueCommand
 
 
 class Command(RequeueCommand):
     help = "Retry a failed run: replay what succeeded, execute the failed step again."
     default_reason = "retried from the command line"
-    transition = transitions.run_retry
+    transition = resume.run_retry

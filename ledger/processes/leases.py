@@ -1,0 +1,180 @@
+"""One lease renewer per worker process: every lease the process holds is renewed by one
+statement (``ledger.transitions.leases_renew``) on one thread, whatever the number of runs.
+
+A run's execution ``hold()``s its lease for as long as it executes and ``let_go()``s it at the
+end. Each beat (a third of the shortest lease held) renews them all at once; for each run:
+
+- **renewed**: its effect deadline moves (``LeaseFence.confirmed`` with the time read *before*
+  the statement was sent, so the deadline errs early, as it always did);
+- **refused** (no longer ours: taken over, re-queued, cancelled): the fence is revoked and the
+  execution's ``lost`` event set — that run, and only that run, stops at its next write or
+  effect, as when its own heartbeat was refused;
+- **held by another session this moment** (``SKIP LOCKED``), or the **database failed**: no
+  answer — the deadline does not move; the next beat tries again. If none succeeds in time the
+  fence stops the effects first and the sweep recovers the run once its lease expires.
+
+After a renewal the pauses are read again (one query for all the runs), so a pause made while
+an agent executes stops it at its next step the pause covers. The renewer's connection is given
+back to the process's pool after each beat (``ledger.engine.pooling``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, connection
+
+from ledger import selectors, transitions
+from ledger.engine import pooling
+from ledger.engine.fence import LeaseFence
+from ledger.engine.holds import Holds
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Held:
+    """One execution's lease, as the renewer keeps it."""
+
+    run_id: str
+    token: str
+    seconds: float
+    fence: LeaseFence
+    agent: str = ""
+    holds: Holds | None = None
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+class LeaseRenewer:
+    """Renews the leases of one process (``renewer()``: the process's one instance)."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, Held] = {}
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.beats = 0  # statements sent (tests, metrics)
+
+    def hold(
+        self,
+        *,
+        run_id: str,
+        token: str,
+        seconds: float,
+        fence: LeaseFence,
+        agent: str = "",
+        holds: Holds | None = None,
+    ) -> Held:
+        held = Held(run_id, token, seconds, fence, agent, holds)
+        with self._lock:
+            self._held[id(held)] = held
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._work, name="lease-renewer", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()  # a shorter lease than the others may bring the next beat closer
+        return held
+
+    def let_go(self, held: Held) -> None:
+        with self._lock:
+            self._held.pop(id(held), None)
+
+    def held(self) -> list[Held]:
+        with self._lock:
+            return list(self._held.values())
+
+    def _work(self) -> None:
+        try:
+            while True:
+                batch = self._due()
+                try:
+                    self.beat(batch)
+                except Exception:  # a bug must not end every run's renewals: the next beat
+                    log.exception("lease renewal of %d runs failed", len(batch))
+        finally:
+            connection.close()
+
+    def _due(self) -> list[Held]:
+        """Wait until a beat is due — a third of the shortest lease held since the last beat,
+        or since the first lease came — and return the leases to renew. A lease held meanwhile
+        only shortens the wait if its own third is shorter (its claim was just confirmed)."""
+        with self._lock:
+            since = time.monotonic()
+            while True:
+                if not self._held:
+                    self._lock.wait()
+                    since = time.monotonic()
+                    continue
+                left = since + min(h.seconds for h in self._held.values()) / 3 - time.monotonic()
+                if left <= 0:
+                    return list(self._held.values())
+                self._lock.wait(left)
+
+    def beat(self, batch: list[Held]) -> None:
+        """One renewal of ``batch`` (the renewer's thread; a test may call it directly)."""
+        sent_at = time.monotonic()  # before the statement: the deadline errs early
+        try:
+            answers = transitions.leases_renew(
+                leases=[transitions.HeldLease(h.run_id, h.token, h.seconds) for h in batch]
+            )
+        except DatabaseError as exc:
+            log.warning("lease renewal of %d runs: the database failed (%s)", len(batch), exc)
+            connection.close()  # broken or unknown: the next beat opens another
+            return
+        finally:
+            self.beats += 1
+        renewed = []
+        for held in batch:
+            answer = answers.get(held.run_id)
+            if answer is True:
+                held.fence.confirmed(sent_at=sent_at)
+                renewed.append(held)
+            elif answer is False:
+                log.warning("run %s: lease renewal refused; its execution stops", held.run_id)
+                held.fence.revoked()
+                held.lost.set()
+                self.let_go(held)
+        self._refresh_holds(renewed)
+        pooling.release()
+
+    @staticmethod
+    def _refresh_holds(batch: list[Held]) -> None:
+        """The pauses of every renewed run, in one query."""
+        wanted = [h for h in batch if h.holds is not None]
+        if not wanted:
+            return
+        try:
+            pauses = selectors.active_pauses_of(runs=[(h.run_id, h.agent) for h in wanted])
+        except DatabaseError as exc:
+            log.warning("lease renewal: could not read the pauses (%s)", exc)
+            connection.close()
+            return
+        for held in wanted:
+            assert held.holds is not None
+            held.holds.current = pauses[held.run_id]
+
+
+_renewer: LeaseRenewer | None = None
+_renewer_lock = threading.Lock()
+
+
+def renewer() -> LeaseRenewer:
+    """This process's renewer (a forked child gets a fresh one: the thread is not inherited)."""
+    global _renewer
+    with _renewer_lock:
+        if _renewer is None:
+            _renewer = LeaseRenewer()
+        return _renewer
+
+
+def _forget_after_fork() -> None:
+    global _renewer, _renewer_lock
+    _renewer, _renewer_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
