@@ -13,6 +13,7 @@ marker, so the test knows when a run is inside it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from ledger import llm
 from ledger.agents import NOT_HAPPENED, agent, tool
 
 NAME = "inflight-pay"
+ASYNC_NAME = "inflight-pay-async"
 
 
 def _folder() -> Path:
@@ -86,3 +88,41 @@ def expected(run: str) -> dict[str, Any]:
     """What an uninterrupted run of ``run`` returns (but for the key, read from the ledger)."""
     amount = sum(map(ord, run)) % 1000
     return {"run": run, "amount": amount, "verdict": f"approve {run} {amount}"}
+
+
+# --- the async twin: the same steps, awaited; its payment and read wait on the event loop ----
+
+
+async def _await_gate() -> None:
+    while not (_folder() / "gate").exists():
+        await asyncio.sleep(0.05)
+
+
+@tool(kind="effect", reconcile=lookup_payment, name="apay")
+async def apay(run: str, amount: int, phase: str, *, idempotency_key: str) -> dict[str, Any]:
+    (_folder() / f"entered.{run}").touch()
+    if phase == "before":
+        await _await_gate()
+    with open(_folder() / "sent.log", "a") as sent:
+        sent.write(idempotency_key + "\n")
+    if phase == "after":
+        await _await_gate()
+    return {"paid": idempotency_key}
+
+
+@tool(kind="read", name="afetch_amount")
+async def afetch_amount(run: str, phase: str) -> dict[str, Any]:
+    if phase == "read":
+        (_folder() / f"reading.{run}.{os.getpid()}").touch()
+        await _await_gate()
+    return {"run": run, "amount": sum(map(ord, run)) % 1000}
+
+
+@agent(ASYNC_NAME, tools=[afetch_amount, apay], max_resumes=5)
+async def inflight_pay_async(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    run = inputs["run"]
+    fetched = await ctx.call(afetch_amount, step="fetch", run=run, phase=inputs["phase"])
+    amount = fetched["amount"]
+    verdict = await ctx.model(f"{run} {amount}", model="scripted:inflight-approve", step="approve")
+    paid = await ctx.call(apay, step="pay", run=run, amount=amount, phase=inputs["phase"])
+    return {"run": run, "amount": amount, "verdict": verdict["text"], "paid": paid["paid"]}

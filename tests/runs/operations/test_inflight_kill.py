@@ -1,5 +1,5 @@
 """Hundreds of runs in flight in one worker process, lost or frozen (issue 31), on real
-workers and PostgreSQL:
+``runledger worker --runs-in-flight`` processes and PostgreSQL, sync and async agents mixed:
 
 1. one worker process holds 200 runs, every one inside its payment (half before sending, half
    after the provider received it); its whole process group is SIGKILLed. Every run is
@@ -36,7 +36,7 @@ pytestmark = [
 WAIT = 300  # seconds any condition may take on a loaded machine before the test fails
 MODULES = f"ledger.examples.agents,{inflight_agents.__name__}"
 #: How a worker holding many runs is started (docs/platform/workers.md).
-MANY_RUNS = {"pool": "threads", "concurrency": 250}
+RUNS_IN_FLIGHT = 250
 
 
 def _cluster(folder: Path) -> Cluster:
@@ -51,11 +51,11 @@ def _cluster(folder: Path) -> Cluster:
 
 
 def _start(cluster: Cluster, phases: list[str]) -> list[str]:
+    """One run per phase, sync and async agents alternating."""
     ids = []
     for i, phase in enumerate(phases):
-        run = start_unannounced(
-            agent=inflight_agents.NAME, inputs={"run": f"r{i:03d}", "phase": phase}
-        )
+        agent = inflight_agents.ASYNC_NAME if (i // 2) % 2 else inflight_agents.NAME
+        run = start_unannounced(agent=agent, inputs={"run": f"r{i:03d}", "phase": phase})
         cluster.send(start_run, run.run_id)
         ids.append(run.run_id)
     return ids
@@ -86,7 +86,7 @@ def test_a_worker_killed_with_200_runs_inside_effects_loses_and_repeats_nothing(
 ) -> None:
     folder = tmp_path / "provider"
     with _cluster(folder) as cluster:
-        victim = cluster.worker("victim", **MANY_RUNS)  # type: ignore[arg-type]
+        victim = cluster.runledger_worker("victim", runs_in_flight=RUNS_IN_FLIGHT)
         run_ids = _start(cluster, ["before", "after"] * 100)
         inside = lambda: _markers(folder, "entered") == len(run_ids)  # noqa: E731
         assert wait_for(inside, timeout=WAIT, interval=0.2), cluster.log("victim")
@@ -98,7 +98,7 @@ def test_a_worker_killed_with_200_runs_inside_effects_loses_and_repeats_nothing(
         victim.wait(timeout=60)
         (folder / "gate").touch()
         cluster.beat()
-        cluster.worker("rescuer", **MANY_RUNS)  # type: ignore[arg-type]
+        cluster.runledger_worker("rescuer", runs_in_flight=RUNS_IN_FLIGHT)
         assert wait_for(lambda: recovery.all_final(run_ids), timeout=WAIT, interval=0.5), (
             cluster.log("rescuer")
         )
@@ -110,14 +110,14 @@ def test_a_worker_killed_with_200_runs_inside_effects_loses_and_repeats_nothing(
 def test_a_frozen_worker_woken_after_a_takeover_sends_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "provider"
     with _cluster(folder) as cluster:
-        frozen = cluster.worker("frozen", **MANY_RUNS)  # type: ignore[arg-type]
+        frozen = cluster.runledger_worker("frozen", runs_in_flight=RUNS_IN_FLIGHT)
         run_ids = _start(cluster, ["read"] * 60)
         reading = lambda: _markers(folder, "reading") == len(run_ids)  # noqa: E731
         assert wait_for(reading, timeout=WAIT, interval=0.2), cluster.log("frozen")
         os.killpg(frozen.pid, signal.SIGSTOP)
         try:
             cluster.beat()
-            cluster.worker("rescuer", **MANY_RUNS)  # type: ignore[arg-type]
+            cluster.runledger_worker("rescuer", runs_in_flight=RUNS_IN_FLIGHT)
             taken = Run.objects.filter(pk__in=run_ids, executions__gte=2)
             assert wait_for(lambda: taken.count() == len(run_ids), timeout=WAIT, interval=0.5)
             (folder / "gate").touch()
