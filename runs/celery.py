@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from contextvars import Token
 from functools import cached_property
@@ -183,7 +184,10 @@ def _beat_banner(sender: Any, **kwargs: object) -> None:
     )
 
 
-_task_fields: dict[str, Token[Any]] = {}
+#: The bound log fields per (task id, thread): a task that retries is sent again under the same
+#: id, and in a threads pool its next attempt can start on another thread before this attempt's
+#: task_postrun has run.
+_task_fields: dict[tuple[str, int], Token[Any]] = {}
 
 
 @task_prerun.connect
@@ -196,14 +200,14 @@ def _bind_task(task_id: str, task: Any, args: Any = (), kwargs: Any = None, **re
     run_id = (kwargs or {}).get("run_id") or (args[0] if args else None)
     if isinstance(run_id, str) and run_id.startswith("run_"):
         fields["run_id"] = run_id
-    _task_fields[task_id] = logcontext.bind(**fields)
+    _task_fields[task_id, threading.get_ident()] = logcontext.bind(**fields)
 
 
 @task_postrun.connect
 def _unbind_task(task_id: str, **rest: Any) -> None:
     from ledger import logcontext
 
-    token = _task_fields.pop(task_id, None)
+    token = _task_fields.pop((task_id, threading.get_ident()), None)
     if token is not None:
         logcontext.unbind(token)
 

@@ -60,3 +60,43 @@ def test_a_signed_in_request_binds_its_actor_and_an_anonymous_one_none(rf) -> No
     middleware(anonymous)
     assert seen == [{"actor": "olivia"}, {}]
     assert logcontext.current() == {}
+
+
+@pytest.mark.sqlite_ok
+def test_a_retried_task_whose_next_attempt_starts_on_another_thread_unbinds_its_own_fields() -> (
+    None
+):
+    """A retry is sent again under the same task id; in a threads pool (a worker holding many
+    runs) its next attempt can begin on another thread before this attempt ends. Each attempt
+    unbinds the fields it bound, in its own thread's context (before: the first attempt popped
+    the second's token and Celery logged "created in a different Context")."""
+    import threading
+
+    from ledger import logcontext
+    from runs.celery import _bind_task, _unbind_task
+
+    first_bound, second_bound, errors = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        try:
+            _bind_task("task-1", None, args=("run_first",))
+            first_bound.set()
+            second_bound.wait(timeout=60)
+            _unbind_task("task-1")
+            assert logcontext.current() == {}
+        except Exception as exc:
+            errors.append(exc)
+
+    def second() -> None:
+        first_bound.wait(timeout=60)
+        _bind_task("task-1", None, args=("run_first",))
+        second_bound.set()
+        assert logcontext.current()["task_id"] == "task-1"
+        _unbind_task("task-1")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
