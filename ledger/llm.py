@@ -15,10 +15,12 @@ SDK's ``AsyncAnthropic`` — and otherwise runs its ``complete`` on a thread.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import os
 import urllib.request
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -127,16 +129,28 @@ class AnthropicClient:
             ) from exc
         base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
         key = _api_key()
-        async with AsyncAnthropic(
-            api_key=key,
-            base_url=base,
-            max_retries=0,
-            timeout=120,
-            default_headers={"x-api-key": key},  # the Messages API's header, as complete sends
-        ) as client:
-            raw = await client.messages.with_raw_response.create(**_body(model, prompt, system))
-            payload = json.loads(raw.http_response.content)
+        # One SDK client per event loop (and base URL and key), kept: making one builds an
+        # HTTP client and its TLS context, tens of milliseconds of CPU on the loop itself,
+        # which at hundreds of runs in flight held every other run's step behind it.
+        clients = _ASYNC_CLIENTS.setdefault(asyncio.get_running_loop(), {})
+        client = clients.get((base, key))
+        if client is None:
+            client = clients[base, key] = AsyncAnthropic(
+                api_key=key,
+                base_url=base,
+                max_retries=0,
+                timeout=120,
+                default_headers={"x-api-key": key},  # the Messages API's header, as complete sends
+            )
+        raw = await client.messages.with_raw_response.create(**_body(model, prompt, system))
+        payload = json.loads(raw.http_response.content)
         return _answer(payload, model)
+
+
+#: The async SDK clients, per event loop (forgotten with their loop).
+_ASYNC_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _api_key() -> str:

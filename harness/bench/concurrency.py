@@ -75,14 +75,14 @@ class Mode:
 
 RUNLEDGER_MODES = {
     "threads": Mode(
-        "runledger", "threads", inflight_agents.SYNC_AGENT, "worker --pool threads -c {n}"
+        "runledger", "threads", inflight_agents.SYNC_AGENT, "worker --runs-in-flight {n}"
     ),
     "prefork": Mode("runledger", "prefork", inflight_agents.SYNC_AGENT, "worker -c 8", max_r=100),
     "async": Mode(
         "runledger",
         "async",
         inflight_agents.ASYNC_AGENT,
-        "worker --pool threads -c {n}",
+        "worker --runs-in-flight {n}",
         needs_async=True,
     ),
 }
