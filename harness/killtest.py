@@ -82,6 +82,21 @@ SCENARIOS = (
         ),
         effects=3,
     ),
+    # The refund as an async agent (issue 31): the same steps awaited on the worker's event
+    # loop, its charge an async effect with an async lookup, the model's acomplete.
+    Scenario(
+        "refund-async",
+        "refund_async",
+        {"invoice_id": "inv_1003"},
+        (
+            "decide",
+            "charge.before_effect",
+            "charge.after_effect",
+            "notify.before_effect",
+            "task.after_execute",
+        ),
+        effects=3,
+    ),
     Scenario(
         "refund-denied",
         "refund",

@@ -112,9 +112,11 @@ def cancel_backlog(run_ids: list[str], *, keep: list[str]) -> None:
 
 @contextlib.contextmanager
 def default_database(server: PostgresServer) -> Iterator[None]:
-    """Point this process's default connection at ``server`` (migrated), then back."""
+    """Point this process's default connection at ``server`` (migrated), then back. With the
+    connection pool on, the pool (made from the settings it first saw) is closed on each side:
+    a pooled connection would still be the old database's."""
     saved = dict(connection.settings_dict)
-    connection.close()
+    _forget_connections()
     connection.settings_dict.update(
         NAME="postgres", HOST="127.0.0.1", PORT=server.port, USER="postgres", PASSWORD=""
     )
@@ -122,9 +124,16 @@ def default_database(server: PostgresServer) -> Iterator[None]:
         call_command("migrate", verbosity=0)
         yield
     finally:
-        connection.close()
+        _forget_connections()
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
+
+
+def _forget_connections() -> None:
+    connection.close()
+    close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's, with the pool on
+    if close_pool is not None:
+        close_pool()
 
 
 def statuses(run_ids: list[str]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The kill test inside `make test`: real workers SIGKILLed mid-run, on PostgreSQL.
 
-KILLTEST_CI_TRIALS (default 30) trials; KILLTEST_SEED replays a plan (each failure prints its
+KILLTEST_CI_TRIALS (default 40: every crash point of every scenario, and some at random) trials; KILLTEST_SEED replays a plan (each failure prints its
 seed and trial). `make killtest` runs the same harness with 200 trials by default.
 """
 
@@ -22,7 +22,7 @@ pytestmark = [
 
 
 def test_killed_workers_recover_with_the_same_result_and_no_repeated_effect(tmp_path) -> None:
-    trials = int(os.environ.get("KILLTEST_CI_TRIALS", "30"))
+    trials = int(os.environ.get("KILLTEST_CI_TRIALS", "40"))
     seed = int(os.environ.get("KILLTEST_SEED") or random.SystemRandom().randrange(1_000_000))
     report = killtest.run(trials=trials, seed=seed, root=tmp_path)
     connection.close()
