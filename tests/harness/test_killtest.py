@@ -1,7 +1,8 @@
 """The kill test inside `make test`: real workers SIGKILLed mid-run, on PostgreSQL.
 
-KILLTEST_CI_TRIALS (default 40: every crash point of every scenario, and some at random) trials; KILLTEST_SEED replays a plan (each failure prints its
-seed and trial). `make killtest` runs the same harness with 200 trials by default.
+KILLTEST_CI_TRIALS trials (default 40: every crash point of every scenario, and some at
+random); KILLTEST_SEED replays a plan (each failure prints its seed and trial). `make killtest`
+runs the same harness with 200 trials by default.
 """
 
 from __future__ import annotations
