@@ -11,6 +11,7 @@ from typing import Any
 
 from ledger import faultpoints, llm
 from ledger.agents import AsyncRunContext, RunContext, agent, off_loop, tool
+from ledger.engine import pooling
 from ledger.examples import simulators
 from ledger.examples.agents import refund_charge, refund_charge_async
 
@@ -126,7 +127,9 @@ async def twin_async(ctx: AsyncRunContext, inputs: dict[str, Any]) -> dict[str, 
 
 
 async def _backends() -> int:
-    """The connections to this database right now, counted on a connection of its own."""
+    """The connections to this database that someone holds right now, counted on a connection of
+    its own: every session PostgreSQL has, less those idle in this process's pool (open, but
+    lent to nobody: Django's psycopg pool keeps one ready)."""
 
     def count() -> int:
         from django.db import connection
@@ -135,7 +138,9 @@ async def _backends() -> int:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
             )
-            return int(cursor.fetchone()[0])
+            sessions = int(cursor.fetchone()[0])
+        pool = connection.pool if pooling.pooled() else None
+        return sessions - (pool.get_stats()["pool_available"] if pool is not None else 0)
 
     return int(await off_loop(count))
 

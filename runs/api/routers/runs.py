@@ -134,7 +134,7 @@ def start(
     "was used with other values), else 422; the problem's `errors` lists each bad item "
     "(`index`, `type`: invalid | unknown-agent | conflict, `message`, `current`). A body that "
     "is not a list of 1 to 1,000 runs, or whose items do not validate, is a 422 "
-    "(`errors[].path` names the item: `body.body.runs.3.run_id`).",
+    "(`errors[].path` names the item: `runs[3].run_id`).",
 )
 def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatchOut]:
     token = require(request, "start")

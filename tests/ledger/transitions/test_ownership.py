@@ -31,12 +31,16 @@ def test_the_static_check_finds_a_queryset_write_outside_the_owner() -> None:
 
 @pytest.mark.django_db
 def test_the_runtime_guard_refuses_a_write_from_outside_the_owner(monkeypatch) -> None:
+    from harness.unannounced import start_unannounced
     from ledger.transitions import lifecycle
 
-    Run.objects.filter(pk="none").update(detail="")  # a test's own write is allowed
+    run = start_unannounced(agent="refund", inputs={"invoice_id": "inv_owner"})
+    Run.objects.filter(pk=run.run_id).update(detail="")  # a test's own write is allowed
     with connection.cursor() as cur:
-        cur.execute("UPDATE ledger_run SET detail = '' WHERE run_id = 'none'")
-    # Pretend the owner lives elsewhere: the owner's own write now comes from "outside".
+        cur.execute("UPDATE ledger_run SET detail = '' WHERE run_id = %s", [run.run_id])
+    # Pretend the owner lives elsewhere: the owner's own write now comes from "outside". The run
+    # is queued and unchanged since it was seen, so the transition does reach its UPDATE.
+    run.refresh_from_db()
     monkeypatch.setattr(ownership, "OWNER", "ledger/nowhere/")
     with pytest.raises(ownership.OutsideWriter, match=r"ledger/transitions/lifecycle\.py"):
-        lifecycle.run_requeue_lost(run_id="none", seen_at=lifecycle.timezone.now())
+        lifecycle.run_requeue_lost(run_id=run.run_id, seen_at=run.updated_at)

@@ -86,7 +86,9 @@ def test_the_session_plans_the_engine_statements_once(clock) -> None:
 @pg_only
 @pytest.mark.django_db(transaction=True)
 def test_the_session_setting_is_not_made_inside_a_transaction(clock) -> None:
-    connection.close()  # a new connection, not yet set up
+    connection.close()  # a new connection, not yet set up (not one the pool kept, set up before)
+    if connection.settings_dict["OPTIONS"].get("pool"):
+        connection.close_pool()
     run_id, token = _claimed_run(clock)
     with transaction.atomic():
         _write(run_id, token, clock, 0)

@@ -90,13 +90,13 @@ def test_bad_items_are_422_each_listed_and_nothing_is_written(caller: Any) -> No
 @pytest.mark.parametrize(
     ("body", "path"),
     [
-        ({"runs": []}, "body.body.runs"),
-        ({"runs": [item(i) for i in range(1001)]}, "body.body.runs"),
-        ({"runs": "refund"}, "body.body.runs"),
-        ({}, "body.body.runs"),
-        ({"runs": [item(0), item(1, colour="red")]}, "body.body.runs.1.colour"),
-        ({"runs": [item(0), item(1, run_id="has spaces")]}, "body.body.runs.1.run_id"),
-        ({"runs": [item(0)], "extra": 1}, "body.body.extra"),
+        ({"runs": []}, "runs"),
+        ({"runs": [item(i) for i in range(1001)]}, "runs"),
+        ({"runs": "refund"}, "runs"),
+        ({}, "runs"),
+        ({"runs": [item(0), item(1, colour="red")]}, "runs[1].colour"),
+        ({"runs": [item(0), item(1, run_id="has spaces")]}, "runs[1].run_id"),
+        ({"runs": [item(0)], "extra": 1}, "extra"),
     ],
 )
 def test_an_empty_overlong_or_malformed_batch_is_422_naming_the_field(
