@@ -154,6 +154,7 @@ def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
 def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
     port, receiver_port = _free_port(), _free_port()
     env.pop("RUNLEDGER_NOTIFY_WEBHOOK_URL", None)  # the demo's own channel: its receiver
+    env.pop("RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS", None)  # the tests' allowance: a newcomer has none
     env.update({**EQUIPMENT_ENV, "RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     demo = subprocess.Popen(

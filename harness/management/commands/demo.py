@@ -31,6 +31,7 @@ DEMO_USERS = (
     ("arthur", "approver", "approves settlements"),
     ("admin", "admin", "everything, and the Django admin"),
 )
+ALLOW = "RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS"
 LONG_RUN = {
     "records": 400,
     "delay_ms": 1500,
@@ -95,8 +96,14 @@ class Command(BaseCommand):
         """The notification channel of the demo: a webhook to its own receiver on loopback
         (unless RUNLEDGER_NOTIFY_WEBHOOK_URL names another), and the refund agent's completion
         events subscribed to it, so the Notifications page and "who was told" have content.
-        Set before the scenarios run: their blocks write the notifications."""
+        Set before the scenarios run: their blocks write the notifications. The receiver is
+        on loopback, which the webhook policy refuses unless allowed: the demo allows
+        127.0.0.1 (here and in the processes it starts, which inherit the environment)."""
         base = f"http://127.0.0.1:{port}"
+        allowed = [n for n in os.environ.get(ALLOW, "").split(",") if n.strip()]
+        if "127.0.0.1" not in allowed:
+            os.environ[ALLOW] = ",".join([*allowed, "127.0.0.1"])
+        setattr(settings, ALLOW, os.environ[ALLOW].split(","))
         os.environ.setdefault("RUNLEDGER_NOTIFY_WEBHOOK_URL", f"{base}/operators")
         settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = os.environ["RUNLEDGER_NOTIFY_WEBHOOK_URL"]
         url = f"{base}/events"
