@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Which roles may call each operation (by method and path template).
 ALLOWED: dict[tuple[str, str], set[str]] = {
+    ("get", "/api/v1/"): {"viewer", "operator", "approver"},
     ("post", "/api/v1/runs"): {"operator"},
     ("post", "/api/v1/runs/batch"): {"operator"},
     ("get", "/api/v1/runs"): {"viewer", "operator", "approver"},
