@@ -56,6 +56,12 @@ def unapplied_migrations() -> list[str]:
     from django.db import DatabaseError, connection
     from django.db.migrations.executor import MigrationExecutor
 
+    from ledger.engine import pooling
+
+    down = pooling.unreachable()  # at once, not after the pool's timeout
+    if down:
+        log.warning("the database does not answer at start (%s): starting anyway", down)
+        return []
     try:
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())

@@ -54,6 +54,29 @@ def step_connection(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         release(alias)
 
 
+def unreachable(alias: str = DEFAULT_DB_ALIAS, *, timeout: int = 10) -> str:
+    """Why ``alias``'s database does not answer, in the driver's words; "" when it does.
+
+    One connection made directly, not through the pool, and closed at once: a pool retries a
+    refused connection in the background until ``RUNLEDGER_DB_POOL_TIMEOUT_SECONDS`` and then
+    says only that it could not get one, so a command or a process starting against a server
+    that is down would wait 30 s for a useless line. Without a pool: "" (the first query says).
+    """
+    if not pooled(alias):
+        return ""
+    from django.db import DatabaseError
+
+    db: Any = connections[alias]  # a PostgreSQL wrapper: pooled() said so
+    params = db.get_connection_params()
+    params.setdefault("connect_timeout", timeout)
+    try:
+        with db.wrap_database_errors:
+            db.Database.connect(**params).close()
+    except DatabaseError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 def _forget_inherited_pools() -> None:
     """In a forked child (Celery's prefork pool processes, a preloading web server): the
     parent's pools and their connections are not this process's. Forget them without closing

@@ -19,6 +19,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger import registry
+from ledger.engine import pooling
 from ledger.processes.deploy_check import deploy_check
 
 EXIT_WOULD_BLOCK = 1
@@ -32,6 +33,9 @@ def could_not_check() -> str:
         module, error = next(iter(sorted(broken.items())))
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         return f"agent module {module} failed to import: {_line(error)}{more}"
+    down = pooling.unreachable()  # at once, where the pool would wait its timeout to say less
+    if down:
+        return f"the database does not answer ({_line(down)})"
     try:
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
