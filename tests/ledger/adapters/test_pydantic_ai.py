@@ -288,7 +288,10 @@ def test_an_effect_without_an_idempotency_key_parameter_is_refused(execute: Any)
     assert "effect tool 'keyless' has no idempotency_key parameter" in run.detail
 
 
-def test_an_agent_with_tools_of_its_own_is_refused_naming_them(execute: Any) -> None:
+def test_an_agent_with_tools_of_its_own_runs_them_beside_the_ledger_tools(execute: Any) -> None:
+    """``@agent.tool_plain`` beside ``run_agent(tools=...)``: both are offered to the model (the
+    agent's own tool a read step when called; here the scripted model never calls it)."""
+
     def body(ctx: Any, inputs: Any) -> Any:
         own = pydantic_agents.refund_desk()
 
@@ -296,10 +299,18 @@ def test_an_agent_with_tools_of_its_own_is_refused_naming_them(execute: Any) -> 
         def shadow_refund(amount: int) -> int:
             return amount
 
-        return run_agent(ctx, own, "hi", tools=TOOLS)
+        return run_agent(ctx, own, "Please refund invoices inv_1001.", tools=TOOLS)
 
-    run = refused_run(execute, body)
-    assert "tools of its own (shadow_refund)" in run.detail
+    agent("pai-own", tools=TOOLS)(body)
+    try:
+        run_id = transitions.run_start(agent="pai-own", inputs={}).run_id
+        outcome = execute(run_id)
+    finally:
+        registry.unregister_agent("pai-own")
+    assert outcome.status == "succeeded", outcome
+    request = Step.objects.get(run_id=run_id, step_id="agent.turn.1").inputs
+    offered = {t["name"] for t in request["parameters"]["function_tools"]}
+    assert offered == {"fetch_invoice", "refund_charge", "notify_team", "shadow_refund"}
 
 
 def test_a_tool_result_that_is_not_json_fails_at_its_step(execute: Any) -> None:
