@@ -1,37 +1,49 @@
 """Durable PydanticAI agents (optional extra: ``runledger[pydantic-ai]``).
 
-    from pydantic_ai import Agent as PydanticAgent
-    from ledger.adapters.pydantic_ai import run_agent
+    from pydantic_ai import Agent, RunContext
+    from ledger.adapters.pydantic_ai import effect_key, run_agent
 
-    helper = PydanticAgent("openai:gpt-5", instructions="You settle refunds.")
+    desk = Agent("openai:gpt-5", deps_type=Payments, instructions="You settle refunds.")
 
-    @agent("refund-pai", tools=[lookup_order, refund])
+    @desk.tool
+    def refund(ctx: RunContext[Payments], customer: str, amount_cents: int) -> dict:
+        return ctx.deps.refund(customer, amount_cents, key=effect_key())
+
+    @agent("refund-pai")
     def refund_pai(ctx, inputs):
-        return run_agent(ctx, helper, inputs["message"], tools=[lookup_order, refund])
+        return run_agent(ctx, desk, inputs["message"], deps=Payments(),
+                         effects={"refund": find_refund})
 
-The extension point is PydanticAI's own, as its durable-execution integrations use it: the
-agent runs with a wrapped model (``LedgerModel``, a ``WrapperModel``) and a toolset of the
-author's ``@tool`` functions (``LedgerToolset``):
+The extension points are PydanticAI's own, as its durable-execution integrations use them: the
+agent runs with a wrapped model (``LedgerModel``, a ``WrapperModel``) and a capability whose
+wrapper toolset (``LedgerToolset``, a ``WrapperToolset`` from ``get_wrapper_toolset``) stands
+around every toolset of the run — ``@agent.tool``, ``@agent.tool_plain``, toolsets, MCP
+servers, ``run_agent(toolsets=...)`` and the ledger ``@tool``s given as ``tools=``:
 
 - each model request is a model step ``<step>.turn.<n>``, its input hash over the whole request
   (model name, messages, settings, request parameters with the tool definitions); the stored
   ``ModelResponse`` is replayed on resume, never asked again;
-- each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` of the tool's declared
-  kind (``i``: its place in the stored answer): a read, or an effect with its intent row, its
-  idempotency key and its reconcile (a started effect without one stops the run for a person);
+- each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` (``i``: its place in
+  the stored answer): a ledger ``@tool`` of its declared kind; a tool of the agent's a read, or
+  an effect when ``effects=`` names it (its lookup the reconcile, ``effect_key()`` its key
+  inside the tool). The step's inputs are the model's arguments, never the deps; its result is
+  the tool's return as JSON, handed to PydanticAI on the first run as on a replay;
 - the tool calls of one answer run as one ``ctx.parallel`` fan-out: PydanticAI validates them
-  all, then starts them as concurrent tasks; the toolset holds each (``ledger.adapters._gather``)
-  until every call the validation let through has arrived, and hands them to the run's thread
-  at once. Calls that require approval (``requires_approval=``, ``@tool(approval=...)``) follow
-  the fan-out one at a time, each behind runledger's approval gate; a rejection is PydanticAI's
-  denial (``ToolDenied``), handed to the model;
-- streaming is refused: a model step stores one whole answer;
+  all (``wrap_tool_validate`` says which are coming), then starts them as concurrent tasks; the
+  toolset holds each (``ledger.adapters._gather``) until every validated call has arrived.
+  Calls that require approval follow the fan-out one at a time, each behind runledger's approval
+  gate; a rejection is PydanticAI's denial (``ToolDenied``), handed to the model;
+- streaming is refused: a model step stores one whole answer; so is a PydanticAI run started
+  directly (``Agent.iter``, which ``run`` goes through, and ``run_stream``) inside a runledger
+  execution, which would bypass the ledger;
 - structured output, output validation and ``ModelRetry`` retries are PydanticAI's own: they
   depend only on the stored answers, so a resume takes the same path.
 
-PydanticAI is async and the ledger's steps are not: the agent runs on an event loop in a
-thread of its own, and every model request and tool call crosses to the calling thread (which
-holds the run's database connection and the ledger context) as one job.
+Where the steps are recorded: an ``async def`` ledger agent awaits ``run_agent`` and the
+PydanticAI run is a coroutine on its loop (``OnLoop``: each step awaited on the
+``AsyncRunContext``); a sync ledger agent's PydanticAI run is a coroutine on the worker's shared
+loop, and each model request and tool batch crosses to the run's thread (``Bridge``), which holds
+the run's ledger context. No thread or loop per run either way.
 """
 
 from __future__ import annotations
