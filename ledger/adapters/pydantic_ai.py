@@ -156,6 +156,7 @@ def _adapters() -> tuple[Any, Any]:
 
 def ledger_model(ctx: RunContext, wrapped: Any, recorder: Recorder, turns: Turns) -> Any:
     """``wrapped`` (a PydanticAI ``Model``) whose requests are the run's model steps."""
+    from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart
     from pydantic_ai.models.wrapper import WrapperModel
 
@@ -179,9 +180,10 @@ def ledger_model(ctx: RunContext, wrapped: Any, recorder: Recorder, turns: Turns
             }
 
             async def send() -> dict[str, Any]:
-                response = await self.wrapped.request(
-                    messages, model_settings, model_request_parameters
-                )
+                with Agent.using_thread_executor(_sync_tools()):
+                    response = await self.wrapped.request(
+                        messages, model_settings, model_request_parameters
+                    )
                 return {"response": response_adapter.dump_python(response, mode="json")}
 
             answer = await recorder.record_model(ctx, request, send, f"turn.{turn}")
@@ -419,7 +421,7 @@ def ledger_capability(
     ledger step ``turn.<n>.tools.<i>.<tool>`` (``i``: its place in the stored answer). The calls
     of one answer are gathered (``ledger.adapters._gather``) into one ``ctx.parallel`` fan-out;
     those behind an approval gate follow, one at a time."""
-    from pydantic_ai import ModelRetry
+    from pydantic_ai import Agent, ModelRetry
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.toolsets import WrapperToolset
     from pydantic_core import to_jsonable_python
@@ -448,7 +450,10 @@ def ledger_capability(
         async def invoke(key: str | None, token: int | None) -> Any:
             marked = _EFFECT.set((key, token)) if effect and key is not None else None
             try:
-                value = await wrapped.call_tool(name, tool_args, run_ctx, tool)
+                # Sync tools on the pool that gives connections back, also when this runs in
+                # a context copied from a fan-out thread (a sync ledger agent's).
+                with Agent.using_thread_executor(_sync_tools()):
+                    value = await wrapped.call_tool(name, tool_args, run_ctx, tool)
             except ModelRetry as exc:  # recorded, so a replay retries the same way
                 return {RETRY: exc.message}
             finally:
