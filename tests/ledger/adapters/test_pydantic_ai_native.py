@@ -245,3 +245,49 @@ def test_an_mcp_like_toolset_of_the_agent_is_a_step_too(execute: Any) -> None:
     assert outcome.status == "succeeded" and outcome.result == "shipped", outcome
     assert rows["agent.turn.1.tools.0.lookup"].result == {"order_id": "o1", "status": "shipped"}
     assert seen == ["o1"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_effect_of_the_agents_own_that_requires_approval_waits_at_the_gate(
+    kind: str, execute: Any, people: Any, clock: Any, asked_log: Path
+) -> None:
+    from ledger.models import Gate
+
+    desk = pydantic_agents.native_desk
+    prompt = "Please refund invoices inv_1001."
+    options: dict[str, Any] = {
+        "toolsets": [pydantic_agents.team],
+        "effects": pydantic_agents.NATIVE_EFFECTS,
+        "requires_approval": ["notify_team"],
+    }
+
+    def body(ctx: Any, inputs: Any) -> Any:
+        billing = pydantic_agents.Billing(invoices=pydantic_agents.INVOICES_BY_ID)
+        return run_agent(ctx, desk, prompt, deps=billing, **options)
+
+    async def abody(ctx: Any, inputs: Any) -> Any:
+        billing = pydantic_agents.Billing(invoices=pydantic_agents.INVOICES_BY_ID)
+        return await run_agent(ctx, desk, prompt, deps=billing, **options)
+
+    agent("pai-native-gate")(body if kind == "sync" else abody)
+    note = "agent.turn.3.tools.0.notify_team"
+    try:
+        run_id = transitions.run_start(agent="pai-native-gate", inputs={}).run_id
+        outcome = execute(run_id)
+        assert (outcome.status, outcome.reason, outcome.step_id) == (
+            "needs_attention",
+            "approval",
+            note,
+        ), outcome
+        assert not Step.objects.filter(run_id=run_id, step_id=note).exists()  # no intent yet
+        gate = Gate.objects.get(run_id=run_id, status="waiting")
+        assert gate.tool == "notify_team" and Notification.objects.count() == 0
+        transitions.gate_approve(gate=gate, by=people.bob, reason="ok", clock=clock)
+        done = execute(run_id, worker="worker-2")
+    finally:
+        registry.unregister_agent("pai-native-gate")
+    assert done.status == "succeeded", done
+    assert done.result == "Refunded 1 invoices and told #billing."
+    assert Notification.objects.count() == 1 and ProviderCharge.objects.count() == 1
+    assert Step.objects.get(run_id=run_id, step_id=note).kind == "effect"
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}  # the stop asked the model nothing again
