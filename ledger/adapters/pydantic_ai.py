@@ -608,6 +608,25 @@ def fencing_token() -> int | None:
     return current[1]
 
 
+async def send_effect_key(
+    run_ctx: Any, call_tool: Callable[..., Awaitable[Any]], name: str, args: dict[str, Any]
+) -> Any:
+    """An ``MCPToolset``'s ``process_tool_call``: a call that runs as an effect step carries its
+    key in the MCP request's ``_meta`` (``{"idempotency_key": ..., "fencing_token": ...}``), for
+    the server to send downstream (an MCP tool runs in the server, where ``effect_key()`` cannot
+    reach). Other calls go as they are.
+
+        MCPToolset("https://mcp.example/billing", process_tool_call=send_effect_key)
+    """
+    current = _EFFECT.get()
+    if current is None:
+        return await call_tool(name, args)
+    meta: dict[str, Any] = {"idempotency_key": current[0]}
+    if current[1] is not None:
+        meta["fencing_token"] = current[1]
+    return await call_tool(name, args, metadata=meta)
+
+
 # --- the author's call -------------------------------------------------------------------------
 
 

@@ -291,3 +291,73 @@ def test_an_effect_of_the_agents_own_that_requires_approval_waits_at_the_gate(
     assert Notification.objects.count() == 1 and ProviderCharge.objects.count() == 1
     assert Step.objects.get(run_id=run_id, step_id=note).kind == "effect"
     assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}  # the stop asked the model nothing again
+
+
+# --- an MCP server's tools (a loopback FastMCP server, in process) -------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_mcp_servers_tools_are_steps_and_its_effect_gets_its_key(
+    kind: str, execute: Any
+) -> None:
+    pytest.importorskip("fastmcp")
+    from fastmcp import FastMCP
+    from fastmcp.server.dependencies import get_context
+    from pydantic_ai.mcp import MCPToolset
+
+    from ledger.adapters.pydantic_ai import send_effect_key
+    from ledger.agents import NOT_HAPPENED
+
+    server = FastMCP("billing")
+    notes: dict[str, str] = {}  # the server's downstream, by idempotency key
+    calls: list[str] = []
+
+    @server.tool
+    def invoice_total(invoice_id: str) -> int:
+        calls.append("invoice_total")
+        return 4200
+
+    @server.tool
+    def post_note(text: str) -> dict[str, str]:
+        calls.append("post_note")
+        key = get_context().request_context.meta["idempotency_key"]  # type: ignore[union-attr,index]
+        notes.setdefault(key, text)
+        return {"note": key}
+
+    def find_note(idempotency_key: str) -> Any:
+        return {"note": idempotency_key} if idempotency_key in notes else NOT_HAPPENED
+
+    desk = PydanticAgent(
+        TestModel(), toolsets=[MCPToolset(server, process_tool_call=send_effect_key)]
+    )
+    options = {"effects": {"post_note": find_note}}
+
+    def body(ctx: Any, inputs: Any) -> Any:
+        return run_agent(ctx, desk, "note it", **options)
+
+    async def abody(ctx: Any, inputs: Any) -> Any:
+        return await run_agent(ctx, desk, "note it", **options)
+
+    agent("pai-mcp")(body if kind == "sync" else abody)
+    try:
+        run_id = transitions.run_start(agent="pai-mcp", inputs={}).run_id
+        first = execute(run_id)
+        assert first.status == "succeeded", first
+        Run.objects.filter(pk=run_id).update(status="failed")
+        transitions.run_resume(
+            run_id=run_id, by="test", reason="replay", seen_version=None, anyway=True
+        )
+        again = execute(run_id, worker="worker-2")
+    finally:
+        registry.unregister_agent("pai-mcp")
+    rows = {s.step_id: s for s in Step.objects.filter(run_id=run_id).order_by("seq")}
+    assert {k: r.kind for k, r in rows.items()} == {
+        "agent.turn.1": "model",
+        "agent.turn.1.tools.0.invoice_total": "read",
+        "agent.turn.1.tools.1.post_note": "effect",
+        "agent.turn.2": "model",
+    }
+    key = rows["agent.turn.1.tools.1.post_note"].effect_key
+    assert notes == {key: "a"}  # the server received the effect's key in the request's _meta
+    assert sorted(calls) == ["invoice_total", "post_note"]  # the replay called nothing again
+    assert again.status == "succeeded" and again.result == first.result
