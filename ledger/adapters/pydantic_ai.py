@@ -664,6 +664,91 @@ def run_agent(
     coroutine on the worker's event loop. In a sync one, it runs on the worker's shared loop
     while the run's thread records its steps.
     """
+    recorder, kwargs = _setup(
+        ctx, agent, tools, effects, toolsets, requires_approval, max_workers, run_kwargs
+    )
+
+    async def main() -> Any:
+        durable = _DURABLE.set(True)
+        try:
+            with agent.using_thread_executor(_sync_tools()):
+                return await agent.run(prompt, **kwargs)
+        finally:
+            _DURABLE.reset(durable)
+
+    if isinstance(recorder, OnLoop):
+        return _awaited_output(ctx, main, step)
+    assert isinstance(recorder, Bridge)
+    with ctx.scope(step):
+        result = recorder.serve(main(), shared=True)
+    return _output(result.output, step)
+
+
+def iter_agent(
+    ctx: RunContext,
+    agent: Any,
+    prompt: str,
+    *,
+    tools: Sequence[Tool] = (),
+    effects: Mapping[str, Lookup | None] | None = None,
+    toolsets: Sequence[Any] | None = None,
+    step: str = "agent",
+    requires_approval: Sequence[Tool | str] | Approver = (),
+    max_workers: int = 4,
+    **run_kwargs: Any,
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """PydanticAI's ``agent.iter`` made durable, in an ``async def`` ledger agent:
+
+        async with iter_agent(ctx, desk, prompt, deps=..., effects=...) as running:
+            async for node in running:
+                ...
+        output = running.result.output
+
+    The same steps as ``run_agent`` (the same arguments): each model request a model step,
+    each tool call a step. The nodes depend only on the stored answers, so a resume walks the
+    same nodes, asking nothing and running no tool again. Calls the ledger agent makes inside
+    the block are under ``step``'s scope. A sync ledger agent cannot iterate a coroutine's
+    nodes: there it raises; use ``run_agent``.
+    """
+    from ledger.engine.context import AsyncRunContext
+
+    if not isinstance(ctx, AsyncRunContext):
+        raise AgentDefinitionError(
+            "iter_agent iterates PydanticAI's nodes on the event loop: make the ledger agent an "
+            "async def (async with iter_agent(ctx, ...)), or use run_agent in a sync one"
+        )
+    _, kwargs = _setup(
+        ctx, agent, tools, effects, toolsets, requires_approval, max_workers, run_kwargs
+    )
+    return _iterate(ctx, agent, prompt, step, kwargs)
+
+
+@contextlib.asynccontextmanager
+async def _iterate(
+    ctx: RunContext, agent: Any, prompt: str, step: str, kwargs: dict[str, Any]
+) -> Any:
+    with ctx.scope(step):
+        durable = _DURABLE.set(True)
+        try:
+            with agent.using_thread_executor(_sync_tools()):
+                async with agent.iter(prompt, **kwargs) as running:
+                    yield running
+        finally:
+            _DURABLE.reset(durable)
+
+
+def _setup(
+    ctx: RunContext,
+    agent: Any,
+    tools: Sequence[Tool],
+    effects: Any,
+    toolsets: Any,
+    requires_approval: Any,
+    max_workers: int,
+    run_kwargs: dict[str, Any],
+) -> tuple[Recorder, dict[str, Any]]:
+    """Check ``run_agent``'s arguments (nothing runs before they pass) and build what the
+    PydanticAI run takes: the ledger model, the capability, the toolsets."""
     _framework()
     check_tools(tools)
     if max_workers < 1:
@@ -684,30 +769,18 @@ def run_agent(
 
     recorder: Recorder = OnLoop() if isinstance(ctx, AsyncRunContext) else Bridge()
     turns = Turns(effects=declared)
-    model = ledger_model(ctx, infer_model(run_kwargs.pop("model", agent.model)), recorder, turns)
+    rest = dict(run_kwargs)
+    model = ledger_model(ctx, infer_model(rest.pop("model", agent.model)), recorder, turns)
     options = Options(max_workers=max_workers, approver=named)
     capability = ledger_capability(ctx, tools, declared, recorder, turns, options)
     run_toolsets = [*([_ledger_functions(tools)] if tools else []), *given]
-
-    async def main() -> Any:
-        durable = _DURABLE.set(True)
-        try:
-            with agent.using_thread_executor(_sync_tools()):
-                return await agent.run(
-                    prompt,
-                    model=model,
-                    toolsets=run_toolsets or None,
-                    capabilities=[capability],
-                    **run_kwargs,
-                )
-        finally:
-            _DURABLE.reset(durable)
-
-    if isinstance(recorder, OnLoop):
-        return _awaited_output(ctx, main, step)
-    with ctx.scope(step):
-        result = recorder.serve(main(), shared=True)
-    return _output(result.output, step)
+    kwargs = {
+        "model": model,
+        "toolsets": run_toolsets or None,
+        "capabilities": [capability],
+        **rest,
+    }
+    return recorder, kwargs
 
 
 class _ClosingExecutor(ThreadPoolExecutor):

@@ -361,3 +361,64 @@ def test_an_mcp_servers_tools_are_steps_and_its_effect_gets_its_key(
     assert notes == {key: "a"}  # the server received the effect's key in the request's _meta
     assert sorted(calls) == ["invoice_total", "post_note"]  # the replay called nothing again
     assert again.status == "succeeded" and again.result == first.result
+
+
+# --- agent.iter, durable: iter_agent ------------------------------------------------------------
+
+
+def test_iter_agent_walks_the_same_nodes_on_a_resume_asking_and_running_nothing_again(
+    execute: Any, asked_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.adapters.pydantic_ai import iter_agent
+
+    walked: list[list[str]] = []
+
+    async def body(ctx: Any, inputs: Any) -> Any:
+        billing = pydantic_agents.Billing(invoices=pydantic_agents.INVOICES_BY_ID)
+        nodes: list[str] = []
+        async with iter_agent(
+            ctx,
+            pydantic_agents.native_desk,
+            "Please refund invoices inv_1001, inv_1003.",
+            deps=billing,
+            toolsets=[pydantic_agents.team],
+            effects=pydantic_agents.NATIVE_EFFECTS,
+        ) as running:
+            async for node in running:
+                nodes.append(type(node).__name__)
+        walked.append(nodes)
+        assert running.result is not None
+        return {"text": running.result.output}
+
+    agent("pai-iter")(body)
+    try:
+        run_id = transitions.run_start(agent="pai-iter", inputs={}).run_id
+        first = execute(run_id)
+        assert first.status == "succeeded", first
+        ran: list[str] = []
+        monkeypatch.setattr(pydantic_agents.Billing, "refund", lambda *args: ran.append("refund"))
+        Run.objects.filter(pk=run_id).update(status="failed")
+        transitions.run_resume(
+            run_id=run_id, by="test", reason="replay", seen_version=None, anyway=True
+        )
+        again = execute(run_id, worker="worker-2")
+    finally:
+        registry.unregister_agent("pai-iter")
+    assert first.result == again.result == ANSWER
+    rows = dict(Step.objects.filter(run_id=run_id).values_list("step_id", "kind"))
+    assert rows == EXPECTED_STEPS
+    assert again.replayed == len(EXPECTED_STEPS) and again.executed == 0
+    assert walked[0] == walked[1] and "CallToolsNode" in walked[0]
+    assert ran == [] and asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert ProviderCharge.objects.count() == 2 and Notification.objects.count() == 1
+
+
+def test_iter_agent_in_a_sync_ledger_agent_is_refused(execute: Any) -> None:
+    from ledger.adapters.pydantic_ai import iter_agent
+
+    def body(ctx: Any, inputs: Any) -> Any:
+        return iter_agent(ctx, pydantic_agents.native_desk, "hi")
+
+    outcome, rows = run_body(execute, body)
+    assert outcome.status == "failed" and "make the ledger agent an async def" in outcome.detail
+    assert rows == {}
