@@ -863,7 +863,7 @@ DIRECT = (
     "PydanticAI agent {name!r} was run with {how} directly inside runledger run {run_id}: its "
     "model requests and tool calls would not be steps, so a resume would ask the model again "
     "and run every tool again. Run it with ledger.adapters.pydantic_ai.run_agent(ctx, agent, "
-    "prompt, ...) (in an async def agent: await run_agent(...))"
+    "prompt, ...) (in an async def agent: await run_agent(...), or iter_agent for its nodes)"
 )
 
 
