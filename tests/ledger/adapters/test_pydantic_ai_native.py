@@ -422,3 +422,34 @@ def test_iter_agent_in_a_sync_ledger_agent_is_refused(execute: Any) -> None:
     outcome, rows = run_body(execute, body)
     assert outcome.status == "failed" and "make the ledger agent an async def" in outcome.detail
     assert rows == {}
+
+
+def test_the_dry_replay_of_a_finished_run_replays_every_step_and_runs_nothing(
+    execute: Any, asked_log: Path
+) -> None:
+    from ledger.processes.preview import preview_resume
+
+    run_id = start("refund_pydantic_ai_native")
+    assert execute(run_id).status == "succeeded"
+    preview = preview_resume(run_id=run_id, seconds=30)
+    actions = {s.step_id: s.action for s in preview.steps}
+    assert actions == dict.fromkeys(EXPECTED_STEPS, "replay"), (preview.error, actions)
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert ProviderCharge.objects.count() == 2 and Notification.objects.count() == 1
+
+
+def test_the_dry_replay_of_an_async_agent_stops_saying_it_cannot_walk_the_framework(
+    execute: Any, asked_log: Path
+) -> None:
+    """The dry replay walks an async agent with no event loop; PydanticAI needs one, so the
+    walk stops at once and says why (never an error, never a run)."""
+    from ledger.processes.preview import preview_resume
+
+    run_id = start("refund_pydantic_ai_native_async")
+    assert execute(run_id).status == "succeeded"
+    preview = preview_resume(run_id=run_id, seconds=30)
+    assert preview.error == "" and "awaits something other than its run context" in (
+        preview.stopped
+    )
+    assert preview.blocks_again() == ""  # it does not hold a resume back
+    assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}
