@@ -421,7 +421,7 @@ def ledger_capability(
     ledger step ``turn.<n>.tools.<i>.<tool>`` (``i``: its place in the stored answer). The calls
     of one answer are gathered (``ledger.adapters._gather``) into one ``ctx.parallel`` fan-out;
     those behind an approval gate follow, one at a time."""
-    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai import Agent, ApprovalRequired, CallDeferred, ModelRetry
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.toolsets import WrapperToolset
     from pydantic_core import to_jsonable_python
@@ -456,6 +456,13 @@ def ledger_capability(
                     value = await wrapped.call_tool(name, tool_args, run_ctx, tool)
             except ModelRetry as exc:  # recorded, so a replay retries the same way
                 return {RETRY: exc.message}
+            except (ApprovalRequired, CallDeferred) as exc:
+                raise AgentDefinitionError(
+                    f"tool {name!r} raised {type(exc).__name__}: a call deferred out of the run "
+                    "is not durable under runledger; declare the approval instead "
+                    f"(run_agent(requires_approval=[{name!r}]) with {name!r} in effects=), so "
+                    "runledger's gate stands before the effect's intent row"
+                ) from exc
             finally:
                 if marked is not None:
                     _EFFECT.reset(marked)

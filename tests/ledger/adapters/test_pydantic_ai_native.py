@@ -453,3 +453,19 @@ def test_the_dry_replay_of_an_async_agent_stops_saying_it_cannot_walk_the_framew
     )
     assert preview.blocks_again() == ""  # it does not hold a resume back
     assert asks(asked_log) == {1: 1, 2: 1, 3: 1, 4: 1}
+
+
+def test_a_tool_that_defers_its_own_call_is_refused_saying_what_to_declare(execute: Any) -> None:
+    from pydantic_ai import ApprovalRequired
+
+    helper = PydanticAgent(TestModel(), name="deferring")
+
+    @helper.tool_plain
+    def wire(amount: int) -> int:
+        raise ApprovalRequired()
+
+    outcome, rows = run_body(execute, lambda ctx, inputs: run_agent(ctx, helper, "wire"))
+    assert outcome.status == "failed", outcome
+    assert "tool 'wire' raised ApprovalRequired" in outcome.detail, outcome.detail
+    assert "requires_approval=['wire']" in outcome.detail
+    assert rows["agent.turn.1.tools.0.wire"].status == "failed"
