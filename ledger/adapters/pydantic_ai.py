@@ -345,8 +345,6 @@ class OnLoop:
     (the worker's shared loop) and awaits the ``AsyncRunContext``'s calls there, one at a
     time; no thread of its own."""
 
-    is_async = True
-
     def __init__(self) -> None:
         self._lock: asyncio.Lock | None = None
 
