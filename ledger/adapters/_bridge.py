@@ -58,8 +58,14 @@ class Bridge:
         assert self.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def serve(self, main: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``main`` on a new event loop in a thread; serve its jobs here until it ends."""
+    def serve(self, main: Coroutine[Any, Any, Any], *, shared: bool = False) -> Any:
+        """Run ``main`` on a new event loop in a thread; serve its jobs here until it ends.
+
+        ``shared``: on the process's shared event loop (``ledger.engine.aio``) instead, as a
+        coroutine beside the other runs' (no thread and no loop of its own), unless the calling
+        thread runs a loop itself."""
+        if shared and not _runs_a_loop():
+            return self._serve_shared(main)
         outcome: dict[str, Any] = {}
 
         def framework_thread() -> None:
@@ -95,3 +101,48 @@ class Bridge:
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
+
+    def _serve_shared(self, main: Coroutine[Any, Any, Any]) -> Any:
+        from ledger.engine import aio
+
+        loop = aio.shared_loop()
+        self.loop = loop
+
+        async def framework() -> Any:
+            try:
+                return await main
+            finally:
+                self.jobs.put(None)
+
+        done = asyncio.run_coroutine_threadsafe(framework(), loop)
+        raised = self._serve_jobs()
+        if raised is not None:
+            done.exception()  # the framework's end, whatever it did with the refusal
+            raise raised
+        return done.result()
+
+    def _serve_jobs(self) -> BaseException | None:
+        """Serve jobs on the calling thread until the framework ends; the first job's error."""
+        raised: BaseException | None = None
+        while (job := self.jobs.get()) is not None:
+            if not job.done.set_running_or_notify_cancel():
+                continue
+            if raised is not None:
+                job.done.set_exception(Stopped("the run stopped at an earlier step"))
+                continue
+            try:
+                job.done.set_result(job.run())
+            except BaseException as exc:  # a ledger outcome: it stops the run
+                raised = exc
+                job.done.set_exception(
+                    exc if self.hand_back else Stopped("the run stopped at this step")
+                )
+        return raised
+
+
+def _runs_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -15,8 +15,9 @@ of its extension points route the work through the ledger:
   idempotency key, reconcile through its lookup after a crash, a person asked when none.
   ``needs_approval=True`` on an effect maps onto runledger's approval gate.
 
-The SDK runs on its own event loop in a helper thread; every ledger call is handed back to the
-calling (worker) thread, which owns the database connection, the lease and the fencing token.
+The SDK runs as a coroutine on the worker's shared event loop (``ledger.engine.aio``; no loop or
+thread per run); every ledger call is handed back to the calling (worker) thread, which owns
+the database connection, the lease and the fencing token.
 The function-tool calls of one answer are gathered (``ledger.adapters._gather``) and run as one
 ``ctx.parallel`` fan-out, chained in the answer's order; calls behind ``needs_approval`` follow
 it one at a time. An agent used as a tool is not a step itself: its own model calls and tools
@@ -227,7 +228,7 @@ def transcript(run_id: str) -> list[dict[str, Any]]:
 
 
 class _Bridge(Bridge):
-    """Runs the SDK on an event loop in a helper thread (``ledger.adapters._bridge``; a call
+    """Runs the SDK on the worker's shared event loop (``ledger.adapters._bridge``; a call
     whose ledger work raised is given that error); runs ledger calls in this thread."""
 
     def __init__(self, ctx: RunContext, *, step: str, max_workers: int = 4) -> None:
@@ -239,7 +240,7 @@ class _Bridge(Bridge):
         self.gather = Gather(self._dispatch)
 
     def run(self, start: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        return self.serve(_SCOPE_RUN(start, (self.step, [0])))
+        return self.serve(_SCOPE_RUN(start, (self.step, [0])), shared=True)
 
     # the tool calls of one answer: gathered into one fan-out
     def answered(self, model_step: str, output: list[dict[str, Any]], durable: set[str]) -> None:

@@ -1,45 +1,64 @@
 """Durable PydanticAI agents (optional extra: ``runledger[pydantic-ai]``).
 
-    from pydantic_ai import Agent as PydanticAgent
-    from ledger.adapters.pydantic_ai import run_agent
+    from pydantic_ai import Agent, RunContext
+    from ledger.adapters.pydantic_ai import effect_key, run_agent
 
-    helper = PydanticAgent("openai:gpt-5", instructions="You settle refunds.")
+    desk = Agent("openai:gpt-5", deps_type=Payments, instructions="You settle refunds.")
 
-    @agent("refund-pai", tools=[lookup_order, refund])
+    @desk.tool
+    def refund(ctx: RunContext[Payments], customer: str, amount_cents: int) -> dict:
+        return ctx.deps.refund(customer, amount_cents, key=effect_key())
+
+    @agent("refund-pai")
     def refund_pai(ctx, inputs):
-        return run_agent(ctx, helper, inputs["message"], tools=[lookup_order, refund])
+        return run_agent(ctx, desk, inputs["message"], deps=Payments(),
+                         effects={"refund": find_refund})
 
-The extension point is PydanticAI's own, as its durable-execution integrations use it: the
-agent runs with a wrapped model (``LedgerModel``, a ``WrapperModel``) and a toolset of the
-author's ``@tool`` functions (``LedgerToolset``):
+The extension points are PydanticAI's own, as its durable-execution integrations use them: the
+agent runs with a wrapped model (``LedgerModel``, a ``WrapperModel``) and a capability whose
+wrapper toolset (``LedgerToolset``, a ``WrapperToolset`` from ``get_wrapper_toolset``) stands
+around every toolset of the run — ``@agent.tool``, ``@agent.tool_plain``, toolsets, MCP
+servers, ``run_agent(toolsets=...)`` and the ledger ``@tool``s given as ``tools=``:
 
 - each model request is a model step ``<step>.turn.<n>``, its input hash over the whole request
   (model name, messages, settings, request parameters with the tool definitions); the stored
   ``ModelResponse`` is replayed on resume, never asked again;
-- each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` of the tool's declared
-  kind (``i``: its place in the stored answer): a read, or an effect with its intent row, its
-  idempotency key and its reconcile (a started effect without one stops the run for a person);
+- each tool call is the ledger step ``<step>.turn.<n>.tools.<i>.<tool>`` (``i``: its place in
+  the stored answer): a ledger ``@tool`` of its declared kind; a tool of the agent's a read, or
+  an effect when ``effects=`` names it (its lookup the reconcile, ``effect_key()`` its key
+  inside the tool). The step's inputs are the model's arguments, never the deps; its result is
+  the tool's return as JSON, handed to PydanticAI on the first run as on a replay;
 - the tool calls of one answer run as one ``ctx.parallel`` fan-out: PydanticAI validates them
-  all, then starts them as concurrent tasks; the toolset holds each (``ledger.adapters._gather``)
-  until every call the validation let through has arrived, and hands them to the run's thread
-  at once. Calls that require approval (``requires_approval=``, ``@tool(approval=...)``) follow
-  the fan-out one at a time, each behind runledger's approval gate; a rejection is PydanticAI's
-  denial (``ToolDenied``), handed to the model;
-- streaming is refused: a model step stores one whole answer;
+  all (``wrap_tool_validate`` says which are coming), then starts them as concurrent tasks; the
+  toolset holds each (``ledger.adapters._gather``) until every validated call has arrived.
+  Calls that require approval follow the fan-out one at a time, each behind runledger's approval
+  gate; a rejection is PydanticAI's denial (``ToolDenied``), handed to the model;
+- streaming is refused: a model step stores one whole answer; so is a PydanticAI run started
+  directly (``Agent.iter``, which ``run`` goes through, and ``run_stream``) inside a runledger
+  execution, which would bypass the ledger;
 - structured output, output validation and ``ModelRetry`` retries are PydanticAI's own: they
   depend only on the stored answers, so a resume takes the same path.
 
-PydanticAI is async and the ledger's steps are not: the agent runs on an event loop in a
-thread of its own, and every model request and tool call crosses to the calling thread (which
-holds the run's database connection and the ledger context) as one job.
+Where the steps are recorded: an ``async def`` ledger agent awaits ``run_agent`` and the
+PydanticAI run is a coroutine on its loop (``OnLoop``: each step awaited on the
+``AsyncRunContext``); a sync ledger agent's PydanticAI run is a coroutine on the worker's shared
+loop, and each model request and tool batch crosses to the run's thread (``Bridge``), which holds
+the run's ledger context. No thread or loop per run either way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Sequence
-from typing import Any
+import os
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ledger import canonical, faultpoints
 from ledger.adapters import _bridge, register_transcript
@@ -47,6 +66,12 @@ from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
 from ledger.registry import Tool, require_idempotency_key
 from ledger.schemas import HIDDEN_PARAMS
+
+if TYPE_CHECKING:
+    from ledger.adapters._gather import Held, ToolCall
+
+#: An effect's lookup: did the call with this key happen? (its result, or NOT_HAPPENED / None)
+Lookup = Callable[..., Any]
 
 SUPPORTED = (2, 3)  # pydantic-ai >= 2, < 3
 
@@ -85,17 +110,6 @@ def check_version(version: str) -> None:
         )
 
 
-# --- the bridge between the agent's event loop and the run's thread ----------------------------
-
-
-class Bridge(_bridge.Bridge):
-    """Hands the agent's model requests and tool calls to the thread that runs the ledger
-    (``ledger.adapters._bridge``; a call whose ledger work raised is told ``Stopped``)."""
-
-    def __init__(self) -> None:
-        super().__init__(name="pydantic-ai-agent")
-
-
 # --- the model ---------------------------------------------------------------------------------
 
 
@@ -112,9 +126,22 @@ class Turns:
     """Counts the model requests of one agent run and remembers which turn asked for each tool
     call (by its id in the stored answer), to name the tool calls' steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, effects: Mapping[str, Any] | None = None) -> None:
         self.n = 0
         self.calls: dict[str, tuple[int, int]] = {}
+        self.effects = dict(effects or {})
+
+    def check_effects(self, parameters: Any) -> None:
+        """Before the first request is asked: every name in ``effects=`` is one of the tools
+        the agent offers the model (a misspelt effect would otherwise run as a read)."""
+        offered = {t.name for t in getattr(parameters, "function_tools", [])}
+        unknown = sorted(set(self.effects) - offered)
+        if unknown:
+            raise AgentDefinitionError(
+                f"run_agent(effects=...) names {', '.join(map(repr, unknown))}, which the "
+                f"PydanticAI agent does not offer the model (its tools: "
+                f"{', '.join(sorted(offered)) or 'none'})"
+            )
 
 
 @functools.cache
@@ -127,8 +154,9 @@ def _adapters() -> tuple[Any, Any]:
     return TypeAdapter(ModelRequestParameters), TypeAdapter(ModelResponse)
 
 
-def ledger_model(ctx: RunContext, wrapped: Any, bridge: Bridge, turns: Turns) -> Any:
+def ledger_model(ctx: RunContext, wrapped: Any, recorder: Recorder, turns: Turns) -> Any:
     """``wrapped`` (a PydanticAI ``Model``) whose requests are the run's model steps."""
+    from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart
     from pydantic_ai.models.wrapper import WrapperModel
 
@@ -140,6 +168,8 @@ def ledger_model(ctx: RunContext, wrapped: Any, bridge: Bridge, turns: Turns) ->
         ) -> Any:
             turns.n += 1
             turn = turns.n
+            if turn == 1:
+                turns.check_effects(model_request_parameters)
             request = {
                 "model": f"{self.wrapped.system}:{self.wrapped.model_name}",
                 "messages": _plain(ModelMessagesTypeAdapter.dump_python(messages, mode="json")),
@@ -149,19 +179,14 @@ def ledger_model(ctx: RunContext, wrapped: Any, bridge: Bridge, turns: Turns) ->
                 ),
             }
 
-            def send(_data: dict[str, Any]) -> dict[str, Any]:
-                response = bridge.on_loop(
-                    self.wrapped.request(messages, model_settings, model_request_parameters)
-                )
+            async def send() -> dict[str, Any]:
+                with Agent.using_thread_executor(_sync_tools()):
+                    response = await self.wrapped.request(
+                        messages, model_settings, model_request_parameters
+                    )
                 return {"response": response_adapter.dump_python(response, mode="json")}
 
-            def step() -> Any:
-                faultpoints.point("pydantic_ai.before_request")  # between two turns
-                return ctx.model_request(
-                    request, send=send, model=request["model"], step=f"turn.{turn}"
-                )
-
-            answer = await bridge.ask(step)
+            answer = await recorder.record_model(ctx, request, send, f"turn.{turn}")
             response = response_adapter.validate_python(answer["response"])
             index = 0
             for part in response.parts:
@@ -198,21 +223,24 @@ def check_tools(tools: Sequence[Tool]) -> None:
 Approver = Callable[[str, dict[str, Any]], bool]
 
 
-def check_approvals(tools: Sequence[Tool], requires_approval: Any) -> Approver:
+def check_approvals(
+    tools: Sequence[Tool], requires_approval: Any, *, effects: Mapping[str, Any] | None = None
+) -> Approver:
     """``run_agent(requires_approval=...)`` as a function of (tool name, arguments): tool names
     or ``@tool``s (every call), or a function deciding per call (as PydanticAI's
     ``ApprovalRequiredToolset`` does). Refused for tools that are not effects: runledger's
     approval gate stands before an effect's intent row."""
     if callable(requires_approval) and not isinstance(requires_approval, Tool):
         decide = requires_approval
-        effects = {t.name for t in tools if t.kind == "effect"}
-        return lambda name, args: name in effects and bool(decide(name, args))
+        gateable = {t.name for t in tools if t.kind == "effect"} | set(effects or {})
+        return lambda name, args: name in gateable and bool(decide(name, args))
     named = {t.name if isinstance(t, Tool) else str(t) for t in requires_approval or ()}
-    kinds = {t.name: t.kind for t in tools}
+    kinds = {t.name: str(t.kind) for t in tools} | dict.fromkeys(effects or {}, "effect")
     for name in sorted(named):
         if name not in kinds:
             raise AgentDefinitionError(
-                f"requires_approval names {name!r}, which is not one of run_agent's tools"
+                f"requires_approval names {name!r}, which is not one of run_agent's tools "
+                "nor named in its effects="
             )
         if kinds[name] != "effect":
             raise AgentDefinitionError(
@@ -222,29 +250,587 @@ def check_approvals(tools: Sequence[Tool], requires_approval: Any) -> Approver:
     return lambda name, _args: name in named
 
 
-def ledger_toolset(
+#: A tool's ``ModelRetry``, recorded as its step's result (replayed as the same retry).
+RETRY = "$pydantic_ai.model_retry"
+
+
+@dataclass
+class Options:
+    """How the tool calls of one answer run: at most ``max_workers`` at once, and which wait
+    at runledger's approval gate (``approver``, from ``run_agent(requires_approval=...)``)."""
+
+    max_workers: int = 4
+    approver: Approver = lambda _name, _args: False
+
+    def gated(self, call: ToolCall) -> bool:
+        return call.tool.approval is not None or self.approver(call.tool.name, call.arguments)
+
+    def call_gated(self, ctx: RunContext, call: ToolCall, step: str) -> Any:
+        from pydantic_ai import ToolDenied
+
+        from ledger.errors import ApprovalRejected
+
+        own = None if call.tool.approval is not None else True  # the tool's own policy first
+        try:
+            return ctx.call(call.tool, step=step[:200], approval=own, **call.arguments)
+        except ApprovalRejected as exc:  # PydanticAI's denial path: the model is told
+            return ToolDenied(f"The tool call was denied: {exc}")
+
+    async def acall_gated(self, ctx: RunContext, call: ToolCall, step: str) -> Any:
+        from pydantic_ai import ToolDenied
+
+        from ledger.errors import ApprovalRejected
+
+        own = None if call.tool.approval is not None else True
+        try:
+            return await ctx.call(  # type: ignore[misc]
+                call.tool, step=step[:200], approval=own, **call.arguments
+            )
+        except ApprovalRejected as exc:
+            return ToolDenied(f"The tool call was denied: {exc}")
+
+
+Sender = Callable[[], Awaitable[Any]]
+#: Runs a framework tool for its step: (effect key, fencing token) -> its JSON result.
+Invoke = Callable[[str | None, int | None], Awaitable[Any]]
+
+
+class Bridge(_bridge.Bridge):
+    """A sync ledger agent's steps: the PydanticAI agent runs as a coroutine on the worker's
+    shared event loop and hands each model request and each answer's tool calls to the run's
+    thread, which holds the run's ledger context (``ledger.adapters._bridge``; a call whose
+    ledger work raised is told ``Stopped``)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="pydantic-ai-agent")
+
+    async def record_model(
+        self, ctx: RunContext, request: dict[str, Any], send: Sender, step: str
+    ) -> Any:
+        def sync_send(_data: dict[str, Any]) -> Any:
+            return self.on_loop(send())  # type: ignore[arg-type]
+
+        def run() -> Any:
+            faultpoints.point("pydantic_ai.before_request")  # between two turns
+            return ctx.model_request(request, send=sync_send, model=request["model"], step=step)
+
+        return await self.ask(run)
+
+    async def record_batch(self, ctx: RunContext, batch: list[Held], options: Options) -> Any:
+        from ledger.adapters._gather import run_calls
+
+        def run() -> dict[int, Any]:
+            return run_calls(
+                ctx,
+                batch,
+                prefix=f"turn.{batch[0].answer}",
+                max_workers=options.max_workers,
+                gated=options.gated,
+                call_gated=lambda call, step: options.call_gated(ctx, call, step),
+            )
+
+        return await self.ask(run)
+
+    def tool_fn(self, invoke: Invoke) -> Callable[..., Any]:
+        def fn(
+            *, idempotency_key: str | None = None, fencing_token: int | None = None, **_: Any
+        ) -> Any:
+            return self.on_loop(invoke(idempotency_key, fencing_token))  # type: ignore[arg-type]
+
+        return fn
+
+
+class OnLoop:
+    """An ``async def`` ledger agent's steps: the PydanticAI agent runs on the caller's loop
+    (the worker's shared loop) and awaits the ``AsyncRunContext``'s calls there, one at a
+    time; no thread of its own."""
+
+    def __init__(self) -> None:
+        self._lock: asyncio.Lock | None = None
+
+    def _one_at_a_time(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def record_model(
+        self, ctx: RunContext, request: dict[str, Any], send: Sender, step: str
+    ) -> Any:
+        async def async_send(_data: dict[str, Any]) -> Any:
+            return await send()
+
+        async with self._one_at_a_time():
+            faultpoints.point("pydantic_ai.before_request")  # between two turns
+            return await ctx.model_request(  # type: ignore[misc]
+                request, send=async_send, model=request["model"], step=step
+            )
+
+    async def record_batch(self, ctx: RunContext, batch: list[Held], options: Options) -> Any:
+        prefix = f"turn.{batch[0].answer}"
+        behind = {h.index for h in batch if options.gated(h.payload)}
+        plain = [h for h in batch if h.index not in behind]
+        out: dict[int, Any] = {}
+        async with self._one_at_a_time():
+            if plain:
+                keys = {h.index: f"{h.index}.{h.payload.tool.name}"[:100] for h in plain}
+                branches = {keys[h.index]: (h.payload.tool, h.payload.arguments) for h in plain}
+                done = await ctx.parallel(  # type: ignore[misc]
+                    branches, step=f"{prefix}.tools", max_workers=options.max_workers
+                )
+                out.update({index: done[key] for index, key in keys.items()})
+            for held in batch:
+                if held.index in behind:
+                    step = f"{prefix}.tools.{held.index}.{held.payload.tool.name}"
+                    out[held.index] = await options.acall_gated(ctx, held.payload, step)
+        return out
+
+    def tool_fn(self, invoke: Invoke) -> Callable[..., Any]:
+        async def fn(
+            *, idempotency_key: str | None = None, fencing_token: int | None = None, **_: Any
+        ) -> Any:
+            return await invoke(idempotency_key, fencing_token)
+
+        return fn
+
+
+Recorder = Bridge | OnLoop
+
+
+def _takes_fencing_token(fn: Callable[..., Any] | None) -> bool:
+    if fn is None:
+        return False
+    try:
+        return "fencing_token" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def ledger_capability(
     ctx: RunContext,
     tools: Sequence[Tool],
-    bridge: Bridge,
+    effects: Mapping[str, Lookup | None],
+    recorder: Recorder,
     turns: Turns,
-    *,
-    approver: Approver = lambda _name, _args: False,
-    max_workers: int = 4,
+    options: Options,
 ) -> Any:
-    """A PydanticAI toolset of the ledger ``tools``. The calls of one model answer are gathered
-    (``ledger.adapters._gather``) and run as one ``ctx.parallel`` fan-out, each call the tool's
-    ledger step ``turn.<n>.tools.<i>.<tool>``; calls that need approval follow, one at a time."""
-    from pydantic_ai import ModelRetry, ToolDenied
-    from pydantic_ai.tools import Tool as PydanticTool
-    from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
+    """PydanticAI's own extension point for a run: a capability whose wrapper toolset stands
+    around every toolset the agent runs with (``@agent.tool``, ``@agent.tool_plain``, toolsets,
+    MCP servers, the ledger ``@tool``s given as ``run_agent(tools=...)``), so each call is the
+    ledger step ``turn.<n>.tools.<i>.<tool>`` (``i``: its place in the stored answer). The calls
+    of one answer are gathered (``ledger.adapters._gather``) into one ``ctx.parallel`` fan-out;
+    those behind an approval gate follow, one at a time."""
+    from pydantic_ai import Agent, ApprovalRequired, CallDeferred, ModelRetry
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.toolsets import WrapperToolset
+    from pydantic_core import to_jsonable_python
 
-    from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
-    from ledger.errors import ApprovalRejected
+    from ledger.adapters._gather import Gather, ToolCall
 
     by_name = {t.name: t for t in tools}
 
     def where(tool_call_id: str | None) -> tuple[int, int]:
         return turns.calls.get(tool_call_id or "", (turns.n, 0))
+
+    async def dispatch(batch: list[Held]) -> dict[int, Any]:
+        return await recorder.record_batch(ctx, batch, options)  # type: ignore[no-any-return]
+
+    gather = Gather(dispatch)
+
+    def framework_tool(
+        name: str, tool_args: dict[str, Any], run_ctx: Any, tool: Any, wrapped: Any
+    ) -> Tool:
+        """The ledger step of a tool PydanticAI owns: a read, or an effect when ``effects``
+        names it (its lookup the reconcile). ``run_ctx`` (with the deps) is the author's,
+        never hashed: the step's inputs are the model's arguments."""
+        effect = name in effects
+        lookup = effects.get(name)
+
+        async def invoke(key: str | None, token: int | None) -> Any:
+            marked = _EFFECT.set((key, token)) if effect and key is not None else None
+            try:
+                # Sync tools on the pool that gives connections back, also when this runs in
+                # a context copied from a fan-out thread (a sync ledger agent's).
+                with Agent.using_thread_executor(_sync_tools()):
+                    value = await wrapped.call_tool(name, tool_args, run_ctx, tool)
+            except ModelRetry as exc:  # recorded, so a replay retries the same way
+                return {RETRY: exc.message}
+            except (ApprovalRequired, CallDeferred) as exc:
+                raise AgentDefinitionError(
+                    f"tool {name!r} raised {type(exc).__name__}: a call deferred out of the run "
+                    "is not durable under runledger; declare the approval instead "
+                    f"(run_agent(requires_approval=[{name!r}]) with {name!r} in effects=), so "
+                    "runledger's gate stands before the effect's intent row"
+                ) from exc
+            finally:
+                if marked is not None:
+                    _EFFECT.reset(marked)
+            return to_jsonable_python(value)
+
+        return Tool(
+            name=name,
+            kind="effect" if effect else "read",
+            fn=recorder.tool_fn(invoke),
+            reconcile=lookup,
+            description=getattr(tool.tool_def, "description", None) or "",
+            takes_fencing_token=effect,
+            reconcile_takes_fencing_token=_takes_fencing_token(lookup),
+            is_async=isinstance(recorder, OnLoop),
+        )
+
+    class LedgerToolset(WrapperToolset[Any]):
+        async def call_tool(
+            self, name: str, tool_args: dict[str, Any], run_ctx: Any, tool: Any
+        ) -> Any:
+            turn, index = where(run_ctx.tool_call_id)
+            if name in by_name:
+                call = ToolCall(by_name[name], dict(tool_args))
+            else:
+                arguments = to_jsonable_python(tool_args)
+                own = framework_tool(name, tool_args, run_ctx, tool, self.wrapped)
+                call = ToolCall(own, arguments)
+            result = await gather.call(str(turn), index, call)
+            if isinstance(result, dict) and set(result) == {RETRY}:
+                raise ModelRetry(result[RETRY])
+            return result
+
+    class LedgerCapability(AbstractCapability[Any]):
+        def get_wrapper_toolset(self, toolset: Any) -> Any:
+            return LedgerToolset(toolset)
+
+        async def wrap_tool_validate(
+            self, run_ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
+        ) -> Any:
+            validated = await handler(args)
+            if tool_def.kind == "function":  # valid: PydanticAI will run it
+                turn, index = where(call.tool_call_id)
+                gather.expect(str(turn), index)
+            return validated
+
+    return LedgerCapability()
+
+
+def _leaves(toolsets: Sequence[Any]) -> list[Any]:
+    found: list[Any] = []
+    for toolset in toolsets:
+        toolset.apply(found.append)
+    return found
+
+
+def check_toolsets(agent: Any, toolsets: Any) -> list[Any]:
+    """``run_agent(toolsets=...)`` as a list of PydanticAI toolsets; refuses anything else, and
+    toolsets whose calls run outside the run (``ExternalToolset``: deferred to the caller)."""
+    from pydantic_ai.toolsets import AbstractToolset, ExternalToolset
+
+    if toolsets is None:
+        given: list[Any] = []
+    elif isinstance(toolsets, AbstractToolset):
+        given = [toolsets]
+    elif isinstance(toolsets, (list, tuple)):
+        given = list(toolsets)
+    else:
+        raise AgentDefinitionError(
+            f"run_agent(toolsets=...) takes a list of PydanticAI toolsets, not {toolsets!r}"
+        )
+    for toolset in given:
+        if not isinstance(toolset, AbstractToolset):
+            raise AgentDefinitionError(
+                f"run_agent(toolsets=...) takes PydanticAI toolsets (FunctionToolset, an MCP "
+                f"server, ...), not {toolset!r}: give ledger @tool functions as tools=[...]"
+            )
+    external = sorted(
+        {
+            type(leaf).__name__
+            for leaf in _leaves([*agent.toolsets, *given])
+            if isinstance(leaf, ExternalToolset)
+        }
+    )
+    if external:
+        raise AgentDefinitionError(
+            f"PydanticAI agent has toolsets of its own ({', '.join(external)}) whose calls "
+            "would run outside the ledger (an external tool's call is deferred to the caller, "
+            "outside the run altogether): declare the tools on the agent or as ledger @tools"
+        )
+    return given
+
+
+def check_effects(tools: Sequence[Tool], effects: Any) -> dict[str, Lookup | None]:
+    """``run_agent(effects={tool name: lookup or None})``."""
+    if effects is None:
+        return {}
+    if not isinstance(effects, Mapping):
+        raise AgentDefinitionError(
+            "run_agent(effects=...) maps tool names to their lookups (or None), e.g. "
+            f'effects={{"refund_charge": find_refund}}, not {effects!r}'
+        )
+    ledger_names = {t.name for t in tools}
+    for name, lookup in effects.items():
+        if not isinstance(name, str) or not name:
+            raise AgentDefinitionError(f"run_agent(effects=...) keys are tool names, not {name!r}")
+        if name in ledger_names:
+            raise AgentDefinitionError(
+                f"run_agent(effects=...) names {name!r}, a ledger @tool given as tools=[...]: "
+                "its kind is its own declaration"
+            )
+        if lookup is not None and not callable(lookup):
+            raise AgentDefinitionError(
+                f"run_agent(effects={{{name!r}: ...}}) takes a lookup function of the effect "
+                f"key (or None: a crash inside it stops the run for a person), not {lookup!r}"
+            )
+    return dict(effects)
+
+
+# --- what an effect tool reads ------------------------------------------------------------------
+
+#: The effect key and fencing token of the framework tool running now as an effect step.
+_EFFECT: contextvars.ContextVar[tuple[str, int | None] | None] = contextvars.ContextVar(
+    "runledger_pydantic_ai_effect", default=None
+)
+#: Set while ``run_agent`` drives a PydanticAI run (the guard lets that one through).
+_DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runledger_pydantic_ai_durable", default=False
+)
+
+
+def effect_key() -> str:
+    """Inside a tool that ``run_agent(effects=...)`` names, while it runs as its effect step:
+    the effect's key (``<run id>:<step id>``), stable across crashes and resumes. Send it as the
+    downstream's idempotency key; the effect's lookup receives the same key."""
+    current = _EFFECT.get()
+    if current is None:
+        raise AgentDefinitionError(
+            "effect_key() is asked outside an effect: call it inside a PydanticAI tool that "
+            'run_agent(effects={"<tool name>": lookup}) declares an effect, while it runs'
+        )
+    return current[0]
+
+
+def fencing_token() -> int | None:
+    """Inside an effect tool (as ``effect_key``): this execution's fencing token, which grows
+    with every takeover of the run (for a downstream that refuses a stale writer)."""
+    current = _EFFECT.get()
+    if current is None:
+        raise AgentDefinitionError("fencing_token() is asked outside an effect (see effect_key)")
+    return current[1]
+
+
+async def send_effect_key(
+    run_ctx: Any, call_tool: Callable[..., Awaitable[Any]], name: str, args: dict[str, Any]
+) -> Any:
+    """An ``MCPToolset``'s ``process_tool_call``: a call that runs as an effect step carries its
+    key in the MCP request's ``_meta`` (``{"idempotency_key": ..., "fencing_token": ...}``), for
+    the server to send downstream (an MCP tool runs in the server, where ``effect_key()`` cannot
+    reach). Other calls go as they are.
+
+        MCPToolset("https://mcp.example/billing", process_tool_call=send_effect_key)
+    """
+    current = _EFFECT.get()
+    if current is None:
+        return await call_tool(name, args)
+    meta: dict[str, Any] = {"idempotency_key": current[0]}
+    if current[1] is not None:
+        meta["fencing_token"] = current[1]
+    return await call_tool(name, args, metadata=meta)
+
+
+# --- the author's call -------------------------------------------------------------------------
+
+
+def run_agent(
+    ctx: RunContext,
+    agent: Any,
+    prompt: str,
+    *,
+    tools: Sequence[Tool] = (),
+    effects: Mapping[str, Lookup | None] | None = None,
+    toolsets: Sequence[Any] | None = None,
+    step: str = "agent",
+    requires_approval: Sequence[Tool | str] | Approver = (),
+    max_workers: int = 4,
+    **run_kwargs: Any,
+) -> Any:
+    """Run the PydanticAI ``agent`` on ``prompt`` durably inside a ledger agent; its output.
+
+    The agent keeps its own tools (``@agent.tool`` with ``RunContext[Deps]``,
+    ``@agent.tool_plain``, toolsets, MCP servers, sync or async) and ``run_agent(toolsets=...)``
+    adds more: every call is a step, a read unless ``effects`` names it — ``effects={"tool
+    name": lookup}`` makes it an effect with an intent row, its key (``effect_key()`` inside the
+    tool) and ``lookup(idempotency_key)`` as its reconcile (``None``: a crash inside it stops
+    the run for a person). ``tools`` are ledger ``@tool`` functions (also listed in the ledger
+    agent's ``tools=``), each of its own declared kind. The tool calls of one model answer run
+    as one fan-out of at most ``max_workers`` at once. ``requires_approval`` (effect names or
+    tools, or a function of the tool's name and arguments) puts those effects' calls behind
+    runledger's approval gate; a rejection is PydanticAI's denial (``ToolDenied``), handed to
+    the model. ``run_kwargs`` go to ``Agent.run`` (``deps``, ``output_type``,
+    ``model_settings``, ``usage_limits``…): ``deps`` are the author's objects, built by the
+    ledger agent on each execution and never hashed. A structured output (a pydantic model) is
+    returned as its JSON data.
+
+    In an ``async def`` ledger agent, ``await run_agent(ctx, ...)``: the agent runs as a
+    coroutine on the worker's event loop. In a sync one, it runs on the worker's shared loop
+    while the run's thread records its steps.
+    """
+    recorder, kwargs = _setup(
+        ctx, agent, tools, effects, toolsets, requires_approval, max_workers, run_kwargs
+    )
+
+    async def main() -> Any:
+        durable = _DURABLE.set(True)
+        try:
+            with agent.using_thread_executor(_sync_tools()):
+                return await agent.run(prompt, **kwargs)
+        finally:
+            _DURABLE.reset(durable)
+
+    if isinstance(recorder, OnLoop):
+        return _awaited_output(ctx, main, step)
+    assert isinstance(recorder, Bridge)
+    with ctx.scope(step):
+        result = recorder.serve(main(), shared=True)
+    return _output(result.output, step)
+
+
+def iter_agent(
+    ctx: RunContext,
+    agent: Any,
+    prompt: str,
+    *,
+    tools: Sequence[Tool] = (),
+    effects: Mapping[str, Lookup | None] | None = None,
+    toolsets: Sequence[Any] | None = None,
+    step: str = "agent",
+    requires_approval: Sequence[Tool | str] | Approver = (),
+    max_workers: int = 4,
+    **run_kwargs: Any,
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """PydanticAI's ``agent.iter`` made durable, in an ``async def`` ledger agent:
+
+        async with iter_agent(ctx, desk, prompt, deps=..., effects=...) as running:
+            async for node in running:
+                ...
+        output = running.result.output
+
+    The same steps as ``run_agent`` (the same arguments): each model request a model step,
+    each tool call a step. The nodes depend only on the stored answers, so a resume walks the
+    same nodes, asking nothing and running no tool again. Calls the ledger agent makes inside
+    the block are under ``step``'s scope. A sync ledger agent cannot iterate a coroutine's
+    nodes: there it raises; use ``run_agent``.
+    """
+    from ledger.engine.context import AsyncRunContext
+
+    if not isinstance(ctx, AsyncRunContext):
+        raise AgentDefinitionError(
+            "iter_agent iterates PydanticAI's nodes on the event loop: make the ledger agent an "
+            "async def (async with iter_agent(ctx, ...)), or use run_agent in a sync one"
+        )
+    _, kwargs = _setup(
+        ctx, agent, tools, effects, toolsets, requires_approval, max_workers, run_kwargs
+    )
+    return _iterate(ctx, agent, prompt, step, kwargs)
+
+
+@contextlib.asynccontextmanager
+async def _iterate(
+    ctx: RunContext, agent: Any, prompt: str, step: str, kwargs: dict[str, Any]
+) -> Any:
+    with ctx.scope(step):
+        durable = _DURABLE.set(True)
+        try:
+            with agent.using_thread_executor(_sync_tools()):
+                async with agent.iter(prompt, **kwargs) as running:
+                    yield running
+        finally:
+            _DURABLE.reset(durable)
+
+
+def _setup(
+    ctx: RunContext,
+    agent: Any,
+    tools: Sequence[Tool],
+    effects: Any,
+    toolsets: Any,
+    requires_approval: Any,
+    max_workers: int,
+    run_kwargs: dict[str, Any],
+) -> tuple[Recorder, dict[str, Any]]:
+    """Check ``run_agent``'s arguments (nothing runs before they pass) and build what the
+    PydanticAI run takes: the ledger model, the capability, the toolsets."""
+    _framework()
+    check_tools(tools)
+    if max_workers < 1:
+        raise AgentDefinitionError("run_agent(max_workers=...) must be at least 1")
+    if run_kwargs.get("event_stream_handler") is not None:
+        raise AgentDefinitionError(STREAMING)
+    for name in ("capabilities", "conversation"):
+        if run_kwargs.get(name) is not None:
+            raise AgentDefinitionError(f"run_agent({name}=...) is not supported under runledger")
+    declared = check_effects(tools, effects)
+    given = check_toolsets(agent, toolsets)
+    named = check_approvals(tools, requires_approval, effects=declared)
+    if agent.model is None and "model" not in run_kwargs:
+        raise AgentDefinitionError("the PydanticAI agent has no model: give it one")
+    from pydantic_ai.models import infer_model
+
+    from ledger.engine.context import AsyncRunContext
+
+    recorder: Recorder = OnLoop() if isinstance(ctx, AsyncRunContext) else Bridge()
+    turns = Turns(effects=declared)
+    rest = dict(run_kwargs)
+    model = ledger_model(ctx, infer_model(rest.pop("model", agent.model)), recorder, turns)
+    options = Options(max_workers=max_workers, approver=named)
+    capability = ledger_capability(ctx, tools, declared, recorder, turns, options)
+    run_toolsets = [*([_ledger_functions(tools)] if tools else []), *given]
+    kwargs = {
+        "model": model,
+        "toolsets": run_toolsets or None,
+        "capabilities": [capability],
+        **rest,
+    }
+    return recorder, kwargs
+
+
+class _ClosingExecutor(ThreadPoolExecutor):
+    """Runs PydanticAI's sync tools (and sync model functions) on a bounded pool, giving back
+    the database connection a tool took after each call (a tool may use the Django ORM)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        from ledger.engine.aio import _and_close
+
+        return super().submit(_and_close, fn, *args, **kwargs)
+
+
+_executor: tuple[int, _ClosingExecutor] | None = None
+_executor_lock = threading.Lock()
+#: Threads that run the sync tools of this process's PydanticAI agents.
+SYNC_TOOL_THREADS = 32
+
+
+def _sync_tools() -> _ClosingExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None or _executor[0] != os.getpid():
+            pool = _ClosingExecutor(SYNC_TOOL_THREADS, thread_name_prefix="pydantic-ai-tool")
+            _executor = (os.getpid(), pool)
+        return _executor[1]
+
+
+async def _awaited_output(ctx: RunContext, main: Callable[[], Awaitable[Any]], step: str) -> Any:
+    with ctx.scope(step):
+        result = await main()
+    return _output(result.output, step)
+
+
+def _output(output: Any, step: str) -> Any:
+    if hasattr(output, "model_dump"):
+        return output.model_dump(mode="json")
+    return canonical.normalize(output, step_id=f"{step}.output")
+
+
+def _ledger_functions(tools: Sequence[Tool]) -> Any:
+    """The ledger ``@tool``s as a PydanticAI ``FunctionToolset`` (their schemas as the ledger
+    sees them: ``idempotency_key`` and ``fencing_token`` are the engine's, never the model's)."""
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.tools import Tool as PydanticTool
+    from pydantic_ai.toolsets import FunctionToolset
 
     def validator(tool: Tool) -> Callable[..., None]:
         signature = inspect.signature(tool.fn)
@@ -259,34 +845,10 @@ def ledger_toolset(
                 signature.bind(**args, **hidden)
             except TypeError as exc:
                 raise ModelRetry(f"{tool.name}: {exc}") from exc
-            turn, index = where(run_ctx.tool_call_id)
-            gather.expect(str(turn), index)  # valid: PydanticAI will run it
 
         return validate
 
-    def call_gated(call: ToolCall, step: str) -> Any:
-        own = None if call.tool.approval is not None else True  # the tool's own policy first
-        try:
-            return ctx.call(call.tool, step=step[:200], approval=own, **call.arguments)
-        except ApprovalRejected as exc:  # PydanticAI's denial path: the model is told
-            return ToolDenied(f"The tool call was denied: {exc}")
-
-    def run_batch(batch: list[Held]) -> dict[int, Any]:
-        """On the run's thread: the batch as one fan-out, then the gated calls in order."""
-        return run_calls(
-            ctx,
-            batch,
-            prefix=f"turn.{batch[0].answer}",
-            max_workers=max_workers,
-            gated=lambda call: approver(call.tool.name, call.arguments),
-            call_gated=call_gated,
-        )
-
-    async def dispatch(batch: list[Held]) -> dict[int, Any]:
-        return await bridge.ask(lambda: run_batch(batch))  # type: ignore[no-any-return]
-
-    gather = Gather(dispatch)
-    functions = FunctionToolset(
+    return FunctionToolset(
         [
             PydanticTool.from_schema(
                 t.fn,
@@ -299,89 +861,50 @@ def ledger_toolset(
         ]
     )
 
-    class LedgerToolset(WrapperToolset[Any]):
-        async def call_tool(
-            self, name: str, tool_args: dict[str, Any], run_ctx: Any, tool: Any
-        ) -> Any:
-            turn, index = where(run_ctx.tool_call_id)
-            return await gather.call(str(turn), index, ToolCall(by_name[name], dict(tool_args)))
 
-    return LedgerToolset(functions)
+# --- PydanticAI run directly inside a ledger agent ----------------------------------------------
 
-
-# --- the author's call -------------------------------------------------------------------------
+DIRECT = (
+    "PydanticAI agent {name!r} was run with {how} directly inside runledger run {run_id}: its "
+    "model requests and tool calls would not be steps, so a resume would ask the model again "
+    "and run every tool again. Run it with ledger.adapters.pydantic_ai.run_agent(ctx, agent, "
+    "prompt, ...) (in an async def agent: await run_agent(...), or iter_agent for its nodes)"
+)
 
 
-def run_agent(
-    ctx: RunContext,
-    agent: Any,
-    prompt: str,
-    *,
-    tools: Sequence[Tool] = (),
-    step: str = "agent",
-    requires_approval: Sequence[Tool | str] | Approver = (),
-    max_workers: int = 4,
-    **run_kwargs: Any,
-) -> Any:
-    """Run the PydanticAI ``agent`` on ``prompt`` durably inside a ledger agent; its output.
+def _refuse_direct(agent: Any, how: str) -> None:
+    from ledger import logcontext
 
-    ``tools`` are the ledger ``@tool`` functions the agent may call (also listed in the ledger
-    agent's ``tools=``, so they are in its tool-schema hash). The tool calls of one model
-    answer run as one fan-out of at most ``max_workers`` at once. ``requires_approval`` (tool
-    names or tools, or a function of the tool's name and arguments) puts those effects' calls
-    behind runledger's approval gate, as ``@tool(approval=...)`` does; a rejection is
-    PydanticAI's denial (``ToolDenied``), handed to the model. ``run_kwargs`` go to
-    ``Agent.run`` (``output_type``, ``deps``, ``model_settings``, ``usage_limits``…). A
-    structured output (a pydantic model) is returned as its JSON data.
-    """
-    _framework()
-    check_tools(tools)
-    if max_workers < 1:
-        raise AgentDefinitionError("run_agent(max_workers=...) must be at least 1")
-    if run_kwargs.get("event_stream_handler") is not None:
-        raise AgentDefinitionError(STREAMING)
-    named = check_approvals(tools, requires_approval)
-
-    def approver(name: str, args: dict[str, Any]) -> bool:
-        tool = next(t for t in tools if t.name == name)
-        return tool.approval is not None or named(name, args)
-
-    from pydantic_ai.toolsets import FunctionToolset
-
-    others = sorted(
-        {type(ts).__name__ for ts in agent.toolsets if not isinstance(ts, FunctionToolset)}
-    )
-    if others:
+    run_id = logcontext.current().get("run_id")
+    if run_id and not _DURABLE.get():
+        if how == "run_stream":
+            raise AgentDefinitionError(f"{STREAMING} (run {run_id})")
         raise AgentDefinitionError(
-            f"PydanticAI agent has toolsets of its own ({', '.join(others)}) whose calls would "
-            "run outside the ledger (an external tool's call outside the run altogether): "
-            "declare the tools with ledger @tool and pass them as run_agent(tools=...)"
+            DIRECT.format(name=getattr(agent, "name", None), how=how, run_id=run_id)
         )
-    own = [name for ts in agent.toolsets for name in getattr(ts, "tools", {})]
-    if own:
-        raise AgentDefinitionError(
-            f"PydanticAI agent has tools of its own ({', '.join(sorted(own))}) that would run "
-            "outside the ledger: declare them with ledger @tool and pass them as "
-            "run_agent(tools=...)"
-        )
-    if agent.model is None and "model" not in run_kwargs:
-        raise AgentDefinitionError("the PydanticAI agent has no model: give it one")
-    from pydantic_ai.models import infer_model
 
-    bridge = Bridge()
-    turns = Turns()
-    model = ledger_model(ctx, infer_model(run_kwargs.pop("model", agent.model)), bridge, turns)
-    toolset = ledger_toolset(ctx, tools, bridge, turns, approver=approver, max_workers=max_workers)
 
-    async def main() -> Any:
-        return await agent.run(prompt, model=model, toolsets=[toolset], **run_kwargs)
+def _install_guard() -> None:
+    """Refuse, inside a runledger execution, a PydanticAI run not driven by ``run_agent``:
+    ``Agent.iter`` (which ``run``, ``run_sync`` and ``run_stream_events`` go through) and
+    ``run_stream`` raise at once, before the model is asked anything."""
+    from pydantic_ai.agent import Agent
+    from pydantic_ai.agent.abstract import AbstractAgent
 
-    with ctx.scope(step):
-        result = bridge.serve(main())
-    output = result.output
-    if hasattr(output, "model_dump"):
-        return output.model_dump(mode="json")
-    return canonical.normalize(output, step_id=f"{step}.output")
+    for cls, name in ((Agent, "iter"), (AbstractAgent, "run_stream")):
+        original = cls.__dict__[name]
+        if not getattr(original, "__runledger_guard__", False):
+            setattr(cls, name, _guarded(original, name))
+
+
+def _guarded(original: Callable[..., Any], how: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _refuse_direct(self, how)
+        return original(self, *args, **kwargs)
+
+    guarded.__runledger_guard__ = True  # type: ignore[attr-defined]
+    return guarded
 
 
 # --- the transcript ----------------------------------------------------------------------------
@@ -430,3 +953,6 @@ def _entry(role: str, text: str, time: str, step_id: str) -> dict[str, Any]:
 
 
 register_transcript("pydantic-ai", transcript)
+
+with contextlib.suppress(ImportError):  # without the extra, run_agent refuses on its own
+    _install_guard()

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import RunContext as PaiRunContext
+from pydantic_ai import Tool as PaiTool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
 
 from ledger import faultpoints
-from ledger.adapters.pydantic_ai import run_agent
-from ledger.agents import RunContext, agent
+from ledger.adapters.pydantic_ai import effect_key, run_agent
+from ledger.agents import AsyncRunContext, RunContext, agent
+from ledger.examples import simulators
+from ledger.examples.agents import INVOICES as INVOICES_BY_ID
 from ledger.examples.agents import fetch_invoice, notify_team, refund_charge
 
 #: The instructions are code: changing them between a crash and a resume makes the next model
@@ -103,5 +109,96 @@ def refund_pydantic_ai(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any
         refund_desk(),
         "Please refund invoices " + ", ".join(inputs["invoice_ids"]) + ".",
         tools=TOOLS,
+    )
+    return {"text": text}
+
+
+# --- the same desk written as PydanticAI's docs write it ----------------------------------------
+#
+# Its tools are PydanticAI's own: ``@agent.tool`` taking ``RunContext[Billing]`` (the deps: the
+# author's clients, built per execution), an ``async def`` tool, and a ``FunctionToolset``. Only
+# ``run_agent(effects=...)`` says which are effects; each reads its key with ``effect_key()``.
+
+
+@dataclass
+class Billing:
+    """The deps: the billing system's clients (here the offline simulators)."""
+
+    invoices: dict[str, dict[str, Any]]
+
+    def refund(self, customer: str, amount_cents: int, key: str) -> dict[str, Any]:
+        return simulators.provider_charge(
+            customer=customer, amount_cents=-amount_cents, idempotency_key=key
+        )
+
+
+native_desk = PydanticAgent(
+    FunctionModel(refund_desk_model),
+    deps_type=Billing,
+    instructions=INSTRUCTIONS["2"],
+    name="refund_desk_native",
+)
+
+
+@native_desk.tool(name="fetch_invoice")
+async def fetch_invoice_native(ctx: PaiRunContext[Billing], invoice_id: str) -> dict[str, Any]:
+    """Look an invoice up in the billing system."""
+    faultpoints.point("fetch_invoice")
+    return {"invoice_id": invoice_id, **ctx.deps.invoices[invoice_id]}
+
+
+@native_desk.tool(name="refund_charge")
+def refund_charge_native(
+    ctx: PaiRunContext[Billing], customer: str, amount_cents: int
+) -> dict[str, Any]:
+    """Refund a customer through the payment provider."""
+    return ctx.deps.refund(customer, amount_cents, effect_key())
+
+
+def notify_team_native(channel: str, text: str) -> dict[str, Any]:
+    """Post to the team's channel (no read path)."""
+    return simulators.notifier_send(channel=channel, text=text, idempotency_key=effect_key())
+
+
+team = FunctionToolset([PaiTool(notify_team_native, name="notify_team")])
+
+NATIVE_EFFECTS = {"refund_charge": simulators.provider_lookup, "notify_team": None}
+
+
+def _prompt(inputs: dict[str, Any]) -> str:
+    return "Please refund invoices " + ", ".join(inputs["invoice_ids"]) + "."
+
+
+@agent(
+    "refund_pydantic_ai_native",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    title="Refund with a PydanticAI agent as written",
+)
+def refund_pydantic_ai_native(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The PydanticAI desk with its own tools and deps (inputs: invoice_ids)."""
+    billing = Billing(invoices=INVOICES_BY_ID)  # the deps: rebuilt on every execution
+    text = run_agent(
+        ctx, native_desk, _prompt(inputs), deps=billing, toolsets=[team], effects=NATIVE_EFFECTS
+    )
+    return {"text": text}
+
+
+@agent(
+    "refund_pydantic_ai_native_async",
+    plan_version="1",
+    divergence="refuse",
+    max_resumes=5,
+    title="Refund with a PydanticAI agent as written (async)",
+)
+async def refund_pydantic_ai_native_async(
+    ctx: AsyncRunContext, inputs: dict[str, Any]
+) -> dict[str, Any]:
+    """``refund_pydantic_ai_native`` as an async agent: the PydanticAI run is a coroutine on
+    the worker's event loop."""
+    billing = Billing(invoices=INVOICES_BY_ID)
+    text = await run_agent(
+        ctx, native_desk, _prompt(inputs), deps=billing, toolsets=[team], effects=NATIVE_EFFECTS
     )
     return {"text": text}

@@ -284,9 +284,12 @@ def _run_inline(result: Any) -> Any:
     except StopIteration as stop:
         return stop.value
     except RuntimeError as exc:
-        if "no running event loop" not in str(exc):
+        said = str(exc).lower()
+        if "no running event loop" not in said and "not currently running on any" not in said:
             raise
-        raise _Stop(why) from None  # asyncio.sleep and the like, with no loop to run them
+        # asyncio.sleep and the like, with no loop to run them; anyio's and sniffio's "not
+        # running on any asynchronous event loop" (a framework such as PydanticAI).
+        raise _Stop(why) from None
     result.close()
     raise _Stop(why)
 

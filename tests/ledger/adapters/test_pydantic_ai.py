@@ -51,6 +51,8 @@ EXPECTED_STEPS = {
     "agent.turn.4": "model",
 }
 ANSWER = {"text": "Refunded 2 invoices and told #billing."}
+#: The ledger-@tool agent, and the PydanticAI agent as written (sync and async ledger agents).
+AGENTS = ["refund_pydantic_ai", "refund_pydantic_ai_native", "refund_pydantic_ai_native_async"]
 
 
 @pytest.fixture
@@ -62,10 +64,8 @@ def asked() -> Iterator[Counter[int]]:
     faults.clear_hooks()
 
 
-def start() -> str:
-    return transitions.run_start(
-        agent="refund_pydantic_ai", inputs={"invoice_ids": INVOICES}
-    ).run_id
+def start(name: str = "refund_pydantic_ai") -> str:
+    return transitions.run_start(agent=name, inputs={"invoice_ids": INVOICES}).run_id
 
 
 def rows(run_id: str) -> dict[str, Step]:
@@ -183,14 +183,17 @@ def effects_once() -> None:
         "pydantic_ai.before_request@3",  # (c) turn 2's refunds committed, turn 3 not asked
     ],
 )
+@pytest.mark.parametrize("name", AGENTS)
 def test_a_celery_worker_killed_mid_agent_resumes_asking_once_and_sending_once(
-    kill_at: str, tmp_path: Path, asked_log: Path
+    name: str, kill_at: str, tmp_path: Path, asked_log: Path
 ) -> None:
     """The whole `celery -A runs worker` dies at the point; a second worker and beat's sweep
-    recover the run: each model request asked once, each effect sent once, the same output."""
+    recover the run: each model request asked once, each effect sent once, the same output.
+    The agents: ledger @tools, and the PydanticAI agent as written (its own @agent.tool with
+    deps, an async tool, a FunctionToolset, effects named in run_agent), sync and async."""
     env = {"RUNLEDGER_AGENT_MODULES": MODULES, "RUNLEDGER_EXAMPLE_ASKED": str(asked_log)}
     with Cluster(tmp_path / "cluster", lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
-        run_id = start()
+        run_id = start(name)
         victim = cluster.worker(
             "victim", env={"RUNLEDGER_KILL_AT": kill_at, "RUNLEDGER_KILL_SCOPE": "group"}
         )
@@ -218,12 +221,13 @@ def test_a_celery_worker_killed_mid_agent_resumes_asking_once_and_sending_once(
 
 @pytest.mark.slow
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.parametrize("name", AGENTS)
 def test_a_worker_killed_inside_the_effect_without_a_lookup_stops_the_run_for_a_person(
-    tmp_path: Path, asked_log: Path
+    name: str, tmp_path: Path, asked_log: Path
 ) -> None:
     env = {"RUNLEDGER_AGENT_MODULES": MODULES, "RUNLEDGER_EXAMPLE_ASKED": str(asked_log)}
     with Cluster(tmp_path / "cluster", lease_seconds=2, sweep_seconds=0.5, env=env) as cluster:
-        run_id = start()
+        run_id = start(name)
         victim = cluster.worker(
             "victim",
             env={"RUNLEDGER_KILL_AT": "notify.after_effect", "RUNLEDGER_KILL_SCOPE": "group"},
@@ -288,7 +292,10 @@ def test_an_effect_without_an_idempotency_key_parameter_is_refused(execute: Any)
     assert "effect tool 'keyless' has no idempotency_key parameter" in run.detail
 
 
-def test_an_agent_with_tools_of_its_own_is_refused_naming_them(execute: Any) -> None:
+def test_an_agent_with_tools_of_its_own_runs_them_beside_the_ledger_tools(execute: Any) -> None:
+    """``@agent.tool_plain`` beside ``run_agent(tools=...)``: both are offered to the model (the
+    agent's own tool a read step when called; here the scripted model never calls it)."""
+
     def body(ctx: Any, inputs: Any) -> Any:
         own = pydantic_agents.refund_desk()
 
@@ -296,10 +303,18 @@ def test_an_agent_with_tools_of_its_own_is_refused_naming_them(execute: Any) -> 
         def shadow_refund(amount: int) -> int:
             return amount
 
-        return run_agent(ctx, own, "hi", tools=TOOLS)
+        return run_agent(ctx, own, "Please refund invoices inv_1001.", tools=TOOLS)
 
-    run = refused_run(execute, body)
-    assert "tools of its own (shadow_refund)" in run.detail
+    agent("pai-own", tools=TOOLS)(body)
+    try:
+        run_id = transitions.run_start(agent="pai-own", inputs={}).run_id
+        outcome = execute(run_id)
+    finally:
+        registry.unregister_agent("pai-own")
+    assert outcome.status == "succeeded", outcome
+    request = Step.objects.get(run_id=run_id, step_id="agent.turn.1").inputs
+    offered = {t["name"] for t in request["parameters"]["function_tools"]}
+    assert offered == {"fetch_invoice", "refund_charge", "notify_team", "shadow_refund"}
 
 
 def test_a_tool_result_that_is_not_json_fails_at_its_step(execute: Any) -> None:

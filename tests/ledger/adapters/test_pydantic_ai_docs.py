@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,9 @@ PAGE = Path(__file__).resolve().parents[3] / "docs" / "authors" / "pydantic-ai.m
 def test_the_pages_opening_example_runs_and_refunds_once(execute: Any) -> None:
     code = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.S)
     assert code is not None
-    namespace: dict[str, Any] = {"__name__": "docs_pydantic_ai"}
+    module = types.ModuleType("docs_pydantic_ai")  # a module, as the author's would be
+    sys.modules[module.__name__] = module
+    namespace: dict[str, Any] = module.__dict__
     exec(compile(code.group(1), str(PAGE), "exec"), namespace)
     try:
         run = transitions.run_start(agent="refund_desk", inputs={"message": "Refund ord_7"})
@@ -37,5 +41,11 @@ def test_the_pages_opening_example_runs_and_refunds_once(execute: Any) -> None:
             "agent.turn.3": "model",
         }
         assert namespace["REFUNDS"] == {f"{run.run_id}:agent.turn.2.tools.0.refund": 4200}
+        # The agent as written: its own tools, its deps, the effect named in run_agent.
+        assert [t.name for t in namespace["desk"].toolsets[0].tools.values()] == [
+            "lookup_order",
+            "refund",
+        ]
     finally:
         registry.unregister_agent("refund_desk")
+        sys.modules.pop(module.__name__, None)
