@@ -274,7 +274,7 @@ def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     "streams already (retry after the `Retry-After` seconds).",
     openapi_extra={
         "responses": {
-            "200": {
+            200: {
                 "description": "the stream",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             }
