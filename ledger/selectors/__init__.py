@@ -104,7 +104,7 @@ from ledger.selectors.runs import (
     steps_for_page,
     sweep_health,
 )
-from ledger.selectors.stream import run_status, stream_after
+from ledger.selectors.stream import run_status, stream_after, stream_tail
 from ledger.selectors.timeline import WaterfallRow, step_waterfall
 
 __all__ = [
@@ -192,6 +192,7 @@ __all__ = [
     "steps_by_id",
     "steps_for_page",
     "stream_after",
+    "stream_tail",
     "sweep_health",
     "webhook_subscriptions",
 ]
