@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import random
@@ -285,8 +286,11 @@ class LiveSteps:
                 connections.close_all()
 
         unwatch = self._fence.watch(woken.set)
+        context = contextvars.copy_context()  # the execution's log fields go with the call
         try:
-            threading.Thread(target=call, name=f"model-{self.run_id}", daemon=True).start()
+            threading.Thread(
+                target=context.run, args=(call,), name=f"model-{self.run_id}", daemon=True
+            ).start()
             woken.wait()
         finally:
             unwatch()

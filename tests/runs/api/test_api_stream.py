@@ -150,3 +150,22 @@ def test_the_clients_run_starts_and_waits_and_its_stream_reads_every_event(
     with pytest.raises(rl.NotFound):
         list(api_client.stream("run_missing"))
     assert StreamEvent.objects.filter(run_id=run.run_id).count() == 3
+
+
+def test_a_web_process_serves_a_bounded_number_of_streams_and_refuses_more_with_503(
+    caller: Any,
+) -> None:
+    from runs.api import sse
+
+    shop = caller("viewer")
+    run_id = caller("operator").post("/api/v1/runs", PROGRESS).json()["run_id"]
+    held = [shop.get(f"/api/v1/runs/{run_id}/stream") for _ in range(sse.MAX_STREAMS)]
+    assert all(a.status_code == 200 for a in held)
+    refused = shop.get(f"/api/v1/runs/{run_id}/stream")
+    assert refused.status_code == 503 and refused["Retry-After"] == "2"
+    assert refused.json()["title"] == "Too many streams"
+    for answer in held:
+        answer.close()  # the readers went away: their places are free again
+    again = shop.get(f"/api/v1/runs/{run_id}/stream")
+    assert again.status_code == 200
+    again.close()
