@@ -17,6 +17,7 @@ backing-off interval (0.05 s growing to 1 s).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -163,6 +164,17 @@ class _Listener:
 
 
 _listener = _Listener()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a worker's pool process) starts its own listener: the parent's thread
+    and connection are not its own."""
+    global _listener
+    _listener = _Listener()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def watch(run_id: str, fn: Callable[[], None]) -> Callable[[], None]:
