@@ -169,3 +169,33 @@ def test_a_web_process_serves_a_bounded_number_of_streams_and_refuses_more_with_
     again = shop.get(f"/api/v1/runs/{run_id}/stream")
     assert again.status_code == 200
     again.close()
+
+
+def test_the_async_clients_run_and_stream(live_server: Any) -> None:
+    import asyncio
+
+    secret = tokens.token_create(name="shop-async", role="operator").secret
+
+    async def story() -> tuple[rl.Run, list[rl.Event], list[rl.Event]]:
+        async with rl.AsyncClient(live_server.url, secret, backoff=0.01) as aio:
+            run = await aio.run(stream_agents.ASYNC_NAME, {"steps": 2}, timeout=120)
+            events = [e async for e in aio.stream(run.run_id)]
+            later = [e async for e in aio.stream(run.run_id, last_event_id=events[1].id)]
+            with pytest.raises(rl.NotFound):
+                [e async for e in aio.stream("run_missing")]
+            return run, events, later
+
+    stop = threading.Event()
+    worker = _worker(stop)
+    try:
+        run, events, later = asyncio.run(story())
+    finally:
+        stop.set()
+        worker.join(30)
+    assert (run.status, run.settled, run.result) == ("succeeded", True, {"total": 1})
+    assert [(e.kind, e.data) for e in events] == [
+        ("progress", {"i": 0, "of": 2}),
+        ("progress", {"i": 1, "of": 2}),
+        ("done", {"total": 1}),
+    ]
+    assert later == events[2:]
