@@ -212,6 +212,8 @@ def _execute_leased(
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        if fence.cancelled:  # a cancel took the lease while a tool ran: its result unrecorded
+            return _end_cancelled(ex, clock)
         why = _lost_why(run_id, exc)
         log.warning(
             "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
