@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ledger.engine import AsyncRunContext, RunContext
 from ledger.engine.aio import call_async as off_loop
-from ledger.errors import ApprovalRejected, NotAwaited
+from ledger.errors import ApprovalRejected, NotAwaited, RunCancelled
 from ledger.registry import NOT_HAPPENED, Agent, Approval, Tool, agent, tool
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "ApprovalRejected",
     "AsyncRunContext",
     "NotAwaited",
+    "RunCancelled",
     "RunContext",
     "Tool",
     "agent",

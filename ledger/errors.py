@@ -173,6 +173,18 @@ class HandedBack(BaseException):
         super().__init__(f"handed back before step {step_id!r}: this worker is stopping")
 
 
+class RunCancelled(BaseException):
+    """Raised in the agent when its run is cancelled (a person, a token): a model call or a
+    wait in progress ends at once with it. A ``BaseException`` like ``ContinueAsNew``, so
+    that an agent's ``except Exception`` does not swallow it (a ``finally`` still runs); the
+    worker records the execution ``cancelled``, with the cancel's who and why. Not to be
+    confused with ``ledger.api.RunCancelled``, what an application's ``result()`` raises."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id} was cancelled")
+
+
 # --- a person's action, refused (nothing was written) ---------------------------------
 
 

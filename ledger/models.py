@@ -824,3 +824,30 @@ class Handover(models.Model):
 
     def __str__(self) -> str:
         return f"{self.taken_by} on {self.run_id}"
+
+
+class StreamEvent(models.Model):
+    """One event an agent emitted (``ctx.emit(kind, data)``): the run's stream, in ``id`` order.
+
+    Written only by ``ledger.transitions.stream`` (fenced by the run's lease token). An event is
+    keyed by the emitting call's step id, as steps are: a re-execution after a crash walks the
+    same path, makes the same ``emit`` with the same step id and finds its row already there, so
+    the event is appended once whatever the number of executions. ``id`` is the SSE event id a
+    client resumes from (``Last-Event-ID``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="stream_events")
+    step_id = models.CharField(max_length=255)
+    kind = models.CharField(max_length=100)
+    data = models.JSONField(null=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step_id"], name="stream_event_once"),
+        ]
+        indexes = [models.Index(fields=["run", "id"], name="stream_run_id")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.id} {self.kind}"

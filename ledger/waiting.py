@@ -17,11 +17,12 @@ backing-off interval (0.05 s growing to 1 s).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connections
 
@@ -45,12 +46,29 @@ _NOT_FOR_LISTENING = (
 )
 
 
+class _Woken(Protocol):
+    def set(self) -> None: ...
+
+
+class _Call:
+    """A watcher the listener wakes by calling ``fn`` (from its thread): it must be quick."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn = fn
+
+    def set(self) -> None:
+        try:
+            self._fn()
+        except Exception:  # a watcher's bug must not end the listener
+            log.exception("run wait listener: a watcher failed")
+
+
 class _Listener:
     """One LISTEN connection per process, started by the first waiter, kept for the process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._events: dict[str, set[threading.Event]] = defaultdict(set)
+        self._events: dict[str, set[_Woken]] = defaultdict(set)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -69,7 +87,22 @@ class _Listener:
         self._ready.wait(timeout=RECHECK_SECONDS)
         return event
 
-    def unregister(self, run_id: str, event: threading.Event) -> None:
+    def watch(self, run_id: str, fn: Callable[[], None]) -> _Woken:
+        """Call ``fn`` on each notification for ``run_id`` (and after a reconnect, when one may
+        have been missed), from the listener's thread, until ``unregister``; does not wait for
+        the listener to be ready."""
+        watcher = _Call(fn)
+        with self._lock:
+            self._events[run_id].add(watcher)
+            if self._thread is None:
+                self._ready.clear()
+                self._thread = threading.Thread(
+                    target=self._listen, name="runledger-wait-listener", daemon=True
+                )
+                self._thread.start()
+        return watcher
+
+    def unregister(self, run_id: str, event: _Woken) -> None:
         with self._lock:
             waiting = self._events.get(run_id)
             if waiting is not None:
@@ -131,6 +164,27 @@ class _Listener:
 
 
 _listener = _Listener()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a worker's pool process) starts its own listener: the parent's thread
+    and connection are not its own."""
+    global _listener
+    _listener = _Listener()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def watch(run_id: str, fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn`` (quickly, from the listener's thread) when the run's status settles — a
+    cancel among others (PostgreSQL only; elsewhere nothing calls it). Returns the function
+    that stops watching. The lease renewer uses it to see a cancel within a moment."""
+    if connections["default"].vendor != "postgresql":
+        return lambda: None
+    watcher = _listener.watch(run_id, fn)
+    return lambda: _listener.unregister(run_id, watcher)
 
 
 def stop_listening() -> None:

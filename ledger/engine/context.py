@@ -33,6 +33,8 @@ from ledger.registry import Agent, Approval, Tool, approval_policy, is_async
 from ledger.states import StepKind, StepStatus
 
 Clock = Callable[[], datetime]
+#: The most data one ``ctx.emit`` carries (canonical JSON, UTF-8 bytes).
+MAX_EVENT_BYTES = 65_536
 #: One sibling of ``ctx.parallel``: a registered tool and its keyword inputs.
 Branch = tuple[Tool, Mapping[str, Any]]
 
@@ -326,6 +328,46 @@ class RunContext:
         row = self._walk.live_row(".".join([*self._scope, step]))
         return row is not None and row.status == StepStatus.SUCCEEDED
 
+    def emit(self, kind: str, data: Any = None, *, step: str | None = None) -> None:
+        """Append an event to the run's stream (``GET /api/v1/runs/{run_id}/stream``), once.
+
+        The event takes a step id as a call does (``<n>.emit``, or ``step``), and is stored
+        under it: a re-execution after a crash walks the same path to the same ``emit``, finds
+        the event stored and appends nothing, so a client sees each event once whatever the
+        number of executions. ``kind`` is 1 to 100 characters; ``data`` any JSON value of at
+        most ``MAX_EVENT_BYTES`` (canonical JSON). Steps the batch still holds commit first:
+        an event is never in the stream before the steps that led to it are in the ledger.
+        """
+        step_id, text = self._emit_step(kind, data, step)
+        emit = getattr(self._steps, "emit", None)
+        if emit is not None:
+            emit(step_id, kind, text)
+
+    def _emit_step(self, kind: str, data: Any, step: str | None) -> tuple[str, Any]:
+        if not isinstance(kind, str) or not kind or len(kind) > 100:
+            raise AgentDefinitionError(f"ctx.emit kind must be 1 to 100 characters, not {kind!r}")
+        step_id = self._step_id(step, "emit")
+        value = canonical.normalize(data, step_id=step_id)
+        size = len(canonical.dumps(value).encode())
+        if size > MAX_EVENT_BYTES:
+            raise AgentDefinitionError(
+                f"ctx.emit at step {step_id!r}: {size} bytes of data; at most {MAX_EVENT_BYTES}"
+            )
+        if step_id in self._used:
+            raise DuplicateStepId(
+                f"step id {step_id!r} is used twice in run {self.run_id}; "
+                "step ids must be unique within a run"
+            )
+        self._used.add(step_id)
+        return step_id, value
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled while this execution runs (a person, the API). The
+        agent may look between steps and stop early; a model call or a wait in progress ends
+        at once with ``RunCancelled`` anyway, and any later write is refused."""
+        return bool(getattr(self._steps, "cancelled", False))
+
     def now(self, *, step: str | None = None) -> datetime:
         """The wall clock, recorded: a replay returns the first reading."""
         value = self._recorded(step, "now", lambda: self._clock().isoformat())
@@ -522,6 +564,24 @@ class AsyncRunContext(RunContext):
         """``await ctx.model_request(...)``: ``send`` may be an ``async def``."""
         self._check_awaited("ctx.model_request()")
         return self._pending(self._request_call(request, send, model, step, retries))
+
+    def emit(  # type: ignore[override]
+        self, kind: str, data: Any = None, *, step: str | None = None
+    ) -> Awaitable[None]:
+        """``await ctx.emit(kind, data)``: as ``RunContext.emit``, the write on a ledger thread."""
+        self._check_awaited("ctx.emit()")
+        step_id, value = self._emit_step(kind, data, step)
+        aemit = getattr(self._steps, "aemit", None)
+        if aemit is None:
+            return _value_of(lambda: None, {})
+        self._open = step_id
+        return self._emitted(aemit(step_id, kind, value))
+
+    async def _emitted(self, pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        finally:
+            self._open = None
 
     def now(self, *, step: str | None = None) -> Awaitable[datetime]:  # type: ignore[override]
         self._check_awaited("ctx.now()")

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from ledger import faultpoints
@@ -72,14 +74,44 @@ class LeaseFence:
         self.margin = margin
         self.deadline = sent_at + lease_seconds - margin
         self.quiet_at = -math.inf  # monotonic time after which no previous holder can send
+        #: Set when the lease is gone (refused at a renewal): a model call or a wait in progress
+        #: ends at once (``ledger.engine.live``); ``cancelled`` says whether a cancel took it.
+        self.stopped = threading.Event()
+        self.cancelled = False
+        #: A lease renewer watches this lease (it can be revoked while a step waits).
+        self.watched = False
+        self._watchers: list[Callable[[], None]] = []
+        self._watch_lock = threading.Lock()
 
     def confirmed(self, *, sent_at: float) -> None:
         """A renewal sent at monotonic ``sent_at`` was confirmed."""
         self.deadline = max(self.deadline, sent_at + self.lease_seconds - self.margin)
 
-    def revoked(self) -> None:
-        """A renewal was refused: the lease is gone."""
+    def revoked(self, *, cancelled: bool = False) -> None:
+        """A renewal was refused: the lease is gone (``cancelled``: the run was cancelled).
+        Whatever the execution waits on in the engine stops waiting."""
         self.deadline = -math.inf
+        self.cancelled = self.cancelled or cancelled
+        self.stopped.set()
+        with self._watch_lock:
+            watchers = list(self._watchers)
+        for watcher in watchers:
+            watcher()
+
+    def watch(self, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Call ``watcher`` (from the renewer's thread) when the lease is revoked, at once if it
+        is already; returns the function that stops watching."""
+        with self._watch_lock:
+            self._watchers.append(watcher)
+        if self.stopped.is_set():
+            watcher()
+
+        def unwatch() -> None:
+            with self._watch_lock:
+                if watcher in self._watchers:
+                    self._watchers.remove(watcher)
+
+        return unwatch
 
     def after_previous_holder(
         self, *, prior_expiry: datetime | None, now: datetime, at: float

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -73,6 +75,7 @@ from ledger.errors import (
     NeedsReconciliation,
     NotJSON,
     RetryLater,
+    RunCancelled,
     StaleCheckpoint,
     StepFailed,
 )
@@ -132,6 +135,11 @@ class _Wait:
 #: on threads (an async agent; ``ledger.engine.aio``).
 Request = _Send | _Ask | _Wait
 StepGen = Generator[Request, Any, Any]
+
+
+class _Stopped(Exception):
+    """The lease went while a model call or a wait was in progress (a cancel, a takeover): the
+    driver closes the step's generator and raises ``RunCancelled`` or ``LeaseLost``."""
 
 
 _STALE_WHY = {
@@ -204,6 +212,8 @@ class LiveSteps:
         row = self.walk.live_row(call.step_id)
         if drain.requested() and (row is None or row.status != StepStatus.SUCCEEDED):
             raise HandedBack(call.step_id)  # the worker is stopping: before a step executes
+        if self._fence.cancelled and (row is None or row.status != StepStatus.SUCCEEDED):
+            raise RunCancelled(self.run_id)  # cancelled: nothing more executes
         abandon = self.walk.check_path(call.step_id)
         if call.step_id not in self.walk.ledger:
             self._check_history(1, call.step_id)
@@ -238,16 +248,86 @@ class LiveSteps:
             value, error = None, None
             try:
                 value = self._do(request)
+            except _Stopped:
+                gen.close()
+                raise self._stop_error() from None
             except BaseException as exc:  # the generator handles it as the old code did
                 error = exc
 
     def _do(self, request: Request) -> Any:
         if isinstance(request, _Send):
+            if request.call.kind == StepKind.MODEL and self._fence.watched:
+                return self._unless_stopped(request.call.execute, request.key)
             return request.call.execute(request.key)
         if isinstance(request, _Ask):
             return aio.call_sync(request.lookup, request.key)  # an async lookup: on the loop
-        (self._sleep if request.backoff else time.sleep)(request.seconds)
+        if request.backoff and self._sleep is not time.sleep:
+            self._sleep(request.seconds)  # a test's clock
+        elif self._fence.stopped.wait(request.seconds):
+            raise _Stopped
         return None
+
+    def _unless_stopped(self, fn: Callable[[str | None], Any], key: str | None) -> Any:
+        """``fn(key)`` (a model call) on a thread of its own while this one waits for its answer
+        or for the lease to go (a cancel), whichever comes first: a cancel does not wait out a
+        30 s model call. The abandoned call's answer is dropped when it comes."""
+        if self._fence.stopped.is_set():
+            raise _Stopped
+        answer: Future[Any] = Future()
+        woken = threading.Event()
+
+        def call() -> None:
+            try:
+                answer.set_result(aio.call_sync(fn, key))
+            except BaseException as exc:  # handed to the waiting thread as it is
+                answer.set_exception(exc)
+            finally:
+                woken.set()
+                connections.close_all()
+
+        unwatch = self._fence.watch(woken.set)
+        context = contextvars.copy_context()  # the execution's log fields go with the call
+        try:
+            threading.Thread(
+                target=context.run, args=(call,), name=f"model-{self.run_id}", daemon=True
+            ).start()
+            woken.wait()
+        finally:
+            unwatch()
+        if not answer.done():
+            raise _Stopped
+        return answer.result()
+
+    def _stop_error(self) -> BaseException:
+        """What a stopped wait raises: ``RunCancelled`` after a cancel, else ``LeaseLost``."""
+        if self._fence.cancelled:
+            return RunCancelled(self.run_id)
+        return LeaseLost(f"run {self.run_id}: the lease was taken while the step waited")
+
+    @property
+    def cancelled(self) -> bool:
+        """The run was cancelled while this execution runs (seen by the lease renewer)."""
+        return self._fence.cancelled
+
+    def emit(self, step_id: str, kind: str, data: Any) -> None:
+        """Append ``ctx.emit``'s event to the run's stream once (a replay's finds it there)."""
+        if self._fence.cancelled:
+            raise RunCancelled(self.run_id)
+        self._commit(
+            step_id,
+            "emit",
+            lambda: transitions.stream_append(
+                run_id=self.run_id,
+                token=self._token,
+                step_id=step_id,
+                kind=kind,
+                data=data,
+                clock=self._clock,
+            ),
+        )
+
+    async def aemit(self, step_id: str, kind: str, data: Any) -> None:
+        await aio.ledger_phase(self.emit, step_id, kind, data)
 
     async def _adrive(self, gen: StepGen) -> Any:
         """Run a step's generator for an async agent: each advance (decisions, ledger writes)
@@ -268,6 +348,9 @@ class LiveSteps:
                     raise
             try:
                 value = await self._ado(request)
+            except _Stopped:
+                gen.close()
+                raise self._stop_error() from None
             except BaseException as exc:
                 error = exc
 
@@ -276,10 +359,9 @@ class LiveSteps:
             call = request.call
             if call.kind == StepKind.CLOCK:
                 return call.execute(request.key)  # a clock read: nothing to wait for
-            if call.is_async:
-                value = call.execute(request.key)
-                return await value if inspect.isawaitable(value) else value
-            return await aio.call_async(call.execute, request.key)
+            if call.kind == StepKind.MODEL and self._fence.watched:
+                return await self._aunless_stopped(self._asend(call, request.key))
+            return await self._asend(call, request.key)
         if isinstance(request, _Ask):
             return await aio.call_async(request.lookup, request.key)
         if request.backoff and self._sleep is not time.sleep:
@@ -287,8 +369,46 @@ class LiveSteps:
             if inspect.isawaitable(waited):
                 await waited
             return None
-        await asyncio.sleep(request.seconds)
+        if self._fence.watched:
+            await self._aunless_stopped(asyncio.sleep(request.seconds))
+        else:
+            await asyncio.sleep(request.seconds)
         return None
+
+    @staticmethod
+    async def _asend(call: Call, key: str | None) -> Any:
+        if call.is_async:
+            value = call.execute(key)
+            return await value if inspect.isawaitable(value) else value
+        return await aio.call_async(call.execute, key)
+
+    async def _aunless_stopped(self, work: Any) -> Any:
+        """Await ``work`` unless the lease goes first (a cancel): then the task is cancelled (an
+        async model client's request ends at once) and ``_Stopped`` raised."""
+        loop = asyncio.get_running_loop()
+        stop: asyncio.Future[None] = loop.create_future()
+        task = asyncio.ensure_future(work)
+
+        def resolve() -> None:
+            if not stop.done():
+                stop.set_result(None)
+
+        def revoked() -> None:  # on the renewer's thread
+            loop.call_soon_threadsafe(resolve)
+
+        unwatch = self._fence.watch(revoked)
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            unwatch()
+        if task.done():
+            stop.cancel()
+            return task.result()
+        task.cancel()
+        raise _Stopped
 
     def flush(self) -> None:
         """Batched durability: return once every step executed so far is committed."""

@@ -45,6 +45,7 @@ from ledger.errors import (
     NotJSON,
     RetryLater,
     RunBlocked,
+    RunCancelled,
     RunPaused,
     StepFailed,
 )
@@ -211,6 +212,8 @@ def _execute_leased(
                 return _execute_claimed(ex, clock, fence, holds, waits)
         return _execute_claimed(ex, clock, fence, holds, waits)
     except LeaseLost as exc:
+        if fence.cancelled:  # a cancel took the lease while a tool ran: its result unrecorded
+            return _end_cancelled(ex, clock)
         why = _lost_why(run_id, exc)
         log.warning(
             "run %s: %s lost its lease; it wrote nothing more and stops: %s", run_id, worker, why
@@ -295,6 +298,34 @@ def _end_lease_lost(ex: _Execution, why: str, clock: Clock) -> None:
         )
     except DatabaseError as exc:
         log.warning("run %s: could not record the lost lease (%s)", ex.run.run_id, exc)
+
+
+def _end_cancelled(ex: _Execution, clock: Clock) -> Outcome:
+    """The run was cancelled while its agent executed, and the agent saw it (``RunCancelled``
+    out of a model call or a wait, or at its next step): the cancel ended the execution
+    ``cancelled`` already, with who and why; this adds the worker's step counts. Nothing else
+    is written (the lease is gone)."""
+    run_id = ex.run.run_id
+    replayed, executed = ex.counts()
+    try:
+        transitions.execution_end(
+            run_id=run_id,
+            number=ex.number,
+            ending=ExecutionEnding.CANCELLED,
+            replayed=replayed,
+            executed=executed,
+            clock=clock,
+        )
+    except DatabaseError as exc:
+        log.warning("run %s: could not record the cancelled execution's counts (%s)", run_id, exc)
+    log.info("run %s: cancelled while it executed; the agent stopped", run_id)
+    return Outcome(
+        run_id=run_id,
+        status=RunStatus.CANCELLED,
+        detail=str(Run.objects.filter(pk=run_id).values_list("detail", flat=True).first() or ""),
+        replayed=replayed,
+        executed=executed,
+    )
 
 
 def _left_for_the_sweep(run_id: str, why: str) -> None:
@@ -387,6 +418,8 @@ def _execute_agent(
         return _defer(ex, clock, later)
     except HandedBack as back:
         return _hand_back(ex, clock, back)
+    except RunCancelled:
+        return _end_cancelled(ex, clock)
     except RunBlocked as exc:
         return _block(ex, clock, exc)
     except (StepFailed, NotJSON, DuplicateStepId, ApprovalRejected, AgentDefinitionError) as exc:

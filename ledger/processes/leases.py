@@ -13,6 +13,14 @@ end. Each beat (a third of the shortest lease held) renews them all at once; for
   answer — the deadline does not move; the next beat tries again. If none succeeds in time the
   fence stops the effects first and the sweep recovers the run once its lease expires.
 
+A cancel is seen within a moment, not at the next beat: each held run is watched on the
+process's LISTEN connection (``ledger.waiting.watch``: the trigger that NOTIFYs when a run's
+status settles), and a notification for a held run brings the next beat forward to now. A run
+whose renewal is refused and whose status is ``cancelled`` has its fence revoked as cancelled:
+the model call or wait its agent is in ends at once with ``RunCancelled``
+(``ledger.engine.live``). Without PostgreSQL (the demo's SQLite) a cancel is seen at the next
+beat.
+
 After a renewal the pauses are read again (one query for all the runs), so a pause made while
 an agent executes stops it at its next step the pause covers. The renewer's connection is given
 back to the process's pool after each beat (``ledger.engine.pooling``).
@@ -24,14 +32,16 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 
-from ledger import selectors, transitions
+from ledger import selectors, transitions, waiting
 from ledger.engine import pooling
 from ledger.engine.fence import LeaseFence
 from ledger.engine.holds import Holds
+from ledger.models import Run, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +57,7 @@ class Held:
     agent: str = ""
     holds: Holds | None = None
     lost: threading.Event = field(default_factory=threading.Event)
+    unwatch: Callable[[], None] = lambda: None
 
 
 class LeaseRenewer:
@@ -56,6 +67,7 @@ class LeaseRenewer:
         self._held: dict[int, Held] = {}
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._poked = False  # a held run's status changed: beat now
         self.beats = 0  # statements sent (tests, metrics)
 
     def hold(
@@ -69,6 +81,8 @@ class LeaseRenewer:
         holds: Holds | None = None,
     ) -> Held:
         held = Held(run_id, token, seconds, fence, agent, holds)
+        fence.watched = True
+        held.unwatch = waiting.watch(run_id, self.poke)
         with self._lock:
             self._held[id(held)] = held
             if self._thread is None or not self._thread.is_alive():
@@ -82,6 +96,13 @@ class LeaseRenewer:
     def let_go(self, held: Held) -> None:
         with self._lock:
             self._held.pop(id(held), None)
+        held.unwatch()
+
+    def poke(self) -> None:
+        """A held run's status changed (a cancel, say): the next beat is now."""
+        with self._lock:
+            self._poked = True
+            self._lock.notify()
 
     def held(self) -> list[Held]:
         with self._lock:
@@ -106,9 +127,13 @@ class LeaseRenewer:
             since = time.monotonic()
             while True:
                 if not self._held:
+                    self._poked = False
                     self._lock.wait()
                     since = time.monotonic()
                     continue
+                if self._poked:
+                    self._poked = False
+                    return list(self._held.values())
                 left = since + min(h.seconds for h in self._held.values()) / 3 - time.monotonic()
                 if left <= 0:
                     return list(self._held.values())
@@ -128,6 +153,8 @@ class LeaseRenewer:
         finally:
             self.beats += 1
         renewed = []
+        refused = [h for h in batch if answers.get(h.run_id) is False]
+        cancelled = self._cancelled([h.run_id for h in refused])
         for held in batch:
             answer = answers.get(held.run_id)
             if answer is True:
@@ -135,11 +162,25 @@ class LeaseRenewer:
                 renewed.append(held)
             elif answer is False:
                 log.warning("run %s: lease renewal refused; its execution stops", held.run_id)
-                held.fence.revoked()
+                held.fence.revoked(cancelled=held.run_id in cancelled)
                 held.lost.set()
                 self.let_go(held)
         self._refresh_holds(renewed)
         pooling.release()
+
+    @staticmethod
+    def _cancelled(run_ids: list[str]) -> set[str]:
+        """Which of the runs whose renewal was refused were cancelled (one query, only when a
+        renewal was refused)."""
+        if not run_ids:
+            return set()
+        try:
+            rows = Run.objects.filter(pk__in=run_ids, status=RunStatus.CANCELLED)
+            return set(rows.values_list("pk", flat=True))
+        except DatabaseError as exc:
+            log.warning("lease renewal: could not read the refused runs' status (%s)", exc)
+            connection.close()
+            return set()
 
     @staticmethod
     def _refresh_holds(batch: list[Held]) -> None:

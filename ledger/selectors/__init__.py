@@ -11,7 +11,8 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
 - ``gates``: approval gates (the engine's look-up, the Approvals queue);
 - ``pauses``: active pauses, the pauses list, what a lift would queue, a run's executions;
-- ``retention``: finished runs whose steps can be archived, a run's archive.
+- ``retention``: finished runs whose steps can be archived, a run's archive;
+- ``stream``: the events a run's agent emitted, after the last one a client saw.
 
 Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``.
 """
@@ -103,6 +104,7 @@ from ledger.selectors.runs import (
     steps_for_page,
     sweep_health,
 )
+from ledger.selectors.stream import run_status, stream_after, stream_tail
 from ledger.selectors.timeline import WaterfallRow, step_waterfall
 
 __all__ = [
@@ -164,6 +166,7 @@ __all__ = [
     "run_executions",
     "run_failures",
     "run_progress",
+    "run_status",
     "run_status_counts",
     "run_titles",
     "runs_by_ids",
@@ -188,6 +191,8 @@ __all__ = [
     "steps_after",
     "steps_by_id",
     "steps_for_page",
+    "stream_after",
+    "stream_tail",
     "sweep_health",
     "webhook_subscriptions",
 ]

@@ -22,7 +22,8 @@ nothing.
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
 - ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
-- ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
+- ``retention``: a finished run's step rows recorded as archived, then deleted in batches;
+- ``stream``: the events an agent emits (``ctx.emit``), appended once across executions.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
 (the workers connect it to their tasks: ``ledger`` never imports ``runs``); the ``on_commit=``
@@ -113,6 +114,7 @@ from ledger.transitions.settle import (
 from ledger.transitions.stale import TodaysInputs, run_reexecute_from, step_accept_stale
 from ledger.transitions.starts import MAX_BATCH, run_start_many
 from ledger.transitions.steps import StepWrite, step_update, step_write, step_write_batch
+from ledger.transitions.stream import stream_append
 
 __all__ = [
     "MAX_BATCH",
@@ -194,6 +196,7 @@ __all__ = [
     "step_write",
     "step_write_batch",
     "steps_delete_archived",
+    "stream_append",
     "subscribe",
     "subscriptions_follow",
     "unsubscribe",

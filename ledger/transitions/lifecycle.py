@@ -818,9 +818,9 @@ def execution_end(
     """Record how execution ``number`` ended (one update); False when its end was recorded
     already (the sweep found it crashed first: a lost lease then corrects that). A lost lease
     of an execution that the run's cancel ended already (``cancelled``, by whom and why) only
-    adds the worker's counts."""
+    adds the worker's counts, as does ``cancelled`` (the agent saw the cancel and stopped)."""
     open_rows = Execution.objects.filter(run_id=run_id, number=number)
-    if ending == ExecutionEnding.LEASE_LOST:
+    if ending in (ExecutionEnding.LEASE_LOST, ExecutionEnding.CANCELLED):
         counted = open_rows.filter(ending=ExecutionEnding.CANCELLED).update(
             replayed=replayed, executed=executed
         )

@@ -57,6 +57,7 @@ urlpatterns = [
     path("runs/<run_id:run_id>/", run_page.run_detail, name="detail"),
     path("runs/<run_id:run_id>/header/", run_page.run_header, name="header"),
     path("runs/<run_id:run_id>/steps/", run_page.step_table, name="steps"),
+    path("runs/<run_id:run_id>/stream/", run_page.run_stream, name="stream"),
     path("runs/<run_id:run_id>/steps/<int:pk>/result/", run_page.step_result, name="step_result"),
     path("runs/<run_id:run_id>/preview/", run_page.run_preview, name="preview"),
     path("runs/<run_id:run_id>/ledger.json", run_page.ledger_json, name="ledger_json"),

@@ -24,6 +24,7 @@ from runledger_client._client import (
     MAX_WAIT,
     RETRIED_STATUSES,
     Agent,
+    Event,
     Execution,
     Gate,
     Pause,
@@ -38,6 +39,7 @@ from runledger_client._client import (
     _batch_items,
     _batch_runs,
     _error,
+    _event,
     _json,
     _parse,
     _quote,
@@ -88,8 +90,10 @@ class AsyncClient:
         title: str | None = None,
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
+        wait: float | None = None,
     ) -> Run:
-        """``Client.start``: start a run, or get the run the same key already started."""
+        """``Client.start``: start a run, or get the run the same key already started
+        (``wait``: answer once it settled, at most 60 seconds)."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
@@ -100,7 +104,10 @@ class AsyncClient:
             if value is not None:
                 body[name] = value
         key = idempotency_key or f"client-{uuid.uuid4()}"
-        answer = await self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        params = {"wait": round(wait, 3)} if wait else None
+        answer = await self._send(
+            "POST", "/runs", json=body, headers={"Idempotency-Key": key}, params=params
+        )
         data = _json(answer)
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
@@ -131,6 +138,53 @@ class AsyncClient:
             run = _parse(Run, _json(answer))
             if run.settled or time.monotonic() >= deadline:
                 return run
+
+    async def run(
+        self, agent: str, inputs: Any = None, *, timeout: float = MAX_WAIT, **start: Any
+    ) -> Run:
+        """``Client.run``: start a run and wait for it to settle (or ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        run = await self.start(agent, inputs, wait=min(max(timeout, 0.0), MAX_WAIT), **start)
+        left = deadline - time.monotonic()
+        if run.settled or left <= 0:
+            return run
+        return await self.wait(run.run_id, timeout=left)
+
+    async def stream(self, run_id: str, last_event_id: int | None = None) -> AsyncIterator[Event]:
+        """``Client.stream``: ``async for event in runledger.stream(run_id)``, each event once,
+        in order, reconnecting after the last one seen; ends when the run settles."""
+        after = last_event_id
+        attempt = 0
+        while True:
+            headers = {"Accept": "text/event-stream"}
+            if after is not None:
+                headers["Last-Event-ID"] = str(after)
+            try:
+                async with self._http.stream(
+                    "GET", f"/runs/{_quote(run_id)}/stream", headers=headers
+                ) as answer:
+                    if answer.status_code in RETRIED_STATUSES and attempt < self.retries:
+                        await answer.aread()
+                        await self._pause(attempt, answer.headers.get("Retry-After"))
+                        attempt += 1
+                        continue
+                    if answer.status_code >= 300:
+                        await answer.aread()
+                        if answer.status_code >= 400:
+                            raise _error(answer)
+                        raise UnexpectedAnswer(answer)
+                    async for kind, data in _asse(answer.aiter_lines()):
+                        attempt = 0
+                        if kind == "end":
+                            return
+                        event = _event(data)
+                        after = event.id
+                        yield event
+            except httpx.TransportError:
+                if attempt >= self.retries:
+                    raise
+                await self._pause(attempt, None)
+                attempt += 1
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """``Client.result``: the run's result, or ``RunFailed``, ``RunCancelled``,
@@ -328,3 +382,23 @@ class AsyncClient:
         if retry_after is not None and retry_after.isdigit():
             pause = max(pause, min(float(retry_after), 30.0))
         await asyncio.sleep(pause)
+
+
+async def _asse(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """``_client._sse`` for an async stream of lines: (event type, data) per event."""
+    kind = "message"
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield kind, "\n".join(data)
+            kind, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            kind = value

@@ -10,6 +10,9 @@ Install ``runledger-client`` (or ``runledger[client]`` beside the server)::
         [{"agent": "refund", "inputs": {"invoice_id": i}, "idempotency_key": i} for i in ids]
     )
     done = runledger.wait(run.run_id, timeout=300)     # long-polls until it settles
+    done = runledger.run("refund", {"invoice_id": "inv_2"}, timeout=60)  # start and wait
+    for event in runledger.stream(run.run_id):         # what the agent emits, as it comes
+        print(event.kind, event.data)                  # resumable: last_event_id=event.id
     refund = runledger.result(run.run_id)             # its result, or RunFailed/RunCancelled/…
 
 Approval gates (``approvals``, ``approve``, ``reject``: a person's approver token), pauses
@@ -52,6 +55,7 @@ __all__ = [
     "Busy",
     "Client",
     "Conflict",
+    "Event",
     "Execution",
     "Forbidden",
     "Gate",
@@ -125,6 +129,18 @@ class Run:
     created: bool | None = None
     #: The per-run subscriptions a start made, each with its ``secret`` (shown once).
     webhooks: list[Webhook] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a run's stream (what its agent emitted with ``ctx.emit``); ``id`` is what
+    a reader resumes after (``stream(run_id, last_event_id=event.id)``)."""
+
+    id: int
+    kind: str
+    data: Any = None
+    step_id: str = ""
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -419,8 +435,12 @@ class Client:
         title: str | None = None,
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
+        wait: float | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
+
+        ``wait`` (at most 60 seconds): the answer comes once the run settled or the wait
+        ended (``run()`` starts and waits as long as you like).
 
         Without ``idempotency_key`` one is made for this call, so its retries are one start;
         give your own (a dispute's id) to make repeated calls of your code one start too.
@@ -437,7 +457,10 @@ class Client:
             if value is not None:
                 body[name] = value
         key = idempotency_key or f"client-{uuid.uuid4()}"
-        answer = self._send("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        params = {"wait": round(wait, 3)} if wait else None
+        answer = self._send(
+            "POST", "/runs", json=body, headers={"Idempotency-Key": key}, params=params
+        )
         data = _json(answer)
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
@@ -482,6 +505,67 @@ class Client:
             )
             if run.settled or time.monotonic() >= deadline:
                 return run
+
+    def run(
+        self,
+        agent: str,
+        inputs: Any = None,
+        *,
+        timeout: float = MAX_WAIT,
+        **start: Any,
+    ) -> Run:
+        """Start a run (``start``'s arguments) and wait for it to settle: the run once it
+        finished or stopped for a person (``run.settled``), or as it is after ``timeout``
+        seconds. The first ``MAX_WAIT`` seconds are waited in the start's own request
+        (``POST /runs?wait=``), the rest by long-polls."""
+        deadline = time.monotonic() + timeout
+        run = self.start(agent, inputs, wait=min(max(timeout, 0.0), MAX_WAIT), **start)
+        left = deadline - time.monotonic()
+        if run.settled or left <= 0:
+            return run
+        return self.wait(run.run_id, timeout=left)
+
+    def stream(self, run_id: str, last_event_id: int | None = None) -> Iterator[Event]:
+        """The events the run's agent emits (``ctx.emit``), each once and in order, as they
+        come, after ``last_event_id`` (None: from the first); ends when the run settles.
+
+        Follows ``GET /runs/{run_id}/stream`` (Server-Sent Events) and reconnects after the
+        last event seen when the server closes a long stream or the connection drops, so a
+        reader sees every event exactly once. ``NotFound`` for an unknown run."""
+        after = last_event_id
+        attempt = 0
+        while True:
+            headers = {"Accept": "text/event-stream"}
+            if after is not None:
+                headers["Last-Event-ID"] = str(after)
+            try:
+                with self._http.stream(
+                    "GET", f"/runs/{_quote(run_id)}/stream", headers=headers
+                ) as answer:
+                    if answer.status_code in RETRIED_STATUSES and attempt < self.retries:
+                        answer.read()
+                        self._pause(attempt, answer.headers.get("Retry-After"))
+                        attempt += 1
+                        continue
+                    if answer.status_code >= 300:
+                        answer.read()
+                        raise (
+                            _error(answer)
+                            if answer.status_code >= 400
+                            else UnexpectedAnswer(answer)
+                        )
+                    for kind, data in _sse(answer.iter_lines()):
+                        attempt = 0
+                        if kind == "end":
+                            return
+                        event = _event(data)
+                        after = event.id
+                        yield event
+            except httpx.TransportError:
+                if attempt >= self.retries:
+                    raise
+                self._pause(attempt, None)
+                attempt += 1
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """The run's result, waiting up to ``timeout`` seconds (None: as long as it takes).
@@ -683,6 +767,32 @@ class Client:
         if retry_after is not None and retry_after.isdigit():
             pause = max(pause, min(float(retry_after), 30.0))
         time.sleep(pause)
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """Server-Sent Events from a stream's lines: (event type, data) per event."""
+    kind = "message"
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield kind, "\n".join(data)
+            kind, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue  # a comment (keep-alive)
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            kind = value
+
+
+def _event(data: str) -> Event:
+    import json
+
+    return _parse(Event, json.loads(data))
 
 
 def _step(data: dict[str, Any]) -> Step:

@@ -1,13 +1,13 @@
-"""Runs: start (idempotent, optionally subscribing webhooks), read, list, wait for, read the
-steps (with their failed attempts) and executions of, resume, retry, cancel, accept a stale
-step."""
+"""Runs: start (idempotent, optionally subscribing webhooks, optionally waiting for it to
+settle), read, list, wait for, follow the stream of (Server-Sent Events), read the steps (with
+their failed attempts) and executions of, resume, retry, cancel, accept a stale step."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Literal
 
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 from ninja import Header, Query, Router, Status
 from pydantic import Field
@@ -19,7 +19,7 @@ from ledger.models import Run, Step
 from ledger.processes import resume as resume_process
 from ledger.processes import stale
 from ledger.waiting import SETTLED
-from runs.api import problems
+from runs.api import problems, sse
 from runs.api.auth import actor, require
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
@@ -88,13 +88,22 @@ def step_or_404(run: Run, pk: int) -> Step:
     "`labels` are added to the labels the agent declares (made from the inputs); on the same "
     "key the start's value wins. `webhooks` subscribes URLs to this run's "
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
-    "once, and a repeat (200) subscribes nothing again.",
+    "once, and a repeat (200) subscribes nothing again. With `?wait=<seconds>` (at most 60) "
+    "the answer comes once the run settled (`settled` true) or the wait ended (`settled` "
+    "false: follow it with `GET /runs/{run_id}/wait`).",
 )
 def start(
     request: HttpRequest,
     body: StartIn,
     idempotency_key: str | None = Header(
         default=None, alias="Idempotency-Key", min_length=1, max_length=200
+    ),
+    wait: float | None = Query(
+        default=None,
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="start and wait: answer once the run settles (succeeded, failed, "
+        "cancelled, needs attention) or after this many seconds (≤ 60), whichever is first",
     ),
 ) -> Status[StartedOut]:
     token = require(request, "start")
@@ -116,6 +125,8 @@ def start(
         WebhookCreatedOut(**WebhookOut.of(sub).model_dump(), secret=secret)
         for sub, secret in handle.subscriptions
     ]
+    if wait:
+        handle.wait(timeout=wait)  # the run is committed: the wait reads it as a worker moves it
     run = RunOut.of(run_or_404(handle.run_id))
     answer = StartedOut(**run.model_dump(), created=handle.created, webhooks=made)
     return Status(201 if handle.created else 200, answer)
@@ -248,6 +259,53 @@ def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
         ledger_api.RunHandle(run.run_id).wait(timeout=q.timeout)
         run = run_or_404(run_id)
     return RunOut.of(run)
+
+
+@router.get(
+    "/runs/{run_id}/stream",
+    response={200: None, **REFUSALS},
+    summary="Follow the run's stream (Server-Sent Events)",
+    description="`text/event-stream` of the events the agent emits (`ctx.emit`), each once, "
+    'in order: `id: <event id>` and `data: {"id", "kind", "data", "step_id", '
+    '"at"}`. Resumable: send `Last-Event-ID` (the id of the last event seen) and the stream '
+    'goes on after it. Ends with `event: end` (`data: {"status"}`) once the run settled '
+    "(succeeded, failed, cancelled, needs attention); a stream open for 5 minutes closes "
+    "without it and the client reconnects. 503 when this web process serves its limit of "
+    "streams already (retry after the `Retry-After` seconds).",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the stream",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def stream(
+    request: HttpRequest,
+    run_id: str,
+    last_event_id: str | None = Header(default=None, alias="Last-Event-ID", max_length=20),
+) -> StreamingHttpResponse:
+    require(request, "read")
+    refuse_unknown_query(request, Strict)
+    after = 0
+    if last_event_id:
+        if not last_event_id.isascii() or not last_event_id.isdigit():
+            raise problems.Problem(
+                422, "invalid-input", "Invalid input", "Last-Event-ID: an event id (digits)"
+            )
+        after = int(last_event_id)
+    run = run_or_404(run_id)
+    try:
+        return sse.response(run.run_id, after=after)
+    except sse.TooManyStreams:
+        raise problems.Problem(
+            503,
+            "busy",
+            "Too many streams",
+            f"this web process serves {sse.MAX_STREAMS} streams already; try again",
+            headers={"Retry-After": "2"},
+        ) from None
 
 
 class StepsQuery(Strict):

@@ -174,6 +174,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
         **handover_context(request, run),
+        **_stream_context(run),
     }
     return render(request, "runs/run_detail.html", context)
 
@@ -203,6 +204,33 @@ def run_header(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         # has stopped this is the last header poll, and the table's last refresh.
         response["HX-Trigger"] = "run-changed"
     return response
+
+
+#: Events of the run's stream shown on its page (the API's stream has them all).
+STREAM_SHOWN = 100
+
+
+def _stream_context(run: Run) -> dict[str, Any]:
+    events, total = selectors.stream_tail(run_id=run.run_id, limit=STREAM_SHOWN)
+    return {
+        "stream_events": [(e, presenting.pretty_capped(e.data)) for e in events],
+        "stream_total": total,
+        "stream_live": run.status in ACTIVE_STATUSES,
+        "stream_refresh": STREAM_REFRESH_SECONDS,
+    }
+
+
+#: How often the run page reads the stream again while the run is queued or running.
+STREAM_REFRESH_SECONDS = 1
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_DASHBOARD, raise_exception=True)
+def run_stream(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run's stream (what its agent emitted), polled while the run is queued or running."""
+    run = run_for(request, run_id, perm=VIEW_DASHBOARD)
+    return render(request, "runs/partials/run_stream.html", {"run": run, **_stream_context(run)})
 
 
 @require_GET
