@@ -20,6 +20,7 @@ from harness.cluster import Cluster, wait_for
 from harness.servers import PostgresServer
 from harness.unannounced import start_unannounced
 from ledger import transitions
+from ledger.engine import pooling
 from ledger.models import FINAL_STATUSES, Run, RunStatus
 from runs.operations.tasks import start_run
 
@@ -130,10 +131,7 @@ def default_database(server: PostgresServer) -> Iterator[None]:
 
 
 def _forget_connections() -> None:
-    connection.close()
-    close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's, with the pool on
-    if close_pool is not None:
-        close_pool()
+    pooling.close_pool()  # with the pool on, its kept connections too
 
 
 def statuses(run_ids: list[str]) -> dict[str, str]:

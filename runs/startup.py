@@ -69,7 +69,9 @@ def unapplied_migrations() -> list[str]:
         log.warning("the database does not answer at start (%s): starting anyway", exc)
         return []
     finally:
-        connection.close()  # no connection carried into forked children
+        # No connection carried into forked children, nor one kept idle by the pool (it keeps
+        # one open): `runledger worker`'s supervisor checks, then only waits on its processes.
+        pooling.close_pool()
     return [f"{m.app_label}.{m.name}" for m, backwards in plan if not backwards]
 
 

@@ -43,6 +43,7 @@ from django.utils import timezone
 
 from harness.bench import inflight_agents
 from harness.cluster import Cluster, database_url, wait_for
+from ledger.engine import pooling
 from ledger.models import FINAL_STATUSES, Run, RunStatus
 
 HERE = Path(__file__).resolve().parent
@@ -271,10 +272,7 @@ def _admin(sql: str) -> None:
 def _disconnect() -> None:
     """Close this process's connection, and its pool where Django keeps one (``OPTIONS["pool"]``:
     a pooled connection stays open to the database after ``close()``)."""
-    connection.close()
-    close_pool = getattr(connection, "close_pool", None)
-    if close_pool is not None:
-        close_pool()
+    pooling.close_pool()
 
 
 @contextlib.contextmanager

@@ -44,6 +44,16 @@ def release(alias: str = DEFAULT_DB_ALIAS) -> None:
     conn.close()
 
 
+def close_pool(alias: str = DEFAULT_DB_ALIAS) -> None:
+    """Close ``alias``'s connection and its pool with every connection the pool keeps (the next
+    query opens a new pool): for a process that is done with the database, or that is pointed
+    at another one. Without a pool: close the connection."""
+    conn: Any = connections[alias]
+    conn.close()
+    if pooled(alias):
+        conn.close_pool()
+
+
 @contextlib.contextmanager
 def step_connection(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """Around one step's ledger work (or any piece of it on a thread): whatever connection the
