@@ -29,6 +29,7 @@ from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.failures import AttemptFailure, attempt_failures, run_failures
 from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
+from ledger.selectors.mailbox import MAILBOX_SHOWN, mailbox_of_run
 from ledger.selectors.operator import (
     NOTIFICATION_STATUSES,
     EditMark,
@@ -109,6 +110,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
+    "MAILBOX_SHOWN",
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
@@ -152,6 +154,7 @@ __all__ = [
     "gates_of_run",
     "ledger_export",
     "load_steps",
+    "mailbox_of_run",
     "notifications_of_run",
     "notifications_page",
     "pause_held",

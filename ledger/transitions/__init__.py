@@ -22,6 +22,8 @@ nothing.
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
 - ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
+- ``mailbox``: an event sent to a run, taken by the step that waits for it; a run released
+  while it sleeps or waits for an event;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
@@ -48,6 +50,7 @@ from ledger.transitions._common import (
     MAX_REASON_CHARS,
     Actor,
     OnCommit,
+    actor_name,
     cli_actor,
     parse_result_text,
     validate_result,
@@ -89,6 +92,7 @@ from ledger.transitions.lifecycle import (
     run_start_once,
     run_woke,
 )
+from ledger.transitions.mailbox import Sent, event_send, mailbox_take, run_wait
 from ledger.transitions.notify import (
     notification_claim,
     notification_failed,
@@ -132,14 +136,17 @@ __all__ = [
     "OperationError",
     "ReconcileAnswer",
     "SelfApproval",
+    "Sent",
     "Started",
     "StepWrite",
     "TodaysInputs",
     "WouldStopAgain",
+    "actor_name",
     "beacon_beat",
     "beacon_forget",
     "bulk_apply",
     "cli_actor",
+    "event_send",
     "execution_begin",
     "execution_end",
     "gate_approve",
@@ -151,6 +158,7 @@ __all__ = [
     "lease_claim",
     "lease_renew",
     "leases_renew",
+    "mailbox_take",
     "notification_claim",
     "notification_failed",
     "notification_sent",
@@ -182,6 +190,7 @@ __all__ = [
     "run_start_clean",
     "run_start_many",
     "run_start_once",
+    "run_wait",
     "run_woke",
     "runs_archive_record",
     "settlement_approve",

@@ -525,9 +525,10 @@ def run_count_resume(
 
 
 def run_woke(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
-    """The execution that a retry's back-off released the run for: it clears ``wake_at`` and,
+    """The execution that a retry's back-off, a sleep or a wait for an event released the run
+    for: it clears ``wake_at`` (and ``wait_event``) and,
     unlike a resume after a crash, costs no resume budget."""
-    _fenced(run_id, token, wake_at=None, updated_at=clock())
+    _fenced(run_id, token, wake_at=None, wait_event="", updated_at=clock())
 
 
 def run_defer(

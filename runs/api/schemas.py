@@ -103,6 +103,34 @@ class StartBatchIn(Strict):
     )
 
 
+class EventIn(Strict):
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the name the agent waits for (ctx.wait_for_event)",
+    )
+    payload: Any = Field(default=None, description="the event's payload (JSON)")
+    event_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="makes the send idempotent: the same id with the same name and payload is "
+        "the same event (200); with another name or payload a conflict (409). Without one, "
+        "every request is a new event",
+    )
+
+
+class EventOut(Schema):
+    run_id: str
+    event_id: str
+    name: str
+    payload: Any
+    created: bool = Field(description="false when this event id was sent before")
+    created_at: datetime
+    consumed_step_id: str = Field(description="the step that took it; empty while it waits")
+    consumed_at: datetime | None
+
+
 class ReasonIn(Strict):
     reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
     seen_version: int | None = Field(

@@ -27,9 +27,11 @@ ALLOWED = {
 }
 WRITES = {"update", "delete", "create", "bulk_create", "bulk_update", "get_or_create",
           "update_or_create"}  # fmt: skip
-MODELS = {"Run", "Step"}
+MODELS = {"Run", "Step", "MailboxEvent"}
 _ROWISH = re.compile(r"run|step|row|locked|fork", re.I)  # names that hold a Run or a Step
-SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?ledger_(run|step)\b", re.I)
+SQL_WRITE = re.compile(
+    r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?ledger_(run|step|mailboxevent)\b", re.I
+)
 
 
 def product_sources() -> list[Path]:

@@ -24,6 +24,7 @@ from runledger_client._client import (
     MAX_WAIT,
     RETRIED_STATUSES,
     Agent,
+    Event,
     Execution,
     Gate,
     Pause,
@@ -105,6 +106,14 @@ class AsyncClient:
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
         return _parse(Run, {**data, "created": created, "webhooks": hooks})
+
+    async def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, event_id: str | None = None
+    ) -> Event:
+        """``Client.send_event``, awaited."""
+        body = {"name": name, "payload": payload, "event_id": event_id or f"client-{uuid.uuid4()}"}
+        answer = await self._send("POST", f"/runs/{_quote(run_id)}/events", json=body)
+        return _parse(Event, _json(answer))
 
     async def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
         """``Client.start_many``: up to 1,000 runs in one request; one ``Run`` per item."""

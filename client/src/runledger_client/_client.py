@@ -256,6 +256,20 @@ class Webhook:
 
 
 @dataclass(frozen=True)
+class Event:
+    """An event in a run's mailbox; ``created`` False when its id was sent before."""
+
+    run_id: str
+    event_id: str
+    name: str
+    payload: Any = None
+    created: bool = True
+    created_at: datetime | None = None
+    consumed_step_id: str = ""
+    consumed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Agent:
     name: str
     requires: list[str]
@@ -442,6 +456,18 @@ class Client:
         hooks = [_parse(Webhook, w) for w in data.pop("webhooks", None) or []]
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
         return _parse(Run, {**data, "created": created, "webhooks": hooks})
+
+    def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, event_id: str | None = None
+    ) -> Event:
+        """Send the event ``name`` with ``payload`` to a run's mailbox, where its agent's
+        ``ctx.wait_for_event(name)`` takes it exactly once. Idempotent by ``event_id``: without
+        one, one is made for this call, so its retries are one event; give your own (the
+        webhook's delivery id) to make repeated calls of your code one event too. The same id
+        with another name or payload is a ``Conflict``; so is a finished run."""
+        body = {"name": name, "payload": payload, "event_id": event_id or f"client-{uuid.uuid4()}"}
+        answer = self._send("POST", f"/runs/{_quote(run_id)}/events", json=body)
+        return _parse(Event, _json(answer))
 
     def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
         """Start up to 1,000 runs in one request, one transaction and one publish on the

@@ -1,9 +1,10 @@
 """Runs: start (idempotent, optionally subscribing webhooks), read, list, wait for, read the
 steps (with their failed attempts) and executions of, resume, retry, cancel, accept a stale
-step."""
+step, send an event to."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Literal
 
@@ -24,6 +25,8 @@ from runs.api.auth import actor, require
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
     AcceptStaleIn,
+    EventIn,
+    EventOut,
     ExecutionOut,
     ReasonIn,
     ReasonName,
@@ -355,3 +358,28 @@ def cancel(request: HttpRequest, run_id: str, body: ReasonIn) -> RunOut:
     return _act(
         request, run_id, transitions.run_cancel, reason=body.reason, seen_version=body.seen_version
     )
+
+
+@router.post(
+    "/runs/{run_id}/events",
+    response={200: EventOut, 201: EventOut, **REFUSALS},
+    summary="Send an event to a run",
+    description="Puts the event in the run's mailbox, where the agent's "
+    "`ctx.wait_for_event(name)` takes it, exactly once, in the order events arrived; a run "
+    "released while it waits for that name is queued at once. 201 with the new event; 200 "
+    "with the same event when `event_id` was sent before with the same name and payload; 409 "
+    "when it was sent with another name or payload, or the run is finished; 404 for an unknown "
+    "run; 413 for a payload over RUNLEDGER_MAX_EVENT_BYTES; 422 for a payload that is not JSON.",
+)
+def send_event(request: HttpRequest, run_id: str, body: EventIn) -> Status[EventOut]:
+    token = require(request, "start")
+    if not queryable(run_id) or len(run_id) > 64:
+        raise problems.not_found(f"no run {run_id[:80]!r}")
+    try:
+        sent = ledger_api.send_event(
+            run_id, body.name, body.payload, event_id=body.event_id, by=actor(token)
+        )
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    answer = EventOut(**dataclasses.asdict(sent))
+    return Status(201 if sent.created else 200, answer)

@@ -171,6 +171,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),
+        "mailbox": list(selectors.mailbox_of_run(run_id=run.run_id)),
+        "mailbox_shown": selectors.MAILBOX_SHOWN,
         "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
         **handover_context(request, run),
