@@ -21,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import canonical, signals
+from ledger import canonical, faultpoints, signals
 from ledger.conf import conf
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON, PayloadTooLarge, UnknownRun
 from ledger.models import FINAL_STATUSES, MailboxEvent, Run, RunStatus, StepStatus
@@ -145,6 +145,7 @@ def mailbox_take(
         MailboxEvent.objects.filter(pk=event.pk, consumed_step_id="").update(
             consumed_step_id=step_id[:255], consumed_at=now
         )
+        faultpoints.point("mailbox.before_commit")  # taken and recorded, not yet committed
     return result
 
 
