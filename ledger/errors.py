@@ -318,6 +318,16 @@ class LedgerUnavailable(BaseException):
         )
 
 
+class QuestionAsked(RunBlocked):
+    """``ctx.ask``: the run stops until a person answers (or ``wake_at``, its timeout)."""
+
+    reason = "question"
+
+    def __init__(self, step_id: str, detail: str, *, wake_at: datetime | None) -> None:
+        super().__init__(step_id, detail)
+        self.wake_at = wake_at
+
+
 class UnknownRun(OperationError, LookupError):
     """No run of that id (an event sent to a run that does not exist)."""
 

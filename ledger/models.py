@@ -395,6 +395,7 @@ class AuditAction(models.TextChoices):
     RUN_TAKE = "run_take"  # a person said "on it" (or took a run over from someone else)
     RUN_RELEASE = "run_release"  # nobody is on it any more
     RUN_NOTE = "run_note"  # a note left on a run (the text is the event's reason)
+    QUESTION_ANSWER = "question_answer"  # a person answered a run's ctx.ask
 
 
 class AppendOnly(Exception):

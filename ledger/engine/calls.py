@@ -23,6 +23,9 @@ class WaitSpec:
     seconds: float | None = None
     until: datetime | None = None
     event: str | None = None
+    #: ``ctx.ask``: the question; the run stops for a person's answer (``QuestionAsked``)
+    #: instead of waiting released, and the answer arrives as the event ``event``.
+    question: str | None = None
 
     def due(self, now: datetime) -> datetime | None:
         """The due time, as the step's first execution records it."""

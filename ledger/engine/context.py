@@ -367,6 +367,49 @@ class RunContext:
         arrival queues it again."""
         return _event_value(self._steps.step(self._event_call(step, name, timeout)), default)
 
+    def ask(
+        self,
+        question: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        role: str = "operator",
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Any:
+        """Ask a person and return their answer (JSON, valid against the JSON Schema ``schema``
+        when one is given). The run stops as needs_attention, reason ``question``, until a
+        person holding ``role`` (viewer, operator, approver or admin) answers on the dashboard
+        or through the API; the answer is validated, audited and recorded as this step (a
+        replay returns it). After ``timeout`` seconds without an answer it returns ``default``."""
+        return _event_value(
+            self._steps.step(self._ask_call(step, question, schema, role, timeout)), default
+        )
+
+    def _ask_call(
+        self,
+        step: str | None,
+        question: str,
+        schema: Mapping[str, Any] | None,
+        role: str,
+        timeout: float | None,
+    ) -> Call:
+        if not isinstance(question, str) or not question.strip() or len(question) > 4000:
+            raise TypeError("ctx.ask() takes a question of 1 to 4000 characters")
+        if role not in ASK_ROLES:
+            raise TypeError(f"ctx.ask() role is one of {', '.join(ASK_ROLES)}, not {role!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise TypeError(f"timeout is a number of seconds >= 0 or None, not {timeout!r}")
+        if schema is not None:
+            _check_schema(schema)
+        step_id = self._step_id(step, "ask")
+        inputs = {"question": question, "schema": schema, "role": role, "timeout": timeout}
+        call = self._prepare(
+            step_id, kind=StepKind.CLOCK, tool="ask", inputs=inputs, execute=_never_executed
+        )
+        call.wait = WaitSpec(seconds=timeout, event=answer_event(step_id), question=question)
+        return call
+
     def _sleep_call(
         self, step: str | None, *, seconds: float | None = None, until: datetime | None = None
     ) -> Call:
@@ -629,6 +672,21 @@ class AsyncRunContext(RunContext):
         call = self._event_call(step, name, timeout)
         return _then(self._pending(call), lambda taken: _event_value(taken, default))
 
+    def ask(  # type: ignore[override]
+        self,
+        question: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        role: str = "operator",
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Awaitable[Any]:
+        """``await ctx.ask(question, ...)``: as ``RunContext.ask``."""
+        self._check_awaited("ctx.ask()")
+        call = self._ask_call(step, question, schema, role, timeout)
+        return _then(self._pending(call), lambda taken: _event_value(taken, default))
+
     def unawaited(self) -> str | None:
         """The step made and never awaited, if any (checked when the agent returns)."""
         return self._open
@@ -655,6 +713,30 @@ async def _value_of(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Any:
     """A pure tool's value (recomputed, not recorded): awaited when it is an ``async def``."""
     value = fn(**inputs)
     return await value if inspect.isawaitable(value) else value
+
+
+#: The roles ``ctx.ask`` may ask, weakest first (a stronger role may answer too).
+ASK_ROLES = ("viewer", "operator", "approver", "admin")
+
+
+def answer_event(step_id: str) -> str:
+    """The mailbox name of the answer to the question asked at ``step_id``."""
+    return f"answer:{step_id}"
+
+
+def _never_executed(_key: str | None) -> Any:
+    raise AssertionError("a wait is recorded by the live steps, never executed")
+
+
+def _check_schema(schema: Any) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise AgentDefinitionError(
+            f"ctx.ask() schema is not a JSON Schema: {exc.message}"
+        ) from None
 
 
 def _nothing(_value: Any) -> None:

@@ -72,6 +72,7 @@ from ledger.errors import (
     LedgerUnavailable,
     NeedsReconciliation,
     NotJSON,
+    QuestionAsked,
     RetryLater,
     StaleCheckpoint,
     StepFailed,
@@ -415,6 +416,10 @@ class LiveSteps:
             if left <= 0:
                 self.walk.count(executed=1)
                 return self._end_wait(call, pk, due, timed_out=spec.event is not None)
+            if spec.question is not None:  # a person answers: the run stops until then
+                raise QuestionAsked(
+                    call.step_id, f"waiting for a person's answer: {spec.question}", wake_at=due
+                )
             if left > conf.RUNLEDGER_SLEEP_HOLD_SECONDS:
                 raise Waiting(
                     call.step_id,

@@ -92,7 +92,14 @@ from ledger.transitions.lifecycle import (
     run_start_once,
     run_woke,
 )
-from ledger.transitions.mailbox import Sent, event_send, mailbox_take, run_wait
+from ledger.transitions.mailbox import (
+    Sent,
+    event_send,
+    mailbox_take,
+    question_answer,
+    question_timeout,
+    run_wait,
+)
 from ledger.transitions.notify import (
     notification_claim,
     notification_failed,
@@ -167,6 +174,8 @@ __all__ = [
     "parse_result_text",
     "pause_create",
     "pause_lift",
+    "question_answer",
+    "question_timeout",
     "retention_mark_advance",
     "run_admin_edit",
     "run_archive_record",

@@ -23,7 +23,14 @@ from django.utils import timezone
 
 from ledger import canonical, registry, signals
 from ledger.conf import conf
-from ledger.errors import ApprovalRequired, Conflict, InvalidInput, LeaseLost, RunBlocked
+from ledger.errors import (
+    ApprovalRequired,
+    Conflict,
+    InvalidInput,
+    LeaseLost,
+    QuestionAsked,
+    RunBlocked,
+)
 from ledger.inputs import check_run_id
 from ledger.models import (
     ACTIVE_STATUSES,
@@ -627,6 +634,8 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
             reason=why.reason,
             blocked_step_id=why.step_id,
             detail=why.detail,
+            # ctx.ask's timeout: the sweep queues the run then (transitions.question_timeout)
+            wake_at=why.wake_at if isinstance(why, QuestionAsked) else None,
             **_RELEASED,
             updated_at=now,
             status_changed_at=now,

@@ -19,12 +19,30 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ledger import canonical, faultpoints, signals
 from ledger.conf import conf
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON, PayloadTooLarge, UnknownRun
-from ledger.models import FINAL_STATUSES, MailboxEvent, Run, RunStatus, StepStatus
+from ledger.models import (
+    FINAL_STATUSES,
+    AuditAction,
+    MailboxEvent,
+    Reason,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+)
+from ledger.transitions._common import (
+    Actor,
+    actor_name,
+    announce_queued,
+    lock_run,
+    record,
+    write_run,
+)
 from ledger.transitions.lifecycle import _RELEASED, _fenced
 from ledger.transitions.steps import step_update
 
@@ -35,6 +53,8 @@ Clock = Callable[[], datetime]
 NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 NAME_CHARS = 200
+#: The mailbox name of a person's answer to ``ctx.ask`` (``answer:<step id>``), reserved.
+ANSWER_PREFIX = "answer:"
 
 
 @dataclass(frozen=True)
@@ -61,6 +81,8 @@ def event_send(
     over RUNLEDGER_MAX_EVENT_BYTES (``PayloadTooLarge``), an event id used with another name or
     payload (``Conflict``)."""
     _check_text(name, "the event's name")
+    if name.startswith(ANSWER_PREFIX):
+        raise InvalidInput(f"event names starting {ANSWER_PREFIX!r} are a person's answers")
     _check_text(event_id, "the event id")
     data, _text, digest = _payload(payload)
     now = clock()
@@ -184,3 +206,101 @@ def run_wait(
             signals.send_run_queued_on_commit(run_id=run_id, cause="event")
         elif wake_at is not None:
             signals.send_run_queued_on_commit(run_id=run_id, cause="sleep", eta=wake_at)
+
+
+def question_answer(
+    *, run_id: str, answer: Any, by: Actor, reason: str = "", clock: Clock = timezone.now
+) -> MailboxEvent:
+    """A person's answer to the question a run waits on (``ctx.ask``): validated against the
+    question's JSON Schema, put in the run's mailbox as the event ``answer:<step id>``,
+    audited, and the run queued (a planned wait: no resume budget), in one transaction.
+
+    Refused, nothing written: ``UnknownRun``; ``NotAllowed`` (the run waits on no question:
+    answered already, or never asked); ``InvalidInput`` (not JSON, too large, or not valid
+    against the schema). Whether ``by`` holds the question's role is the caller's check
+    (``selectors.question_of`` says which role)."""
+    name = actor_name(by)
+    data, _text, digest = _payload(answer)
+    now = clock()
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run_id).exists():
+            raise UnknownRun(f"no run {run_id!r}")
+        run = lock_run(run_id)
+        if run.status != RunStatus.NEEDS_ATTENTION or run.reason != Reason.QUESTION:
+            raise NotAllowed(
+                f"run {run_id} waits on no question (it is {run.status}"
+                + (f", {run.reason}" if run.reason else "")
+                + "): answered already, or never asked; nothing was changed"
+            )
+        step = Step.objects.get(run_id=run_id, step_id=run.blocked_step_id)
+        _check_answer(data, (step.inputs or {}).get("schema"))
+        event = MailboxEvent.objects.create(
+            run_id=run_id,
+            event_id=ANSWER_PREFIX + step.step_id,
+            name=ANSWER_PREFIX + step.step_id,
+            payload=data,
+            payload_hash=digest,
+            sender=name,
+            created_at=now,
+        )
+        record(
+            by=name,
+            action=AuditAction.QUESTION_ANSWER,
+            at=now,
+            run_id=run_id,
+            step_id=step.step_id,
+            before={"question": (step.inputs or {}).get("question")},
+            after={"answer": data},
+            reason=reason,
+        )
+        write_run(
+            run,
+            status=RunStatus.QUEUED,
+            reason="",
+            detail="",
+            blocked_step_id="",
+            wake_at=now,  # claimed as a wake-up (transitions.run_woke): no resume budget
+            updated_at=now,
+            status_changed_at=now,
+        )
+        announce_queued(run_id, cause="answer")
+    return event
+
+
+def _check_answer(data: Any, schema: Any) -> None:
+    if schema is None:
+        return
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(
+        jsonschema.validators.validator_for(schema)(schema).iter_errors(data)
+    )
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the answer"
+        raise InvalidInput(
+            f"the answer does not fit the question's schema: {where}: {error.message}"
+        )
+
+
+def question_timeout(*, run_id: str, clock: Clock = timezone.now) -> bool:
+    """The sweep's: queue a run whose question's timeout passed unanswered (its ``ctx.ask``
+    then returns its default). False when it is not such a run any more."""
+    now = clock()
+    with transaction.atomic():
+        queued = Run.objects.filter(
+            pk=run_id,
+            status=RunStatus.NEEDS_ATTENTION,
+            reason=Reason.QUESTION,
+            wake_at__lte=now,
+        ).update(
+            status=RunStatus.QUEUED,
+            reason="",
+            detail="",
+            blocked_step_id="",
+            updated_at=now,
+            status_changed_at=now,
+            version=F("version") + 1,
+        )
+        if queued:
+            announce_queued(run_id, cause="answer")
+    return bool(queued)

@@ -23,7 +23,9 @@ RunStatusName = Literal[
 ]
 #: Why a run needs attention ('' when it does not); a test keeps both lists equal to the
 #: ledger's own (``ledger.states``).
-ReasonName = Literal["reconciliation", "stale", "divergence", "budget", "agent_missing", "approval"]
+ReasonName = Literal[
+    "reconciliation", "stale", "divergence", "budget", "agent_missing", "approval", "question"
+]
 EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.needs_attention"]
 
 

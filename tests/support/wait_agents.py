@@ -85,3 +85,43 @@ def marks(path: str) -> list[str]:
             return f.read().splitlines()
     except FileNotFoundError:
         return []
+
+
+#: What the asker asks for: a decision and an optional note.
+DECISION = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve the refund"},
+        "note": {"type": "string", "maxLength": 200},
+    },
+    "required": ["approve"],
+    "additionalProperties": False,
+}
+
+
+@agent("asker", tools=[mark], max_resumes=2)
+def asker(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    answer = ctx.ask(
+        f"Refund {inputs.get('invoice', 'inv_1')}?",
+        schema=DECISION,
+        role=inputs.get("role", "operator"),
+        timeout=inputs.get("timeout"),
+        default="no answer",
+        step="ask",
+    )
+    ctx.call(mark, path=inputs["marks"], text="answered", step="after")
+    return {"answer": answer}
+
+
+@agent("asker-async", tools=[mark], max_resumes=2)
+async def asker_async(ctx: AsyncRunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    answer = await ctx.ask(
+        f"Refund {inputs.get('invoice', 'inv_1')}?",
+        schema=DECISION,
+        role=inputs.get("role", "operator"),
+        timeout=inputs.get("timeout"),
+        default="no answer",
+        step="ask",
+    )
+    await ctx.call(mark, path=inputs["marks"], text="answered", step="after")
+    return {"answer": answer}
