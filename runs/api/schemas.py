@@ -133,6 +133,11 @@ class EventOut(Schema):
     consumed_at: datetime | None
 
 
+class AnswerIn(Strict):
+    answer: Any = Field(description="the answer (JSON), valid against the question's schema")
+    reason: str = Field(default="", max_length=4000, description="a note, audited with it")
+
+
 class ReasonIn(Strict):
     reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
     seen_version: int | None = Field(

@@ -25,6 +25,7 @@ from runs.api.auth import actor, require
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
     AcceptStaleIn,
+    AnswerIn,
     EventIn,
     EventOut,
     ExecutionOut,
@@ -47,6 +48,7 @@ from runs.api.schemas import (
     WebhookOut,
     refuse_unknown_query,
 )
+from runs.dashboard.roles import role_at_least, role_of
 
 router = Router(tags=["runs"])
 
@@ -383,3 +385,34 @@ def send_event(request: HttpRequest, run_id: str, body: EventIn) -> Status[Event
         raise problems.refusal(exc) from exc
     answer = EventOut(**dataclasses.asdict(sent))
     return Status(201 if sent.created else 200, answer)
+
+
+@router.post(
+    "/runs/{run_id}/answer",
+    response={200: RunOut, **REFUSALS},
+    summary="Answer the question a run waits on",
+    description="The run stopped at `ctx.ask` (status `needs_attention`, reason `question`). "
+    "A person's token whose person holds the question's role (or a stronger one) answers; the "
+    "answer is validated against the question's JSON Schema (422 when it does not fit), "
+    "audited, recorded as the step's result, and the run queued. 403 for a service's token or "
+    "a person without the role; 409 when the run waits on no question (answered already).",
+)
+def answer(request: HttpRequest, run_id: str, body: AnswerIn) -> RunOut:
+    token = require(request, "read")  # every role reads; the question says who may answer
+    person = token.user
+    if person is None:
+        raise problems.forbidden("an answer is a person's: use a person's token, not a service's")
+    run = run_or_404(run_id)
+    question = selectors.question_of(run=run)
+    if question is not None and not role_at_least(person, question.role):
+        raise problems.forbidden(
+            f"this question is for a {question.role} (or stronger); "
+            f"{person.get_username()} is {role_of(person) or 'in no role'}"
+        )
+    try:
+        transitions.question_answer(
+            run_id=run_id, answer=body.answer, by=person, reason=body.reason
+        )
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    return RunOut.of(run_or_404(run_id))
