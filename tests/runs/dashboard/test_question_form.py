@@ -45,6 +45,8 @@ def test_an_operator_answers_on_the_run_page(dashboard_ready: Any, tmp_path: Any
     assert Run.objects.get(pk=run_id).status == "queued"
     assert MailboxEvent.objects.get().payload == {"approve": True, "note": "fine"}
     assert AuditEvent.objects.get(action="question_answer").actor == "olive"
+    story = olive.get(f"/runs/{run_id}/").content.decode()
+    assert "answered its question" in story  # among what people did to the run
 
 
 def test_a_viewer_sees_no_form_and_is_refused(dashboard_ready: Any, tmp_path: Any) -> None:
