@@ -23,6 +23,9 @@ the lease check), ``task.after_execute`` (a run's outcome committed, before the 
 the broker acknowledges it), ``notify.after_send`` (a notification received, not yet
 recorded), ``claude.model.before_forward`` and ``claude.model.after_record`` (a Claude session's
 model request about to be forwarded; its answer recorded, not yet handed to the CLI).
+``RUNLEDGER_CLOCK_OFFSET_FILE=<path>`` makes the workers execute runs on a clock that many
+seconds (the file's text, read at each reading) ahead of the real one: a test moves it forward
+an hour to see a sleep come due.
 ``RUNLEDGER_KILL_SIGNAL=STOP`` freezes instead of killing (SIGSTOP, to the process or the
 group): a zombie that a test wakes later with SIGCONT, and that then goes on from the point as
 if nothing had happened — after another worker has taken its run over.
@@ -36,6 +39,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.utils import timezone
 
 from ledger import faultpoints
 
@@ -102,4 +109,16 @@ def clear_hooks() -> None:
     _reached.clear()
 
 
+def _offset_clock() -> datetime:
+    """The real time moved forward by the seconds written in RUNLEDGER_CLOCK_OFFSET_FILE (read
+    at each call, so that a test moves a running worker's clock by writing the file)."""
+    try:
+        text = Path(os.environ["RUNLEDGER_CLOCK_OFFSET_FILE"]).read_text().strip()
+    except (KeyError, FileNotFoundError):
+        text = ""
+    return timezone.now() + timedelta(seconds=float(text or 0))
+
+
 faultpoints.install(point)
+if os.environ.get("RUNLEDGER_CLOCK_OFFSET_FILE"):
+    faultpoints.install_clock(_offset_clock)

@@ -35,13 +35,22 @@ idempotency key and the same conflict rules. One bad item refuses the whole batc
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ledger import registry, transitions, waiting
-from ledger.errors import BatchRefused, Conflict, InvalidInput, ItemError
+from ledger.errors import (
+    BatchRefused,
+    Conflict,
+    InvalidInput,
+    ItemError,
+    NotAllowed,
+    PayloadTooLarge,
+    UnknownRun,
+)
 from ledger.models import FINAL_STATUSES, Run, RunStatus, WebhookSubscription
 from ledger.transitions import Actor
 
@@ -51,13 +60,18 @@ __all__ = [
     "Conflict",
     "InvalidInput",
     "ItemError",
+    "NotAllowed",
+    "PayloadTooLarge",
     "RunCancelled",
     "RunFailed",
     "RunHandle",
     "RunNeedsAttention",
     "RunState",
+    "SentEvent",
     "UnknownAgent",
+    "UnknownRun",
     "get_run",
+    "send_event",
     "start_run",
     "start_runs",
 ]
@@ -239,6 +253,61 @@ def start_run(
     )
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions
+    )
+
+
+@dataclass(frozen=True)
+class SentEvent:
+    """An event in a run's mailbox. ``created`` is False when ``event_id`` was sent before (the
+    same event: nothing was written); ``consumed_step_id`` names the step that took it ("" while
+    it waits in the mailbox)."""
+
+    run_id: str
+    event_id: str
+    name: str
+    payload: Any
+    created: bool
+    created_at: datetime
+    consumed_step_id: str
+    consumed_at: datetime | None
+
+
+def send_event(
+    run_id: str,
+    name: str,
+    payload: Any = None,
+    *,
+    event_id: str | None = None,
+    by: Actor | None = None,
+) -> SentEvent:
+    """Send the event ``name`` with ``payload`` (JSON) to a run's mailbox: the run's
+    ``ctx.wait_for_event(name)`` takes it, exactly once, in the order events arrived; a run
+    released while it waits for that name is queued at once.
+
+    Idempotent by ``event_id`` (default: a new random id, so a repeat is another event): the same
+    id with the same name and payload answers the event sent first (``created`` False). Refused,
+    writing nothing: ``UnknownRun``; ``NotAllowed`` (the run is finished); ``InvalidInput``
+    (a bad name or id, a payload that is not JSON); ``PayloadTooLarge`` (over
+    RUNLEDGER_MAX_EVENT_BYTES); ``Conflict`` (the id was used with another name or payload).
+    ``by`` is recorded as the event's sender (``api:<token>``, ``cli:<login>``, a user)."""
+    sender = "" if by is None else transitions.actor_name(by)
+    sent = transitions.event_send(
+        run_id=run_id,
+        name=name,
+        payload=payload,
+        event_id=event_id if event_id is not None else "evt_" + secrets.token_hex(12),
+        sender=sender,
+    )
+    event = sent.event
+    return SentEvent(
+        run_id=run_id,
+        event_id=event.event_id,
+        name=event.name,
+        payload=event.payload,
+        created=sent.created,
+        created_at=event.created_at,
+        consumed_step_id=event.consumed_step_id,
+        consumed_at=event.consumed_at,
     )
 
 

@@ -152,6 +152,33 @@ SETTINGS: tuple[Setting, ...] = (
         ENGINE,
     ),
     Setting(
+        "RUNLEDGER_SLEEP_HOLD_SECONDS",
+        10.0,
+        "float",
+        "A `ctx.sleep` (or the rest of one, or a `ctx.wait_for_event` whose timeout ends) due "
+        "within this many seconds waits in the worker, which keeps renewing the run's lease. A "
+        "longer wait releases the run: it holds no worker slot and no database connection, "
+        "costs no resume budget, and is queued again when it is due (or when its event "
+        "arrives).",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_EVENT_POLL_SECONDS",
+        0.5,
+        "float",
+        "How often a `ctx.wait_for_event` that waits holding the run (its timeout ends within "
+        "RUNLEDGER_SLEEP_HOLD_SECONDS) looks in the run's mailbox again.",
+        ENGINE,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_EVENT_BYTES",
+        65536,
+        "int",
+        "The largest payload (canonical JSON, UTF-8 bytes) an event sent to a run may carry; "
+        "a larger one is refused (HTTP 413) and nothing is written.",
+        ENGINE,
+    ),
+    Setting(
         "RUNLEDGER_RETRY_SLEEP_MAX_SECONDS",
         10.0,
         "float",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 
@@ -135,6 +136,16 @@ class RetryLater(BaseException):
     def __init__(self, step_id: str, seconds: float, detail: str) -> None:
         self.step_id, self.seconds, self.detail = step_id, seconds, detail
         super().__init__(f"step {step_id!r}: {detail}")
+
+
+class Waiting(RetryLater):
+    """A ``ctx.sleep`` or ``ctx.wait_for_event`` waits longer than a worker may hold the run
+    (RUNLEDGER_SLEEP_HOLD_SECONDS): the execution ends and the run is released until
+    ``wake_at`` (None: until its event arrives), or until an event named ``event`` arrives."""
+
+    def __init__(self, step_id: str, *, wake_at: datetime | None, event: str, detail: str) -> None:
+        super().__init__(step_id, 0.0, detail)
+        self.wake_at, self.event = wake_at, event
 
 
 class DuplicateStepId(LedgerError):
@@ -317,3 +328,25 @@ class LedgerUnavailable(BaseException):
             f"{self.problem}. {consequence[0].upper()}{consequence[1:]}. Fix the database "
             "(disk space, statement_timeout, locks), then retry the run."
         )
+
+
+class QuestionAsked(RunBlocked):
+    """``ctx.ask``: the run stops until a person answers (or ``wake_at``, its timeout)."""
+
+    reason = "question"
+
+    def __init__(self, step_id: str, detail: str, *, wake_at: datetime | None) -> None:
+        super().__init__(step_id, detail)
+        self.wake_at = wake_at
+
+
+class UnknownRun(OperationError, LookupError):
+    """No run of that id (an event sent to a run that does not exist)."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """An event's payload is larger than RUNLEDGER_MAX_EVENT_BYTES."""
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit

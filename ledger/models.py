@@ -78,6 +78,9 @@ class Run(models.Model):
     # A run released while a step's retry waits out its back-off: queued, and not claimable
     # before this time (``transitions.run_defer``); cleared by the execution it wakes.
     wake_at = models.DateTimeField(null=True, blank=True)
+    # A run released while ``ctx.wait_for_event`` waits: the event's name. An event of that
+    # name sent to the run queues it at once (``transitions.event_send``); "" otherwise.
+    wait_event = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,
@@ -392,6 +395,7 @@ class AuditAction(models.TextChoices):
     RUN_TAKE = "run_take"  # a person said "on it" (or took a run over from someone else)
     RUN_RELEASE = "run_release"  # nobody is on it any more
     RUN_NOTE = "run_note"  # a note left on a run (the text is the event's reason)
+    QUESTION_ANSWER = "question_answer"  # a person answered a run's ctx.ask
 
 
 class AppendOnly(Exception):
@@ -851,3 +855,35 @@ class StreamEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.id} {self.kind}"
+
+
+# --- the mailbox (events sent to a run) -------------------------------------------------------
+
+
+class MailboxEvent(models.Model):
+    """One event sent to a run (``ledger.api.send_event``, ``POST /api/v1/runs/{id}/events``).
+
+    Idempotent by (run, event_id); kept in the order it arrived (``pk``). ``ctx.wait_for_event``
+    takes the oldest unconsumed event of its name in the transaction that records its step, so
+    an event is consumed exactly once (``consumed_step_id`` names the step). Written only by
+    ``ledger.transitions.mailbox``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="mailbox")
+    event_id = models.CharField(max_length=200)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    payload_hash = models.CharField(max_length=64)
+    sender = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    consumed_step_id = models.CharField(max_length=255, blank=True, default="")
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="mailbox_run_event_id"),
+        ]
+        indexes = [models.Index(fields=["run", "name", "id"], name="mailbox_run_name")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.name} ({self.event_id})"

@@ -33,6 +33,7 @@ class Reason(TextChoices):
     BUDGET = "budget"
     AGENT_MISSING = "agent_missing"
     APPROVAL = "approval"
+    QUESTION = "question"  # ctx.ask: the run waits for a person's answer
 
 
 class StepStatus(TextChoices):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ledger.registry import Approval
@@ -12,6 +13,27 @@ from ledger.states import StepKind
 
 if TYPE_CHECKING:
     from ledger.registry import Tool
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """What a waiting step waits for: a due time (``seconds`` from its first execution, or
+    ``until``; neither: no timeout) and, for ``ctx.wait_for_event``, the event's ``name``."""
+
+    seconds: float | None = None
+    until: datetime | None = None
+    event: str | None = None
+    #: ``ctx.ask``: the question; the run stops for a person's answer (``QuestionAsked``)
+    #: instead of waiting released, and the answer arrives as the event ``event``.
+    question: str | None = None
+
+    def due(self, now: datetime) -> datetime | None:
+        """The due time, as the step's first execution records it."""
+        if self.until is not None:
+            return self.until
+        if self.seconds is not None:
+            return now + timedelta(seconds=self.seconds)
+        return None
 
 
 @dataclass
@@ -40,6 +62,9 @@ class Call:
     #: ``execute`` gives a coroutine (an ``async def`` tool or model client): an async agent
     #: awaits it on the loop; anything else runs on a thread (``ledger.engine.aio``).
     is_async: bool = False
+    #: A sleep or a wait for an event (``ctx.sleep``, ``ctx.wait_for_event``): the live steps
+    #: record its due time first, then wait (``LiveSteps._run_wait``); ``execute`` is unused.
+    wait: WaitSpec | None = None
 
 
 def misfit(call: Call) -> bool:

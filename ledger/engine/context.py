@@ -15,12 +15,12 @@ import random as random_module
 import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
 from ledger import canonical, llm
 from ledger.conf import conf
-from ledger.engine.calls import Call
+from ledger.engine.calls import Call, WaitSpec
 from ledger.engine.walk import Walk
 from ledger.errors import (
     AgentDefinitionError,
@@ -381,6 +381,117 @@ class RunContext:
         """A float in [0, 1) from the system's randomness, recorded: a replay returns it."""
         return float(self._recorded(step, "random", lambda: random_module.SystemRandom().random()))
 
+    def sleep(self, seconds: float, *, step: str | None = None) -> None:
+        """Sleep ``seconds``, durably: the due time is recorded at the first execution, so a
+        replay does not sleep again and a resume after a crash neither shortens nor repeats
+        the sleep. Up to RUNLEDGER_SLEEP_HOLD_SECONDS the worker waits holding the run; a
+        longer sleep releases it (no worker slot, no connection, no resume budget) until due."""
+        self._steps.step(self._sleep_call(step, seconds=seconds))
+
+    def sleep_until(self, when: datetime, *, step: str | None = None) -> None:
+        """Sleep until ``when`` (a timezone-aware datetime), durably, as ``sleep`` does."""
+        self._steps.step(self._sleep_call(step, until=when))
+
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Any:
+        """The payload of the next event ``name`` sent to this run (``ledger.api.send_event``,
+        ``POST /api/v1/runs/{run_id}/events``), taken from its mailbox exactly once and
+        recorded: a replay gets the same payload. Events sent before the run waits wait in the
+        mailbox, in the order they arrived. After ``timeout`` seconds (None: no timeout) with no
+        such event it returns ``default`` (None unless given): a timeout is a value, not an
+        error. A wait longer than RUNLEDGER_SLEEP_HOLD_SECONDS releases the run; the event's
+        arrival queues it again."""
+        return _event_value(self._steps.step(self._event_call(step, name, timeout)), default)
+
+    def ask(
+        self,
+        question: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        role: str = "operator",
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Any:
+        """Ask a person and return their answer (JSON, valid against the JSON Schema ``schema``
+        when one is given). The run stops as needs_attention, reason ``question``, until a
+        person holding ``role`` (viewer, operator, approver or admin) answers on the dashboard
+        or through the API; the answer is validated, audited and recorded as this step (a
+        replay returns it). After ``timeout`` seconds without an answer it returns ``default``."""
+        return _event_value(
+            self._steps.step(self._ask_call(step, question, schema, role, timeout)), default
+        )
+
+    def _ask_call(
+        self,
+        step: str | None,
+        question: str,
+        schema: Mapping[str, Any] | None,
+        role: str,
+        timeout: float | None,
+    ) -> Call:
+        if not isinstance(question, str) or not question.strip() or len(question) > 4000:
+            raise TypeError("ctx.ask() takes a question of 1 to 4000 characters")
+        if role not in ASK_ROLES:
+            raise TypeError(f"ctx.ask() role is one of {', '.join(ASK_ROLES)}, not {role!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise TypeError(f"timeout is a number of seconds >= 0 or None, not {timeout!r}")
+        if schema is not None:
+            _check_schema(schema)
+        step_id = self._step_id(step, "ask")
+        inputs = {"question": question, "schema": schema, "role": role, "timeout": timeout}
+        call = self._prepare(
+            step_id, kind=StepKind.CLOCK, tool="ask", inputs=inputs, execute=_never_executed
+        )
+        call.wait = WaitSpec(seconds=timeout, event=answer_event(step_id), question=question)
+        return call
+
+    def _sleep_call(
+        self, step: str | None, *, seconds: float | None = None, until: datetime | None = None
+    ) -> Call:
+        if until is not None:
+            if not isinstance(until, datetime) or until.tzinfo is None:
+                raise TypeError("ctx.sleep_until() takes a timezone-aware datetime")
+            until = until.astimezone(UTC)
+            inputs: dict[str, Any] = {"until": until.isoformat()}
+        else:
+            if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+                raise TypeError(f"ctx.sleep() takes a number of seconds >= 0, not {seconds!r}")
+            inputs = {"seconds": seconds}
+        return self._wait_call(step, "sleep", inputs, WaitSpec(seconds=seconds, until=until))
+
+    def _event_call(self, step: str | None, name: str, timeout: float | None) -> Call:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise TypeError(
+                f"ctx.wait_for_event() takes a name of 1 to 200 characters, not {name!r}"
+            )
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise TypeError(f"timeout is a number of seconds >= 0 or None, not {timeout!r}")
+        inputs = {"name": name, "timeout": timeout}
+        return self._wait_call(
+            step, "wait_for_event", inputs, WaitSpec(seconds=timeout, event=name)
+        )
+
+    def _wait_call(self, step: str | None, name: str, inputs: Any, spec: WaitSpec) -> Call:
+        def execute(_key: str | None) -> Any:
+            raise AssertionError("a wait is recorded by the live steps, never executed")
+
+        call = self._prepare(
+            self._step_id(step, name),
+            kind=StepKind.CLOCK,
+            tool=name,
+            inputs=inputs,
+            execute=execute,
+        )
+        call.wait = spec
+        return call
+
     @contextmanager
     def scope(self, name: str) -> Iterator[None]:
         """Prefix the step ids of the calls inside: ``with ctx.scope("plan.3"): ...``."""
@@ -598,6 +709,44 @@ class AsyncRunContext(RunContext):
         call = self._clock_call(step, "random", lambda: random_module.SystemRandom().random())
         return _then(self._pending(call), float)
 
+    def sleep(self, seconds: float, *, step: str | None = None) -> Awaitable[None]:  # type: ignore[override]
+        """``await ctx.sleep(seconds)``: as ``RunContext.sleep``."""
+        self._check_awaited("ctx.sleep()")
+        return _then(self._pending(self._sleep_call(step, seconds=seconds)), _nothing)
+
+    def sleep_until(self, when: datetime, *, step: str | None = None) -> Awaitable[None]:  # type: ignore[override]
+        """``await ctx.sleep_until(when)``: as ``RunContext.sleep_until``."""
+        self._check_awaited("ctx.sleep_until()")
+        return _then(self._pending(self._sleep_call(step, until=when)), _nothing)
+
+    def wait_for_event(  # type: ignore[override]
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Awaitable[Any]:
+        """``await ctx.wait_for_event(name, timeout=...)``: as ``RunContext.wait_for_event``."""
+        self._check_awaited("ctx.wait_for_event()")
+        call = self._event_call(step, name, timeout)
+        return _then(self._pending(call), lambda taken: _event_value(taken, default))
+
+    def ask(  # type: ignore[override]
+        self,
+        question: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        role: str = "operator",
+        timeout: float | None = None,
+        default: Any = None,
+        step: str | None = None,
+    ) -> Awaitable[Any]:
+        """``await ctx.ask(question, ...)``: as ``RunContext.ask``."""
+        self._check_awaited("ctx.ask()")
+        call = self._ask_call(step, question, schema, role, timeout)
+        return _then(self._pending(call), lambda taken: _event_value(taken, default))
+
     def unawaited(self) -> str | None:
         """The step made and never awaited, if any (checked when the agent returns)."""
         return self._open
@@ -624,6 +773,42 @@ async def _value_of(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Any:
     """A pure tool's value (recomputed, not recorded): awaited when it is an ``async def``."""
     value = fn(**inputs)
     return await value if inspect.isawaitable(value) else value
+
+
+#: The roles ``ctx.ask`` may ask, weakest first (a stronger role may answer too).
+ASK_ROLES = ("viewer", "operator", "approver", "admin")
+
+
+def answer_event(step_id: str) -> str:
+    """The mailbox name of the answer to the question asked at ``step_id``."""
+    return f"answer:{step_id}"
+
+
+def _never_executed(_key: str | None) -> Any:
+    raise AssertionError("a wait is recorded by the live steps, never executed")
+
+
+def _check_schema(schema: Any) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise AgentDefinitionError(
+            f"ctx.ask() schema is not a JSON Schema: {exc.message}"
+        ) from None
+
+
+def _nothing(_value: Any) -> None:
+    return None
+
+
+def _event_value(taken: Any, default: Any) -> Any:
+    """What ``wait_for_event`` returns for its recorded result: the event's payload, or
+    ``default`` when it timed out."""
+    if isinstance(taken, dict) and "event_id" in taken:
+        return taken.get("payload")
+    return default
 
 
 async def _then(pending: Awaitable[Any], convert: Callable[[Any], Any]) -> Any:

@@ -74,10 +74,12 @@ from ledger.errors import (
     LedgerUnavailable,
     NeedsReconciliation,
     NotJSON,
+    QuestionAsked,
     RetryLater,
     RunCancelled,
     StaleCheckpoint,
     StepFailed,
+    Waiting,
 )
 from ledger.models import StepKind, StepStatus
 from ledger.registry import NOT_HAPPENED, get_tool
@@ -221,13 +223,18 @@ class LiveSteps:
             self._flush_soon()
         try:
             with pooling.step_connection():  # the next step's wait holds no connection
-                result = yield from self._run(
-                    call,
-                    row,
-                    prev=self.walk.prev,
-                    abandon=abandon,
-                    batchable=self._batch is not None,
-                )
+                if call.wait is not None:
+                    result = yield from self._run_wait(
+                        call, row, prev=self.walk.prev, abandon=abandon
+                    )
+                else:
+                    result = yield from self._run(
+                        call,
+                        row,
+                        prev=self.walk.prev,
+                        abandon=abandon,
+                        batchable=self._batch is not None,
+                    )
         except ApprovalRejected:
             self.walk.advance(call.step_id)  # its row records the rejection on the path
             raise
@@ -496,6 +503,109 @@ class LiveSteps:
         )
         self.walk.count(executed=1)
         return result
+
+    # --- sleeps and waits for events -------------------------------------------------------
+
+    def _run_wait(
+        self, call: Call, row: StepRow | None, *, prev: str | None, abandon: list[str]
+    ) -> StepGen:
+        """A ``ctx.sleep`` or ``ctx.wait_for_event``: its row is written ``pending`` with its due
+        time at its first execution (the due time every later execution reads: a resume after a
+        crash neither shortens nor repeats the wait), then ``succeeded`` once it is due or its
+        event is taken (``transitions.mailbox_take``: the event and the step in one
+        transaction). A short wait happens holding the run; a long one releases it (``Waiting``)."""
+        spec = call.wait
+        assert spec is not None
+        if row is not None and row.input_hash != call.input_hash:
+            raise StaleCheckpoint(call.step_id, _stale_detail(call, row))
+        if row is not None and row.status == StepStatus.SUCCEEDED:
+            self.walk.count(replayed=1)
+            return row.result
+        if row is not None and isinstance(row.result, dict) and "due" in row.result:
+            pk, due = row.pk, _due(row.result["due"])
+        else:
+            due = spec.due(self._clock())
+            pk = self._begin_wait(call, due, prev=prev, abandon=abandon)
+        while True:
+            if spec.event is not None:
+                taken = self._take_event(call, pk, spec.event)
+                if taken is not None:
+                    self.walk.count(executed=1)
+                    return taken
+            left = float("inf") if due is None else (due - self._clock()).total_seconds()
+            if left <= 0:
+                self.walk.count(executed=1)
+                return self._end_wait(call, pk, due, timed_out=spec.event is not None)
+            if spec.question is not None:  # a person answers: the run stops until then
+                raise QuestionAsked(
+                    call.step_id, f"waiting for a person's answer: {spec.question}", wake_at=due
+                )
+            if left > conf.RUNLEDGER_SLEEP_HOLD_SECONDS:
+                raise Waiting(
+                    call.step_id,
+                    wake_at=due,
+                    event=spec.event or "",
+                    detail=_wait_detail(spec, due),
+                )
+            poll = conf.RUNLEDGER_EVENT_POLL_SECONDS if spec.event is not None else left
+            yield _Wait(min(left, poll), backoff=True)
+
+    def _begin_wait(
+        self, call: Call, due: datetime | None, *, prev: str | None, abandon: list[str]
+    ) -> int:
+        """The wait's first write: ``pending``, its due time as its result, linked to ``prev``."""
+        seq = call.seq or self.walk.take_seq()
+        write = self._write(call, seq=seq, attempt=1, key=None, errors=[])
+        write.prev_step_id, write.abandon = prev, abandon
+        write.status = StepStatus.PENDING
+        data = {"due": due.isoformat() if due is not None else None}
+        write.result_json = canonical.dumps(data)
+        pk: int = self._commit(call.step_id, "wait", partial(transitions.step_write, write))
+        self._remember(call, write, data, None, [], prev=prev, status=StepStatus.PENDING)
+        self.walk.ledger[call.step_id].pk = pk
+        return pk
+
+    def _take_event(self, call: Call, pk: int, name: str) -> Any:
+        now = self._clock()
+        taken = self._commit(
+            call.step_id,
+            "event",
+            lambda: transitions.mailbox_take(
+                run_id=self.run_id,
+                token=self._token,
+                pk=pk,
+                step_id=call.step_id,
+                name=name,
+                now=now,
+            ),
+        )
+        if taken is not None:
+            self._settled_wait(call, taken)
+        return taken
+
+    def _end_wait(self, call: Call, pk: int, due: datetime | None, *, timed_out: bool) -> Any:
+        result: dict[str, Any] = {"due": due.isoformat() if due is not None else None}
+        if timed_out:
+            result["timed_out"] = True
+        self._commit(
+            call.step_id,
+            "wait",
+            lambda: transitions.step_update(
+                run_id=self.run_id,
+                token=self._token,
+                pk=pk,
+                status=StepStatus.SUCCEEDED,
+                now=self._clock(),
+                result_json=canonical.dumps(result),
+            ),
+        )
+        self._settled_wait(call, result)
+        return result
+
+    def _settled_wait(self, call: Call, result: Any) -> None:
+        with self.walk.lock:
+            row = self.walk.ledger[call.step_id]
+            row.status, row.result = StepStatus.SUCCEEDED, result
 
     def _check_history(self, new_rows: int, step_id: str) -> None:
         """Bound the ledger: past RUNLEDGER_MAX_STEPS_PER_RUN rows the run stops (budget)."""
@@ -1132,6 +1242,17 @@ def _direct(clock: Clock) -> Clock:
     if clock is not timezone.now:
         return clock
     return partial(datetime.now, UTC) if settings.USE_TZ else datetime.now
+
+
+def _due(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _wait_detail(spec: Any, due: datetime | None) -> str:
+    at = f"{due:%Y-%m-%d %H:%M:%S} UTC" if due is not None else ""
+    if spec.event is None:
+        return f"sleeping until {at}"
+    return f"waiting for event {spec.event!r}" + (f" until {at}" if at else "")
 
 
 def _retries_left(call: Call, row: StepRow | None) -> int:

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0022_execution_ending_cancelled'),
+        ('ledger', '0023_run_mailbox'),
     ]
 
     operations = [

@@ -48,6 +48,7 @@ from ledger.errors import (
     RunCancelled,
     RunPaused,
     StepFailed,
+    Waiting,
 )
 from ledger.models import ExecutionEnding, Run, RunStatus
 from ledger.processes import leases
@@ -361,7 +362,8 @@ def _execute_claimed(
     run, token = ex.run, ex.token
     try:
         if run.wake_at is not None:
-            # Released for a retry's back-off: a planned wait, not a recovery, costs no budget.
+            # Released for a retry's back-off, a sleep or an event: a planned wait, not a
+            # recovery, costs no budget.
             transitions.run_woke(run_id=run.run_id, token=token, clock=clock)
         elif run.executions > 1:
             _count_resume(run, token, clock)
@@ -414,6 +416,8 @@ def _execute_agent(
         data = canonical.normalize(result, step_id="<run result>")
     except ContinueAsNew as signal:
         return _continue(ex, clock, signal)
+    except Waiting as waiting:
+        return _release(ex, clock, waiting)
     except RetryLater as later:
         return _defer(ex, clock, later)
     except HandedBack as back:
@@ -652,6 +656,35 @@ def _defer(ex: _Execution, clock: Clock, later: RetryLater) -> Outcome:
         reason="backoff",
         step_id=later.step_id,
         detail=detail,
+        replayed=replayed,
+        executed=executed,
+    )
+
+
+def _release(ex: _Execution, clock: Clock, waiting: Waiting) -> Outcome:
+    """A sleep or a wait for an event longer than a worker may hold the run: release it until
+    it is due or its event arrives (``transitions.run_wait``); it costs no resume budget."""
+    run = ex.run
+    with _recording_outcome(ex.ctx):
+        transitions.run_wait(
+            run_id=run.run_id,
+            token=ex.token,
+            wake_at=waiting.wake_at,
+            event=waiting.event,
+            detail=waiting.detail,
+            clock=clock,
+        )
+        _record_end(
+            ex, ExecutionEnding.RELEASED, clock, step_id=waiting.step_id, error=waiting.detail
+        )
+    log.info("run %s: %s", run.run_id, waiting.detail, extra={"step_id": waiting.step_id})
+    replayed, executed = ex.counts()
+    return Outcome(
+        run_id=run.run_id,
+        status=RunStatus.QUEUED,
+        reason="event" if waiting.event else "sleep",
+        step_id=waiting.step_id,
+        detail=waiting.detail,
         replayed=replayed,
         executed=executed,
     )

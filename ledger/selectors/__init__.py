@@ -30,6 +30,13 @@ from ledger.selectors.effects import effect_audits, findings_for_run
 from ledger.selectors.failures import AttemptFailure, attempt_failures, run_failures
 from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
+from ledger.selectors.mailbox import (
+    MAILBOX_SHOWN,
+    Question,
+    mailbox_of_run,
+    question_of,
+    questions_timed_out,
+)
 from ledger.selectors.operator import (
     NOTIFICATION_STATUSES,
     EditMark,
@@ -111,6 +118,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
+    "MAILBOX_SHOWN",
     "NOTIFICATION_STATUSES",
     "ORDERS",
     "RESULT_HEAD_CHARS",
@@ -126,6 +134,7 @@ __all__ = [
     "ExecutionRow",
     "ExpiredLease",
     "Progress",
+    "Question",
     "QueueItem",
     "RunFilter",
     "RunPage",
@@ -154,10 +163,13 @@ __all__ = [
     "gates_of_run",
     "ledger_export",
     "load_steps",
+    "mailbox_of_run",
     "notifications_of_run",
     "notifications_page",
     "pause_held",
     "pauses_list",
+    "question_of",
+    "questions_timed_out",
     "retention_mark",
     "run_archive",
     "run_archives",

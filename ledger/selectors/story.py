@@ -71,6 +71,7 @@ LABELS = {
     AuditAction.REEXECUTE_FROM: "re-executed from a step",
     AuditAction.GATE_APPROVE: "approved a gate",
     AuditAction.GATE_REJECT: "rejected a gate",
+    AuditAction.QUESTION_ANSWER: "answered its question",
 }
 
 #: The people's acts a run's header tells (the audit section below lists every event).

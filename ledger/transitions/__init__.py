@@ -22,6 +22,8 @@ nothing.
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
 - ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
+- ``mailbox``: an event sent to a run, taken by the step that waits for it; a run released
+  while it sleeps or waits for an event;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches;
 - ``stream``: the events an agent emits (``ctx.emit``), appended once across executions.
 
@@ -49,6 +51,7 @@ from ledger.transitions._common import (
     MAX_REASON_CHARS,
     Actor,
     OnCommit,
+    actor_name,
     cli_actor,
     parse_result_text,
     validate_result,
@@ -89,6 +92,14 @@ from ledger.transitions.lifecycle import (
     run_start,
     run_start_once,
     run_woke,
+)
+from ledger.transitions.mailbox import (
+    Sent,
+    event_send,
+    mailbox_take,
+    question_answer,
+    question_timeout,
+    run_wait,
 )
 from ledger.transitions.notify import (
     notification_claim,
@@ -134,14 +145,17 @@ __all__ = [
     "OperationError",
     "ReconcileAnswer",
     "SelfApproval",
+    "Sent",
     "Started",
     "StepWrite",
     "TodaysInputs",
     "WouldStopAgain",
+    "actor_name",
     "beacon_beat",
     "beacon_forget",
     "bulk_apply",
     "cli_actor",
+    "event_send",
     "execution_begin",
     "execution_end",
     "gate_approve",
@@ -153,6 +167,7 @@ __all__ = [
     "lease_claim",
     "lease_renew",
     "leases_renew",
+    "mailbox_take",
     "notification_claim",
     "notification_failed",
     "notification_sent",
@@ -161,6 +176,8 @@ __all__ = [
     "parse_result_text",
     "pause_create",
     "pause_lift",
+    "question_answer",
+    "question_timeout",
     "retention_mark_advance",
     "run_admin_edit",
     "run_archive_record",
@@ -184,6 +201,7 @@ __all__ = [
     "run_start_clean",
     "run_start_many",
     "run_start_once",
+    "run_wait",
     "run_woke",
     "runs_archive_record",
     "settlement_approve",

@@ -23,7 +23,14 @@ from django.utils import timezone
 
 from ledger import canonical, registry, signals
 from ledger.conf import conf
-from ledger.errors import ApprovalRequired, Conflict, InvalidInput, LeaseLost, RunBlocked
+from ledger.errors import (
+    ApprovalRequired,
+    Conflict,
+    InvalidInput,
+    LeaseLost,
+    QuestionAsked,
+    RunBlocked,
+)
 from ledger.inputs import check_run_id
 from ledger.models import (
     ACTIVE_STATUSES,
@@ -525,9 +532,10 @@ def run_count_resume(
 
 
 def run_woke(*, run_id: str, token: str, clock: Clock = timezone.now) -> None:
-    """The execution that a retry's back-off released the run for: it clears ``wake_at`` and,
+    """The execution that a retry's back-off, a sleep or a wait for an event released the run
+    for: it clears ``wake_at`` (and ``wait_event``) and,
     unlike a resume after a crash, costs no resume budget."""
-    _fenced(run_id, token, wake_at=None, updated_at=clock())
+    _fenced(run_id, token, wake_at=None, wait_event="", updated_at=clock())
 
 
 def run_defer(
@@ -626,6 +634,8 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
             reason=why.reason,
             blocked_step_id=why.step_id,
             detail=why.detail,
+            # ctx.ask's timeout: the sweep queues the run then (transitions.question_timeout)
+            wake_at=why.wake_at if isinstance(why, QuestionAsked) else None,
             **_RELEASED,
             updated_at=now,
             status_changed_at=now,

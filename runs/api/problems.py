@@ -28,7 +28,16 @@ from ninja.errors import (
 )
 
 from ledger import api as ledger_api
-from ledger.errors import Busy, Conflict, InvalidInput, NotAllowed, NotJSON, SelfApproval
+from ledger.errors import (
+    Busy,
+    Conflict,
+    InvalidInput,
+    NotAllowed,
+    NotJSON,
+    PayloadTooLarge,
+    SelfApproval,
+    UnknownRun,
+)
 from ledger.inputs import queryable
 
 log = logging.getLogger(__name__)
@@ -119,6 +128,10 @@ def refusal(exc: Exception) -> Problem:
         return Problem(409, "conflict", "Conflict", str(exc), current=exc.current)
     if isinstance(exc, NotAllowed):
         return Problem(409, "not-allowed", "Not allowed in the present state", str(exc))
+    if isinstance(exc, UnknownRun):
+        return not_found(str(exc))
+    if isinstance(exc, PayloadTooLarge):
+        return Problem(413, "too-large", "Payload too large", str(exc))
     if isinstance(exc, InvalidInput | NotJSON):
         return Problem(422, "invalid-input", "Invalid input", str(exc))
     raise exc

@@ -23,7 +23,9 @@ RunStatusName = Literal[
 ]
 #: Why a run needs attention ('' when it does not); a test keeps both lists equal to the
 #: ledger's own (``ledger.states``).
-ReasonName = Literal["reconciliation", "stale", "divergence", "budget", "agent_missing", "approval"]
+ReasonName = Literal[
+    "reconciliation", "stale", "divergence", "budget", "agent_missing", "approval", "question"
+]
 EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.needs_attention"]
 
 
@@ -101,6 +103,39 @@ class StartBatchIn(Strict):
         description=f"1 to {MAX_BATCH} runs to start, each as the body of `POST /runs` plus its "
         "own `idempotency_key`",
     )
+
+
+class EventIn(Strict):
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the name the agent waits for (ctx.wait_for_event)",
+    )
+    payload: Any = Field(default=None, description="the event's payload (JSON)")
+    event_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="makes the send idempotent: the same id with the same name and payload is "
+        "the same event (200); with another name or payload a conflict (409). Without one, "
+        "every request is a new event",
+    )
+
+
+class EventOut(Schema):
+    run_id: str
+    event_id: str
+    name: str
+    payload: Any
+    created: bool = Field(description="false when this event id was sent before")
+    created_at: datetime
+    consumed_step_id: str = Field(description="the step that took it; empty while it waits")
+    consumed_at: datetime | None
+
+
+class AnswerIn(Strict):
+    answer: Any = Field(description="the answer (JSON), valid against the question's schema")
+    reason: str = Field(default="", max_length=4000, description="a note, audited with it")
 
 
 class ReasonIn(Strict):

@@ -33,3 +33,13 @@ def role_of(user: User) -> str:
         role = next((r for r in ("approver", "operator", "viewer") if r in names), "")
     user._runledger_role = role  # type: ignore[attr-defined]  # one query per request
     return role
+
+
+#: The roles, weakest first: a stronger one may do what a weaker one may (answer a question).
+RANKS = ("viewer", "operator", "approver", "admin")
+
+
+def role_at_least(user: User, role: str) -> bool:
+    """Whether ``user`` holds ``role`` or a stronger one (``ctx.ask(role=...)``)."""
+    held = role_of(user)
+    return bool(held) and held in RANKS and role in RANKS and RANKS.index(held) >= RANKS.index(role)

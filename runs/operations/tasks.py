@@ -75,7 +75,10 @@ def _execute_bound(task: Task, run_id: str, why: str) -> str | None:
         log.warning("%s of run %s: no such run; nothing to do", why, run_id)
         return None
     outcome = execute.run_execute(
-        run_id=run_id, worker=_worker_name(task), task_id=task.request.id or ""
+        run_id=run_id,
+        worker=_worker_name(task),
+        task_id=task.request.id or "",
+        clock=faultpoints.clock(),  # timezone.now, unless the equipment set a test's
     )
     # After the outcome's commit, before the broker's acknowledgement (a no-op in production).
     faultpoints.point("task.after_execute")

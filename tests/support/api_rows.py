@@ -10,6 +10,7 @@ from django.db.models.functions import Coalesce
 from ledger.models import (
     AuditEvent,
     Gate,
+    MailboxEvent,
     Notification,
     Pause,
     Run,
@@ -35,8 +36,9 @@ def ledger_rows() -> tuple[object, ...]:
         WebhookSubscription.objects.count(),
         WebhookSubscription.objects.filter(removed_at__isnull=False).count(),
         Notification.objects.count(),
+        MailboxEvent.objects.count(),
     )
 
 
 #: ``ledger_rows()`` of an empty ledger.
-EMPTY = (0,) * 14
+EMPTY = (0,) * 15

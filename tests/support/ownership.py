@@ -27,10 +27,11 @@ ALLOWED = {
 }
 WRITES = {"update", "delete", "create", "bulk_create", "bulk_update", "get_or_create",
           "update_or_create"}  # fmt: skip
-MODELS = {"Run", "Step", "StreamEvent"}
+MODELS = {"Run", "Step", "StreamEvent", "MailboxEvent"}
 _ROWISH = re.compile(r"run|step|row|locked|fork", re.I)  # names that hold a Run or a Step
 SQL_WRITE = re.compile(
-    r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?ledger_(run|step|streamevent)\b", re.I
+    r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?ledger_(run|step|streamevent|mailboxevent)\b",
+    re.I,
 )
 
 

@@ -24,7 +24,6 @@ from runledger_client._client import (
     MAX_WAIT,
     RETRIED_STATUSES,
     Agent,
-    Event,
     Execution,
     Gate,
     Pause,
@@ -33,7 +32,9 @@ from runledger_client._client import (
     RunFailed,
     RunNeedsAttention,
     RunSummary,
+    SentEvent,
     Step,
+    StreamEvent,
     UnexpectedAnswer,
     Webhook,
     _batch_items,
@@ -113,6 +114,14 @@ class AsyncClient:
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
         return _parse(Run, {**data, "created": created, "webhooks": hooks})
 
+    async def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, event_id: str | None = None
+    ) -> SentEvent:
+        """``Client.send_event``, awaited."""
+        body = {"name": name, "payload": payload, "event_id": event_id or f"client-{uuid.uuid4()}"}
+        answer = await self._send("POST", f"/runs/{_quote(run_id)}/events", json=body)
+        return _parse(SentEvent, _json(answer))
+
     async def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
         """``Client.start_many``: up to 1,000 runs in one request; one ``Run`` per item."""
         answer = await self._send("POST", "/runs/batch", json={"runs": _batch_items(runs)})
@@ -150,7 +159,9 @@ class AsyncClient:
             return run
         return await self.wait(run.run_id, timeout=left)
 
-    async def stream(self, run_id: str, last_event_id: int | None = None) -> AsyncIterator[Event]:
+    async def stream(
+        self, run_id: str, last_event_id: int | None = None
+    ) -> AsyncIterator[StreamEvent]:
         """``Client.stream``: ``async for event in runledger.stream(run_id)``, each event once,
         in order, reconnecting after the last one seen; ends when the run settles."""
         after = last_event_id

@@ -55,7 +55,6 @@ __all__ = [
     "Busy",
     "Client",
     "Conflict",
-    "Event",
     "Execution",
     "Forbidden",
     "Gate",
@@ -68,7 +67,9 @@ __all__ = [
     "RunFailed",
     "RunNeedsAttention",
     "RunSummary",
+    "SentEvent",
     "Step",
+    "StreamEvent",
     "Unauthorized",
     "UnexpectedAnswer",
     "Webhook",
@@ -132,7 +133,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Event:
+class StreamEvent:
     """One event of a run's stream (what its agent emitted with ``ctx.emit``); ``id`` is what
     a reader resumes after (``stream(run_id, last_event_id=event.id)``)."""
 
@@ -269,6 +270,20 @@ class Webhook:
     removed_by: str = ""
     removed_at: datetime | None = None
     secret: str | None = None
+
+
+@dataclass(frozen=True)
+class SentEvent:
+    """An event in a run's mailbox; ``created`` False when its id was sent before."""
+
+    run_id: str
+    event_id: str
+    name: str
+    payload: Any = None
+    created: bool = True
+    created_at: datetime | None = None
+    consumed_step_id: str = ""
+    consumed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -466,6 +481,18 @@ class Client:
         created = data.pop("created", answer.status_code == 201)  # an older server: the status
         return _parse(Run, {**data, "created": created, "webhooks": hooks})
 
+    def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, event_id: str | None = None
+    ) -> SentEvent:
+        """Send the event ``name`` with ``payload`` to a run's mailbox, where its agent's
+        ``ctx.wait_for_event(name)`` takes it exactly once. Idempotent by ``event_id``: without
+        one, one is made for this call, so its retries are one event; give your own (the
+        webhook's delivery id) to make repeated calls of your code one event too. The same id
+        with another name or payload is a ``Conflict``; so is a finished run."""
+        body = {"name": name, "payload": payload, "event_id": event_id or f"client-{uuid.uuid4()}"}
+        answer = self._send("POST", f"/runs/{_quote(run_id)}/events", json=body)
+        return _parse(SentEvent, _json(answer))
+
     def start_many(self, runs: Sequence[Mapping[str, Any]]) -> list[Run]:
         """Start up to 1,000 runs in one request, one transaction and one publish on the
         server; one ``Run`` per item, in order, each with ``created``.
@@ -525,7 +552,7 @@ class Client:
             return run
         return self.wait(run.run_id, timeout=left)
 
-    def stream(self, run_id: str, last_event_id: int | None = None) -> Iterator[Event]:
+    def stream(self, run_id: str, last_event_id: int | None = None) -> Iterator[StreamEvent]:
         """The events the run's agent emits (``ctx.emit``), each once and in order, as they
         come, after ``last_event_id`` (None: from the first); ends when the run settles.
 
@@ -789,10 +816,10 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
             kind = value
 
 
-def _event(data: str) -> Event:
+def _event(data: str) -> StreamEvent:
     import json
 
-    return _parse(Event, json.loads(data))
+    return _parse(StreamEvent, json.loads(data))
 
 
 def _step(data: dict[str, Any]) -> Step:

@@ -1,9 +1,11 @@
 """Runs: start (idempotent, optionally subscribing webhooks, optionally waiting for it to
 settle), read, list, wait for, follow the stream of (Server-Sent Events), read the steps (with
-their failed attempts) and executions of, resume, retry, cancel, accept a stale step."""
+their failed attempts) and executions of, resume, retry, cancel, accept a stale step, send an
+event to."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Literal
 
@@ -24,6 +26,9 @@ from runs.api.auth import actor, require
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
     AcceptStaleIn,
+    AnswerIn,
+    EventIn,
+    EventOut,
     ExecutionOut,
     ReasonIn,
     ReasonName,
@@ -44,6 +49,7 @@ from runs.api.schemas import (
     WebhookOut,
     refuse_unknown_query,
 )
+from runs.dashboard.roles import role_at_least, role_of
 
 router = Router(tags=["runs"])
 
@@ -413,3 +419,59 @@ def cancel(request: HttpRequest, run_id: str, body: ReasonIn) -> RunOut:
     return _act(
         request, run_id, transitions.run_cancel, reason=body.reason, seen_version=body.seen_version
     )
+
+
+@router.post(
+    "/runs/{run_id}/events",
+    response={200: EventOut, 201: EventOut, **REFUSALS},
+    summary="Send an event to a run",
+    description="Puts the event in the run's mailbox, where the agent's "
+    "`ctx.wait_for_event(name)` takes it, exactly once, in the order events arrived; a run "
+    "released while it waits for that name is queued at once. 201 with the new event; 200 "
+    "with the same event when `event_id` was sent before with the same name and payload; 409 "
+    "when it was sent with another name or payload, or the run is finished; 404 for an unknown "
+    "run; 413 for a payload over RUNLEDGER_MAX_EVENT_BYTES; 422 for a payload that is not JSON.",
+)
+def send_event(request: HttpRequest, run_id: str, body: EventIn) -> Status[EventOut]:
+    token = require(request, "start")
+    if not queryable(run_id) or len(run_id) > 64:
+        raise problems.not_found(f"no run {run_id[:80]!r}")
+    try:
+        sent = ledger_api.send_event(
+            run_id, body.name, body.payload, event_id=body.event_id, by=actor(token)
+        )
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    answer = EventOut(**dataclasses.asdict(sent))
+    return Status(201 if sent.created else 200, answer)
+
+
+@router.post(
+    "/runs/{run_id}/answer",
+    response={200: RunOut, **REFUSALS},
+    summary="Answer the question a run waits on",
+    description="The run stopped at `ctx.ask` (status `needs_attention`, reason `question`). "
+    "A person's token whose person holds the question's role (or a stronger one) answers; the "
+    "answer is validated against the question's JSON Schema (422 when it does not fit), "
+    "audited, recorded as the step's result, and the run queued. 403 for a service's token or "
+    "a person without the role; 409 when the run waits on no question (answered already).",
+)
+def answer(request: HttpRequest, run_id: str, body: AnswerIn) -> RunOut:
+    token = require(request, "read")  # every role reads; the question says who may answer
+    person = token.user
+    if person is None:
+        raise problems.forbidden("an answer is a person's: use a person's token, not a service's")
+    run = run_or_404(run_id)
+    question = selectors.question_of(run=run)
+    if question is not None and not role_at_least(person, question.role):
+        raise problems.forbidden(
+            f"this question is for a {question.role} (or stronger); "
+            f"{person.get_username()} is {role_of(person) or 'in no role'}"
+        )
+    try:
+        transitions.question_answer(
+            run_id=run_id, answer=body.answer, by=person, reason=body.reason
+        )
+    except transitions.OperationError as exc:
+        raise problems.refusal(exc) from exc
+    return RunOut.of(run_or_404(run_id))

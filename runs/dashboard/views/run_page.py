@@ -38,6 +38,8 @@ from runs.dashboard.models import (
     OPERATE_RUNS,
     VIEW_DASHBOARD,
 )
+from runs.dashboard.questions import answer_fields
+from runs.dashboard.roles import role_at_least
 
 #: Audit events shown on a run page (the audit page has them all).
 RUN_AUDIT_SHOWN = 20
@@ -153,6 +155,20 @@ def _header_context(run: Run) -> dict[str, Any]:
     }
 
 
+def _question_context(request: HtmxHttpRequest, run: Run) -> dict[str, Any]:
+    """The question the run waits on (``ctx.ask``), its form's fields (None: a JSON box), and
+    whether this person may answer it."""
+    question = selectors.question_of(run=run)
+    if question is None:
+        return {"question": None}
+    return {
+        "question": question,
+        "question_fields": answer_fields(question.schema),
+        "question_schema": presenting.pretty_capped(question.schema),
+        "can_answer": role_at_least(request.user, question.role),  # type: ignore[arg-type]
+    }
+
+
 @require_GET
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
@@ -171,6 +187,9 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "effect_findings": list(selectors.findings_for_run(run_id=run.run_id)[:20]),
         "archive": selectors.run_archive(run_id=run.run_id),
         "executions": selectors.run_executions(run.run_id),
+        "mailbox": list(selectors.mailbox_of_run(run_id=run.run_id)),
+        **_question_context(request, run),
+        "mailbox_shown": selectors.MAILBOX_SHOWN,
         "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
         **handover_context(request, run),

@@ -55,6 +55,10 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("post", "/api/v1/runs/{run_id}/take"): {"operator"},
     ("post", "/api/v1/runs/{run_id}/release"): {"operator"},
     ("post", "/api/v1/runs/{run_id}/notes"): {"operator"},
+    ("post", "/api/v1/runs/{run_id}/events"): {"operator"},
+    # An answer to ctx.ask is a person's (the approver's token here is one); the question's
+    # role is checked against that person (tests/runs/api/test_api_answers.py).
+    ("post", "/api/v1/runs/{run_id}/answer"): {"approver"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -72,6 +76,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/api/v1/webhooks": {"url": "http://127.0.0.1:9/hooks", "agent": "refund"},
     "/take": {"seen_holder": ""},
     "/notes": {"text": "looked at it", "key": "role-test"},
+    "/events": {"name": "reply", "payload": 1, "event_id": "role-test"},
+    "/answer": {"answer": {"approve": True}},
 }
 
 

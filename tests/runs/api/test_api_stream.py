@@ -144,7 +144,7 @@ def test_the_clients_run_starts_and_waits_and_its_stream_reads_every_event(
         ("progress", {"i": 1, "of": 2}),
         ("done", {"total": 1}),
     ]
-    assert all(isinstance(e, rl.Event) and e.at is not None for e in events)
+    assert all(isinstance(e, rl.StreamEvent) and e.at is not None for e in events)
     later = list(api_client.stream(run.run_id, last_event_id=events[0].id))
     assert later == events[1:]
     with pytest.raises(rl.NotFound):
@@ -176,7 +176,7 @@ def test_the_async_clients_run_and_stream(live_server: Any) -> None:
 
     secret = tokens.token_create(name="shop-async", role="operator").secret
 
-    async def story() -> tuple[rl.Run, list[rl.Event], list[rl.Event]]:
+    async def story() -> tuple[rl.Run, list[rl.StreamEvent], list[rl.StreamEvent]]:
         async with rl.AsyncClient(live_server.url, secret, backoff=0.01) as aio:
             run = await aio.run(stream_agents.ASYNC_NAME, {"steps": 2}, timeout=120)
             events = [e async for e in aio.stream(run.run_id)]

@@ -232,7 +232,7 @@ def test_counts_show_each_status_each_reason_and_expired_leases(
     assert counts.by_status["needs_attention"] == 3
     assert counts.by_reason == {
         "reconciliation": 1, "stale": 1, "divergence": 0, "budget": 1, "agent_missing": 0,
-        "approval": 0,
+        "approval": 0, "question": 0,
     }  # fmt: skip
     assert (counts.by_status["running"], counts.lease_expired) == (1, 1)
     assert (counts.by_status["queued"], counts.by_status["succeeded"]) == (1, 1)

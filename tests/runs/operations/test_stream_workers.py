@@ -79,7 +79,7 @@ def test_a_reader_reconnecting_after_a_worker_was_killed_sees_each_event_once_in
         run = start_unannounced(agent=agent, inputs={"steps": 6, "hold_at": 3})
         cluster.send(start_run, run.run_id)
 
-        seen: list[rl.Event] = []
+        seen: list[rl.StreamEvent] = []
         reader = api.stream(run.run_id)
         for event in reader:  # progress 0..3 come live; the run then holds inside step 3
             seen.append(event)

@@ -42,7 +42,14 @@ class Command(OperatorCommand):
         if run.detail:
             write(f"detail {run.detail}")
         if run.wake_at is not None and run.status == "queued":
-            write(f"waiting to retry until {run.wake_at:%Y-%m-%d %H:%M:%S.%f} UTC")
+            until = f"until {run.wake_at:%Y-%m-%d %H:%M:%S.%f} UTC"
+            if run.wait_event:  # ctx.wait_for_event: released until its event (or timeout)
+                never = run.wake_at.year == 9999
+                write(f"waiting for event {run.wait_event!r}" + ("" if never else f" {until}"))
+            elif run.detail.startswith("sleeping"):  # ctx.sleep
+                write(f"sleeping {until}")
+            else:
+                write(f"waiting to retry {until}")
         write(f"resumes {run.resume_count}/{run.max_resumes}  executions {run.executions}")
         if run.lease_token:
             write(
