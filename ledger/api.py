@@ -105,6 +105,8 @@ class RunState:
     result: Any
     error: str
     idempotency_key: str | None
+    concurrency_key: str
+    concurrency_limit: int
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -137,6 +139,8 @@ class RunState:
             result=run.result,
             error=run.error,
             idempotency_key=run.idempotency_key,
+            concurrency_key=run.concurrency_key,
+            concurrency_limit=run.concurrency_limit,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,
@@ -211,6 +215,8 @@ def start_run(
     by: Actor | None = None,
     reason: str = "",
     webhooks: list[dict[str, Any]] | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -221,6 +227,11 @@ def start_run(
     None audits nothing, as for runs the system starts. ``webhooks``: per-run subscriptions
     to the run's completion events, ``[{"url": …, "events": [...]}]`` (events default to all
     four), written with the run (a bad one is ``InvalidInput`` and nothing is written).
+
+    ``concurrency_key``: at most ``concurrency_limit`` (default: the agent's declared limit, else
+    1) runs with this key execute at once across every worker; the others wait queued, holding
+    no worker (``ledger.pacing``). Without it the agent's declared key (``@agent(concurrency=…)``)
+    applies. Not compared on a repeat: the first start's key holds.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -236,6 +247,7 @@ def start_run(
         by=by,
         reason=reason,
         webhooks=webhooks,
+        pace=transitions.Pace(concurrency_key=concurrency_key, concurrency_limit=concurrency_limit),
     )
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions
@@ -251,7 +263,8 @@ def start_runs(
 
     Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
     (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
-    ``webhooks`` and ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
+    ``webhooks``, ``concurrency_key``, ``concurrency_limit`` and ``reason`` (default:
+    ``reason``). At most ``MAX_BATCH`` (1,000) items.
 
     Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,
     too long or not a list; ``BatchRefused`` (an ``InvalidInput``) when any item is bad — an

@@ -78,6 +78,10 @@ class Run(models.Model):
     # A run released while a step's retry waits out its back-off: queued, and not claimable
     # before this time (``transitions.run_defer``); cleared by the execution it wakes.
     wake_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (``ledger.pacing``): at most ``concurrency_limit`` runs with this key execute
+    # at once across the fleet, enforced when a worker claims the run; "" is no key.
+    concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
+    concurrency_limit = models.PositiveIntegerField(default=0, db_default=0)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,
@@ -103,6 +107,12 @@ class Run(models.Model):
             models.Index(fields=["agent", "status_changed_at"], name="run_agent_age"),
             models.Index(fields=["created_at", "run_id"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+            # A keyed claim counts the key's running runs; a freed slot finds its queued ones.
+            models.Index(
+                fields=["concurrency_key", "status", "created_at"],
+                name="run_concurrency",
+                condition=~models.Q(concurrency_key=""),
+            ),
             # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
             models.Index(
                 fields=["finished_at", "run_id"],

@@ -107,9 +107,36 @@ def run_execute(
         return None
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
         waits = _Waits(sleep, rand, runner or aio.run)
-        return _execute_leased(
-            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits
-        )
+        ex_key = _Key()
+        try:
+            return _execute_leased(
+                run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits, ex_key
+            )
+        finally:
+            _offer_slot(run_id, ex_key, clock)
+
+
+@dataclass
+class _Key:
+    """The claimed run's concurrency key and limit ("" and 0: none), read with the claim."""
+
+    key: str = ""
+    limit: int = 0
+
+
+def _offer_slot(run_id: str, key: _Key, clock: Clock) -> None:
+    """The execution of a keyed run ended (finished, blocked, released, handed back, lost):
+    the slot it held is offered to the key's queued runs. Lost (a database error), the sweep
+    re-sends runs untouched in the queue."""
+    if not key.key:
+        return
+    try:
+        offered = transitions.slots_offer(key=key.key, limit=key.limit, clock=clock)
+    except DatabaseError as exc:
+        log.warning("run %s: could not offer its concurrency slot (%s)", run_id, exc)
+        return
+    if offered:
+        log.info("run %s: its slot of %s offered to %s", run_id, key.key, ", ".join(offered))
 
 
 async def arun_execute(*, run_id: str, worker: str, **options: Any) -> Outcome | None:
@@ -190,8 +217,10 @@ def _execute_leased(
     sent_at: float,
     task_id: str,
     waits: _Waits,
+    key: _Key,
 ) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
+    key.key, key.limit = run.concurrency_key, run.concurrency_limit
     transitions.execution_begin(
         run_id=run_id,
         number=run.executions,

@@ -21,6 +21,7 @@ nothing.
 - ``events``: applications' webhook subscriptions to completion events (subscribe, remove).
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
+- ``pacing``: the claim of a run with a concurrency key, and the offer of a freed slot;
 - ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches.
 
@@ -66,6 +67,7 @@ from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_t
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
     HeldLease,
+    Pace,
     Started,
     beacon_beat,
     beacon_forget,
@@ -96,6 +98,7 @@ from ledger.transitions.notify import (
     notifications_remind,
     notify_run_event,
 )
+from ledger.transitions.pacing import slots_offer
 from ledger.transitions.pauses import pause_create, pause_lift
 from ledger.transitions.retention import (
     retention_mark_advance,
@@ -130,6 +133,7 @@ __all__ = [
     "NotAllowed",
     "OnCommit",
     "OperationError",
+    "Pace",
     "ReconcileAnswer",
     "SelfApproval",
     "Started",
@@ -187,6 +191,7 @@ __all__ = [
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",
+    "slots_offer",
     "step_accept_stale",
     "step_admin_edit",
     "step_reconcile_again",

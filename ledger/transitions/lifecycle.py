@@ -21,7 +21,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ledger import canonical, registry, signals
+from ledger import canonical, pacing, registry, signals
 from ledger.conf import conf
 from ledger.errors import ApprovalRequired, Conflict, InvalidInput, LeaseLost, RunBlocked
 from ledger.inputs import check_run_id
@@ -39,6 +39,7 @@ from ledger.models import (
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
+from ledger.transitions import pacing as paced_claims
 from ledger.transitions._common import (
     TAKEN_LEASE,
     Actor,
@@ -159,6 +160,7 @@ def new_run(
     idempotency_key: str | None,
     title: str | None,
     labels: dict[str, str] | None,
+    pace: Pace | None = None,
 ) -> Run:
     """The unsaved run, every input checked (``InvalidInput``, ``LookupError``)."""
     definition = registry.get_agent(agent)
@@ -190,7 +192,32 @@ def new_run(
     )
     if run_id is not None:
         run.run_id = check_run_id(run_id)  # InvalidInput: the documented set only
+    (pace or Pace()).apply(run, definition, data)
     return run
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A start's flow-control options (``ledger.pacing``), checked when applied to the run."""
+
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+
+    def apply(self, run: Run, definition: registry.Agent, inputs: Any) -> None:
+        """Set the run's concurrency key and limit: the start's, else the agent's declared
+        ones (the key made from the inputs); a limit without a key is ``InvalidInput``."""
+        declared = definition.concurrency
+        limit = self.concurrency_limit
+        if limit is not None:
+            limit = pacing.check_limit(limit)
+        if self.concurrency_key is not None:
+            run.concurrency_key = pacing.check_key(self.concurrency_key)
+        elif declared is not None:
+            run.concurrency_key = declared.key_for(inputs)
+        elif limit is not None:
+            raise InvalidInput("concurrency_limit needs a concurrency_key")
+        if run.concurrency_key:
+            run.concurrency_limit = limit or (declared.limit if declared is not None else 1)
 
 
 @dataclass(frozen=True)
@@ -216,6 +243,7 @@ def run_start_once(
     by: Actor | None = None,
     reason: str = "",
     webhooks: list[dict[str, Any]] | None = None,
+    pace: Pace | None = None,
     clock: Clock = timezone.now,
 ) -> Started:
     """Start a run, or answer the run an earlier identical start made.
@@ -244,6 +272,7 @@ def run_start_once(
         idempotency_key=idempotency_key,
         title=title,
         labels=labels,
+        pace=pace,
     )
     existing = _earlier_start(candidate, chosen_id=run_id)
     if existing is not None:
@@ -404,24 +433,42 @@ def lease_claim(
     now = clock()
     token = secrets.token_hex(16)
     ttl = timedelta(seconds=seconds or conf.RUNLEDGER_LEASE_SECONDS)
-    claimed = (
+    claimable = (
         Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
-        .update(
-            lease_owner=owner[:200],
-            lease_token=token,
-            lease_expires_at=now + ttl,
-            heartbeat_at=now,
-            status=RunStatus.RUNNING,
-            updated_at=now,
-            started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
-            executions=F("executions") + 1,
-            version=F("version") + 1,
-            **TAKEN_LEASE,
-        )
     )
-    return token if claimed == 1 else None
+
+    def claim(runs: QuerySet[Run]) -> str | None:
+        return token if _claimed(runs, owner=owner, token=token, now=now, ttl=ttl) else None
+
+    # A run without a concurrency key is claimed in one statement, as always; only when that
+    # refuses is the run read, and a keyed run claimed under its key's limit.
+    if claim(claimable.filter(concurrency_key="")) is not None:
+        return token
+    keyed = Run.objects.filter(pk=run_id).exclude(concurrency_key="")
+    found = keyed.values_list("concurrency_key", "concurrency_limit").first()
+    if found is None:
+        return None
+    return paced_claims.keyed_claim(
+        run_id=run_id, key=found[0], limit=found[1], claim=lambda: claim(claimable), clock=clock
+    )
+
+
+def _claimed(runs: QuerySet[Run], *, owner: str, token: str, now: datetime, ttl: timedelta) -> bool:
+    claimed = runs.update(
+        lease_owner=owner[:200],
+        lease_token=token,
+        lease_expires_at=now + ttl,
+        heartbeat_at=now,
+        status=RunStatus.RUNNING,
+        updated_at=now,
+        started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
+        executions=F("executions") + 1,
+        version=F("version") + 1,
+        **TAKEN_LEASE,
+    )
+    return claimed == 1
 
 
 def lease_renew(

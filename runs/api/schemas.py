@@ -83,6 +83,20 @@ class StartIn(Strict):
         "transaction (each secret is in the 201 answer, once); a repeated start subscribes "
         "nothing again",
     )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="at most `concurrency_limit` runs with this key execute at once across "
+        "the fleet; the others wait queued (default: the key the agent declares, if any)",
+    )
+    concurrency_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="how many runs of `concurrency_key` may execute at once (default: the "
+        "agent's declared limit, else 1)",
+    )
 
 
 class StartItemIn(StartIn):
@@ -174,6 +188,8 @@ class RunOut(Schema):
     result: Any = Field(description="the agent's return value once succeeded")
     error: str
     idempotency_key: str | None
+    concurrency_key: str = Field(description="the run's concurrency key ('' for none)")
+    concurrency_limit: int = Field(description="runs of that key that may execute at once")
     plan_version: str
     resume_count: int
     max_resumes: int

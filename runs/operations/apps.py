@@ -86,5 +86,6 @@ def _enqueue_many(sender: Any, run_ids: list[str], cause: str, **kwargs: Any) ->
 
 
 #: Runs that were taken from a worker (its lease expired, it handed them back) or whose message
-#: was lost: their resume does not queue behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
-RECOVERED_CAUSES = frozenset({"recovery", "handback"})
+#: was lost, and held-back runs offered a freed concurrency slot: their resume does not queue
+#: behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
+RECOVERED_CAUSES = frozenset({"recovery", "handback", "slot"})

@@ -88,6 +88,8 @@ class AsyncClient:
         title: str | None = None,
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
@@ -96,6 +98,8 @@ class AsyncClient:
             ("title", title),
             ("labels", labels),
             ("webhooks", webhooks),
+            ("concurrency_key", concurrency_key),
+            ("concurrency_limit", concurrency_limit),
         ):
             if value is not None:
                 body[name] = value

@@ -110,6 +110,8 @@ class Run:
     result: Any = None
     error: str = ""
     idempotency_key: str | None = None
+    concurrency_key: str = ""
+    concurrency_limit: int = 0
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -419,6 +421,8 @@ class Client:
         title: str | None = None,
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -426,13 +430,18 @@ class Client:
         give your own (a dispute's id) to make repeated calls of your code one start too.
         ``webhooks=[{"url": …, "events": ["run.succeeded"]}]`` subscribes this run's
         completion events with its start; ``run.webhooks`` holds each with its secret (only
-        in the answer that made the run: a repeat subscribes nothing again)."""
+        in the answer that made the run: a repeat subscribes nothing again).
+        ``concurrency_key``: at most ``concurrency_limit`` (default 1, or the agent's declared
+        limit) runs with this key execute at once across the server's workers; the others
+        wait queued and their ``detail`` says why."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
             ("title", title),
             ("labels", labels),
             ("webhooks", webhooks),
+            ("concurrency_key", concurrency_key),
+            ("concurrency_limit", concurrency_limit),
         ):
             if value is not None:
                 body[name] = value
@@ -448,7 +457,8 @@ class Client:
         server; one ``Run`` per item, in order, each with ``created``.
 
         Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
-        ``idempotency_key``, ``title``, ``labels``, ``webhooks``. An item without an
+        ``idempotency_key``, ``title``, ``labels``, ``webhooks``, ``concurrency_key``,
+        ``concurrency_limit``. An item without an
         ``idempotency_key`` gets one made for this call, so a retried request is the same
         batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
         (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``

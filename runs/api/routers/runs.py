@@ -88,7 +88,9 @@ def step_or_404(run: Run, pk: int) -> Step:
     "`labels` are added to the labels the agent declares (made from the inputs); on the same "
     "key the start's value wins. `webhooks` subscribes URLs to this run's "
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
-    "once, and a repeat (200) subscribes nothing again.",
+    "once, and a repeat (200) subscribes nothing again. `concurrency_key` (and "
+    "`concurrency_limit`, default 1) hold the run queued while that many runs of the key "
+    "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`).",
 )
 def start(
     request: HttpRequest,
@@ -109,6 +111,8 @@ def start(
             by=actor(token),
             reason=f"started through the API (token {token.name})",
             webhooks=[w.model_dump() for w in body.webhooks] if body.webhooks else None,
+            concurrency_key=body.concurrency_key,
+            concurrency_limit=body.concurrency_limit,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc

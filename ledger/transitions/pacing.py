@@ -1,0 +1,97 @@
+"""The claim of a run with a concurrency key (``ledger.pacing``): at most ``limit`` runs of one
+key execute at once across the fleet, decided by PostgreSQL, never by a process's memory.
+
+A keyed claim takes a transaction-scoped advisory lock on the key (claims of one key are
+serialized; other keys and plain runs are not touched), fences the key's runs whose lease
+expired (as the sweep would: their worker died, so their slot is free within the lease bound,
+and a worker that wakes up later can write nothing), counts the key's running runs and claims
+only under the limit. A run whose key is full stays queued and holds no worker: its detail says
+why, and it is offered again when a slot frees (``slots_offer``, called by the worker
+whose run left the slot) or by the sweep's re-queue of runs untouched in the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger import signals
+from ledger.models import ACTIVE_STATUSES, Run, RunStatus
+from ledger.pacing import waiting_detail
+from ledger.selectors import ExpiredLease
+
+Clock = Callable[[], datetime]
+
+
+def keyed_claim(
+    *,
+    run_id: str,
+    key: str,
+    limit: int,
+    claim: Callable[[], str | None],
+    clock: Clock = timezone.now,
+) -> str | None:
+    """``claim()`` (the plain compare-and-set) if the key has a free slot, in one transaction
+    holding the key's advisory lock; None when the key is full (the run's detail then says so)
+    or the claim's compare-and-set refused."""
+    from ledger.transitions.lifecycle import run_requeue_expired
+
+    with transaction.atomic():
+        _lock_key(key)
+        now = clock()
+        running = Run.objects.filter(concurrency_key=key, status=RunStatus.RUNNING).exclude(
+            pk=run_id
+        )
+        expired = running.filter(Q(lease_expires_at__lt=now) | Q(lease_token__isnull=True))
+        for rid, token, owner, expires in expired.values_list(
+            "run_id", "lease_token", "lease_owner", "lease_expires_at"
+        ):
+            # The dead worker's slot: fenced and re-queued now, not at the sweep's next pass.
+            run_requeue_expired(lease=ExpiredLease(rid, token, owner, expires), clock=clock)
+        busy = running.count()
+        if busy >= max(limit, 1):
+            detail = waiting_detail(key=key, running=busy, limit=limit)
+            Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).exclude(detail=detail).update(
+                detail=detail, updated_at=now
+            )
+            return None
+        return claim()
+
+
+def _lock_key(key: str) -> None:
+    """Serialize the claims of one key (PostgreSQL; SQLite's one writer serializes anyway)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"runledger.key:{key}"]
+        )
+
+
+def slots_offer(*, key: str, limit: int, clock: Clock = timezone.now) -> list[str]:
+    """Announce the queued runs of ``key`` that the slots free now may take, oldest first
+    (``signals.run_queued``, cause ``slot``, after the current transaction commits); their ids.
+    Called by the worker whose run left a slot. Writes nothing: the claim decides, and one
+    announcement too many costs a refused claim."""
+    ids = _for_free_slots(key=key, limit=limit, now=clock())
+    for run_id in ids:
+        signals.send_run_queued_on_commit(run_id=run_id, cause="slot")
+    return ids
+
+
+def _for_free_slots(*, key: str, limit: int, now: datetime) -> list[str]:
+    busy = Run.objects.filter(concurrency_key=key, status=RunStatus.RUNNING).count()
+    free = max(limit, 1) - busy
+    if free <= 0:
+        return []
+    queued = (
+        Run.objects.filter(concurrency_key=key, status__in=ACTIVE_STATUSES[:1])
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .order_by("created_at")
+        .values_list("run_id", flat=True)[:free]
+    )
+    return list(queued)

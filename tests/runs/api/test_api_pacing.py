@@ -1,0 +1,91 @@
+"""Flow control through the HTTP API and the clients: a start's concurrency key and limit;
+bad options are 422 problem documents and write nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger import client as rl
+from ledger.models import Run
+from runs.api import tokens
+from tests.support import paced_agents  # noqa: F401 - registers the agents
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def problem(answer: Any, status: int) -> dict[str, Any]:
+    assert answer.status_code == status, answer.content
+    assert answer["Content-Type"] == "application/problem+json"
+    return answer.json()
+
+
+def test_a_start_with_a_concurrency_key_answers_it(caller: Any) -> None:
+    shop = caller("operator", name="shop")
+    body = {"agent": "paced-free", "concurrency_key": "sandbox", "concurrency_limit": 2}
+    answer = shop.post("/api/v1/runs", body)
+    assert answer.status_code == 201, answer.content
+    run = answer.json()
+    assert (run["concurrency_key"], run["concurrency_limit"]) == ("sandbox", 2)
+    row = Run.objects.get(pk=run["run_id"])
+    assert (row.concurrency_key, row.concurrency_limit) == ("sandbox", 2)
+    declared = shop.post("/api/v1/runs", {"agent": "paced", "inputs": {"customer": "cus_1"}})
+    assert declared.json()["concurrency_key"] == "customer:cus_1"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"concurrency_key": "k", "concurrency_limit": -1},
+        {"concurrency_key": "k", "concurrency_limit": 0},
+        {"concurrency_key": "k", "concurrency_limit": "two"},
+        {"concurrency_key": ""},
+        {"concurrency_limit": 3},
+    ],
+)
+def test_bad_concurrency_options_are_422_and_write_nothing(caller: Any, options: Any) -> None:
+    shop = caller("operator", name="shop")
+    doc = problem(shop.post("/api/v1/runs", {"agent": "paced-free", **options}), 422)
+    assert "concurrency" in json.dumps(doc)
+    batch = shop.post("/api/v1/runs/batch", {"runs": [{"agent": "paced-free", **options}]})
+    assert "concurrency" in json.dumps(problem(batch, 422))
+    assert not Run.objects.exists()
+
+
+def test_the_client_sends_the_concurrency_key() -> None:
+    from django.core.wsgi import get_wsgi_application
+
+    made = tokens.token_create(name="shop", role="operator")
+    transport = httpx.WSGITransport(app=get_wsgi_application())
+    api = rl.Client("http://testserver", made.secret, transport=transport, backoff=0.01)
+    run = api.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=3)
+    assert (run.concurrency_key, run.concurrency_limit) == ("sandbox", 3)
+    many = api.start_many([{"agent": "paced-free", "concurrency_key": "sandbox"}])
+    assert (many[0].concurrency_key, many[0].concurrency_limit) == ("sandbox", 1)
+    with pytest.raises(rl.InvalidRequest):
+        api.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=0)
+    assert Run.objects.count() == 2
+
+
+def test_the_async_client_sends_the_same_body() -> None:
+    sent: list[Any] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        body = {"run_id": "run_1", "agent": "paced-free", "status": "queued", "created": True}
+        return httpx.Response(201, json={**body, "concurrency_key": "sandbox"})
+
+    async def start() -> rl.Run:
+        transport = httpx.MockTransport(answer)
+        async with rl.AsyncClient("http://x", "t", transport=transport) as aio:
+            return await aio.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=2)
+
+    run = asyncio.run(start())
+    assert run.concurrency_key == "sandbox"
+    assert sent == [
+        {"agent": "paced-free", "inputs": {}, "concurrency_key": "sandbox", "concurrency_limit": 2}
+    ]
