@@ -107,6 +107,7 @@ class RunState:
     idempotency_key: str | None
     concurrency_key: str
     concurrency_limit: int
+    priority: int
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -141,6 +142,7 @@ class RunState:
             idempotency_key=run.idempotency_key,
             concurrency_key=run.concurrency_key,
             concurrency_limit=run.concurrency_limit,
+            priority=run.priority,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,
@@ -217,6 +219,7 @@ def start_run(
     webhooks: list[dict[str, Any]] | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    priority: int | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -231,7 +234,10 @@ def start_run(
     ``concurrency_key``: at most ``concurrency_limit`` (default: the agent's declared limit, else
     1) runs with this key execute at once across every worker; the others wait queued, holding
     no worker (``ledger.pacing``). Without it the agent's declared key (``@agent(concurrency=…)``)
-    applies. Not compared on a repeat: the first start's key holds.
+    applies. ``priority`` (0, the default, to 9): a queued run of higher priority is taken
+    before older ones of lower priority, aged so that none starves
+    (``RUNLEDGER_PRIORITY_AGING_SECONDS``). Neither is compared on a repeat: the first start's
+    hold.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -247,7 +253,9 @@ def start_run(
         by=by,
         reason=reason,
         webhooks=webhooks,
-        pace=transitions.Pace(concurrency_key=concurrency_key, concurrency_limit=concurrency_limit),
+        pace=transitions.Pace(
+            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, priority=priority
+        ),
     )
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions
@@ -263,7 +271,7 @@ def start_runs(
 
     Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
     (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
-    ``webhooks``, ``concurrency_key``, ``concurrency_limit`` and ``reason`` (default:
+    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority`` and ``reason`` (default:
     ``reason``). At most ``MAX_BATCH`` (1,000) items.
 
     Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,

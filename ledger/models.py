@@ -82,6 +82,9 @@ class Run(models.Model):
     # at once across the fleet, enforced when a worker claims the run; "" is no key.
     concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
     concurrency_limit = models.PositiveIntegerField(default=0, db_default=0)
+    # 0 to 9: a queued run of higher priority is claimed before older ones of lower priority,
+    # aged so that none starves (``ledger.transitions.pacing``).
+    priority = models.PositiveSmallIntegerField(default=0, db_default=0)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,
@@ -112,6 +115,12 @@ class Run(models.Model):
                 fields=["concurrency_key", "status", "created_at"],
                 name="run_concurrency",
                 condition=~models.Q(concurrency_key=""),
+            ),
+            # The queued runs that may outrank another at its claim (empty unless used).
+            models.Index(
+                fields=["priority", "created_at"],
+                name="run_priority_queued",
+                condition=models.Q(status="queued", priority__gt=0),
             ),
             # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
             models.Index(

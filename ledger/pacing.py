@@ -1,4 +1,4 @@
-"""Flow control a run carries from its start: its concurrency key and limit.
+"""Flow control a run carries from its start: its concurrency key and limit, its priority.
 
 A concurrency key names what runs must not crowd (a customer's account, a downstream's
 sandbox): at most ``limit`` runs of one key execute at once across every worker of the fleet.
@@ -94,6 +94,12 @@ def check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"concurrency_limit: a whole number from 1 to {MAX_LIMIT}")
     return limit
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise InvalidInput("priority: a whole number from 0 (the default) to 9 (first)")
+    return priority
 
 
 def waiting_detail(*, key: str, running: int, limit: int) -> str:

@@ -91,7 +91,9 @@ def run_execute(
     connection); the claim, the heartbeat and the outcome are the same as a sync agent's.
 
     Returns None when the run is not claimable (missing, finished, leased by another live
-    worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
+    worker, waiting out a retry's back-off, or held by its concurrency key): a second delivery
+    of the same task does nothing. A queued run that a queued run of higher priority outranks
+    is not executed: that one is, and ``run_id`` is announced again (``priority_swap``).
     ``sleep`` and ``rand`` serve the retries' back-off (a test passes a fake clock's). A run of
     an agent this process lacks because an agent module failed to import is not claimed
     either: it stays queued for a worker that has it (the sweep sends it again), and is never
@@ -103,8 +105,18 @@ def run_execute(
     sent_at = time.monotonic()  # before the claim is sent: the effect deadline errs early
     token = transitions.lease_claim(run_id=run_id, owner=worker, seconds=seconds, clock=clock)
     if token is None:
-        log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
-        return None
+        # Outranked by a queued run of higher priority? That one is claimed instead.
+        swapped = transitions.priority_swap(
+            run_id=run_id, owner=worker, seconds=seconds, clock=clock
+        )
+        if swapped is None:
+            log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
+            return None
+        if swapped[0] != run_id:
+            log.info(
+                "run %s: outranked by run %s, which %s takes first", run_id, *swapped[:1], worker
+            )
+        run_id, token = swapped
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
         waits = _Waits(sleep, rand, runner or aio.run)
         ex_key = _Key()

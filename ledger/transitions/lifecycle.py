@@ -202,6 +202,7 @@ class Pace:
 
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    priority: int | None = None
 
     def apply(self, run: Run, definition: registry.Agent, inputs: Any) -> None:
         """Set the run's concurrency key and limit: the start's, else the agent's declared
@@ -218,6 +219,8 @@ class Pace:
             raise InvalidInput("concurrency_limit needs a concurrency_key")
         if run.concurrency_key:
             run.concurrency_limit = limit or (declared.limit if declared is not None else 1)
+        if self.priority is not None:
+            run.priority = pacing.check_priority(self.priority)
 
 
 @dataclass(frozen=True)
@@ -420,7 +423,12 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def lease_claim(
-    *, run_id: str, owner: str, seconds: float | None = None, clock: Clock = timezone.now
+    *,
+    run_id: str,
+    owner: str,
+    seconds: float | None = None,
+    clock: Clock = timezone.now,
+    ranked: bool = True,
 ) -> str | None:
     """Claim a queued or running run whose lease is free or expired; return the new token.
 
@@ -429,6 +437,10 @@ def lease_claim(
     expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
     (the fencing token the tools receive) grows by one. The first claim of the run writes
     its ``started_at``; a later one (a resume) keeps it.
+
+    Flow control (``ledger.transitions.pacing``): a queued run that a queued run of higher
+    priority outranks is not claimed (unless ``ranked`` is False; ``priority_swap`` claims the
+    other instead), and a run with a concurrency key only under its key's limit.
     """
     now = clock()
     token = secrets.token_hex(16)
@@ -438,6 +450,8 @@ def lease_claim(
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
     )
+    if ranked:
+        claimable = paced_claims.ranked(claimable, now=now)
 
     def claim(runs: QuerySet[Run]) -> str | None:
         return token if _claimed(runs, owner=owner, token=token, now=now, ttl=ttl) else None
@@ -469,6 +483,23 @@ def _claimed(runs: QuerySet[Run], *, owner: str, token: str, now: datetime, ttl:
         **TAKEN_LEASE,
     )
     return claimed == 1
+
+
+def priority_swap(
+    *, run_id: str, owner: str, seconds: float | None = None, clock: Clock = timezone.now
+) -> tuple[str, str] | None:
+    """The claim of a worker sent ``run_id`` while queued runs of higher priority wait: it
+    claims the best of those instead, and announces ``run_id`` again (cause ``outranked``: its
+    message goes ahead of the backlog). ``(claimed run id, token)``; if none of them can be
+    claimed (taken meanwhile, or held by a concurrency key), ``run_id`` itself without the rank
+    check; None when ``run_id`` is not claimable either."""
+    for other in paced_claims.outranking(run_id=run_id, now=clock()):
+        token = lease_claim(run_id=other, owner=owner, seconds=seconds, clock=clock, ranked=False)
+        if token is not None:
+            signals.send_run_queued_on_commit(run_id=run_id, cause="outranked")
+            return other, token
+    token = lease_claim(run_id=run_id, owner=owner, seconds=seconds, clock=clock, ranked=False)
+    return (run_id, token) if token is not None else None
 
 
 def lease_renew(

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ledger import signals
+from ledger.conf import conf
 from ledger.models import ACTIVE_STATUSES, Run, RunStatus
 from ledger.pacing import waiting_detail
 from ledger.selectors import ExpiredLease
@@ -60,6 +61,45 @@ def keyed_claim(
             )
             return None
         return claim()
+
+
+#: The claim's condition that no queued run outranks this one (PostgreSQL): a run of higher
+#: priority, due, that was started less than ``aging`` seconds per level between them after
+#: this one. So a priority-5 run started behind 100 queued ones is claimed next, and a
+#: priority-0 run that waited 5 minutes (at 60 s aging) goes before one of priority 5 started
+#: just now: none starves. Probed through ``run_priority_queued``, a partial index that holds
+#: only queued runs of priority above 0 (empty, and free, when nobody uses priority).
+NOT_OUTRANKED = """NOT (ledger_run.status = 'queued' AND EXISTS (
+    SELECT 1 FROM ledger_run o
+     WHERE o.status = 'queued' AND o.priority > 0 AND o.priority > ledger_run.priority
+       AND o.run_id <> ledger_run.run_id AND (o.wake_at IS NULL OR o.wake_at <= %s)
+       AND o.created_at < ledger_run.created_at
+           + (o.priority - ledger_run.priority) * make_interval(secs => %s)))"""
+
+#: The queued runs that outrank run %s (as ``NOT_OUTRANKED`` judges), best first.
+OUTRANKING = """
+SELECT o.run_id FROM ledger_run o JOIN ledger_run x ON x.run_id = %s
+ WHERE x.status = 'queued' AND o.status = 'queued' AND o.priority > 0
+   AND o.priority > x.priority AND o.run_id <> x.run_id
+   AND (o.wake_at IS NULL OR o.wake_at <= %s)
+   AND o.created_at < x.created_at + (o.priority - x.priority) * make_interval(secs => %s)
+ ORDER BY o.priority DESC, o.created_at LIMIT 3"""
+
+
+def ranked(runs: QuerySet[Run], *, now: datetime) -> QuerySet[Run]:
+    """``runs`` less the queued ones that another queued run outranks (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        return runs
+    return runs.extra(where=[NOT_OUTRANKED], params=[now, conf.RUNLEDGER_PRIORITY_AGING_SECONDS])
+
+
+def outranking(*, run_id: str, now: datetime) -> list[str]:
+    """The queued runs that outrank ``run_id`` (a queued run), best first; [] elsewhere."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(OUTRANKING, [run_id, now, conf.RUNLEDGER_PRIORITY_AGING_SECONDS])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _lock_key(key: str) -> None:

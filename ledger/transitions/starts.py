@@ -2,8 +2,8 @@
 announcement to the workers.
 
 Each item is what ``run_start_once`` takes (agent, inputs, run id, idempotency key, title,
-labels, max_resumes, webhooks, reason, concurrency key and limit) and follows its rules: the
-same id or key with the same agent and canonical inputs answers the run the first start made
+labels, max_resumes, webhooks, reason, concurrency key and limit, priority) and follows its rules:
+the same id or key with the same agent and canonical inputs answers the run the first start made
 (``created`` False), with other values it is a ``Conflict``. Items of one batch are judged in
 order, as if started one after another: a later item repeating an earlier one answers the
 earlier one's run.
@@ -46,6 +46,7 @@ ITEM_FIELDS = frozenset(
         "reason",
         "concurrency_key",
         "concurrency_limit",
+        "priority",
     }
 )
 #: How often a batch that lost a race (a concurrent start took one of its ids or keys between
@@ -156,6 +157,7 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
         pace=Pace(
             concurrency_key=item.get("concurrency_key"),
             concurrency_limit=item.get("concurrency_limit"),
+            priority=item.get("priority"),
         ),
     )
     return _Item(index, candidate, item.get("run_id"), webhooks, own_reason or reason)

@@ -97,6 +97,13 @@ class StartIn(Strict):
         description="how many runs of `concurrency_key` may execute at once (default: the "
         "agent's declared limit, else 1)",
     )
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="0 (the default) to 9: a queued run of higher priority is taken before "
+        "older ones of lower priority, aged so that none starves",
+    )
 
 
 class StartItemIn(StartIn):
@@ -190,6 +197,7 @@ class RunOut(Schema):
     idempotency_key: str | None
     concurrency_key: str = Field(description="the run's concurrency key ('' for none)")
     concurrency_limit: int = Field(description="runs of that key that may execute at once")
+    priority: int = Field(description="0 to 9: higher is taken first")
     plan_version: str
     resume_count: int
     max_resumes: int

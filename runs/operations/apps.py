@@ -86,6 +86,7 @@ def _enqueue_many(sender: Any, run_ids: list[str], cause: str, **kwargs: Any) ->
 
 
 #: Runs that were taken from a worker (its lease expired, it handed them back) or whose message
-#: was lost, and held-back runs offered a freed concurrency slot: their resume does not queue
-#: behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
-RECOVERED_CAUSES = frozenset({"recovery", "handback", "slot"})
+#: was lost, held-back runs offered a freed concurrency slot, and runs outranked at their claim
+#: by a run of higher priority: their resume does not queue behind the backlog
+#: (RUNLEDGER_RECOVERED_QUEUE).
+RECOVERED_CAUSES = frozenset({"recovery", "handback", "slot", "outranked"})

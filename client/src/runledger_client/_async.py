@@ -90,6 +90,7 @@ class AsyncClient:
         webhooks: list[dict[str, Any]] | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        priority: int | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
@@ -100,6 +101,7 @@ class AsyncClient:
             ("webhooks", webhooks),
             ("concurrency_key", concurrency_key),
             ("concurrency_limit", concurrency_limit),
+            ("priority", priority),
         ):
             if value is not None:
                 body[name] = value

@@ -112,6 +112,7 @@ class Run:
     idempotency_key: str | None = None
     concurrency_key: str = ""
     concurrency_limit: int = 0
+    priority: int = 0
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -423,6 +424,7 @@ class Client:
         webhooks: list[dict[str, Any]] | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        priority: int | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -433,7 +435,8 @@ class Client:
         in the answer that made the run: a repeat subscribes nothing again).
         ``concurrency_key``: at most ``concurrency_limit`` (default 1, or the agent's declared
         limit) runs with this key execute at once across the server's workers; the others
-        wait queued and their ``detail`` says why."""
+        wait queued and their ``detail`` says why. ``priority`` (0 to 9): taken before older
+        queued runs of lower priority."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
@@ -442,6 +445,7 @@ class Client:
             ("webhooks", webhooks),
             ("concurrency_key", concurrency_key),
             ("concurrency_limit", concurrency_limit),
+            ("priority", priority),
         ):
             if value is not None:
                 body[name] = value
@@ -458,7 +462,7 @@ class Client:
 
         Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
         ``idempotency_key``, ``title``, ``labels``, ``webhooks``, ``concurrency_key``,
-        ``concurrency_limit``. An item without an
+        ``concurrency_limit``, ``priority``. An item without an
         ``idempotency_key`` gets one made for this call, so a retried request is the same
         batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
         (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``

@@ -90,7 +90,8 @@ def step_or_404(run: Run, pk: int) -> Step:
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
     "once, and a repeat (200) subscribes nothing again. `concurrency_key` (and "
     "`concurrency_limit`, default 1) hold the run queued while that many runs of the key "
-    "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`).",
+    "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`). "
+    "`priority` (0 to 9) puts it ahead of older queued runs of lower priority.",
 )
 def start(
     request: HttpRequest,
@@ -113,6 +114,7 @@ def start(
             webhooks=[w.model_dump() for w in body.webhooks] if body.webhooks else None,
             concurrency_key=body.concurrency_key,
             concurrency_limit=body.concurrency_limit,
+            priority=body.priority,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc

@@ -45,14 +45,18 @@ def test_a_start_with_a_concurrency_key_answers_it(caller: Any) -> None:
         {"concurrency_key": "k", "concurrency_limit": "two"},
         {"concurrency_key": ""},
         {"concurrency_limit": 3},
+        {"priority": -1},
+        {"priority": 10},
+        {"priority": "high"},
     ],
 )
 def test_bad_concurrency_options_are_422_and_write_nothing(caller: Any, options: Any) -> None:
     shop = caller("operator", name="shop")
+    field = next(iter(options)).split("_")[0]
     doc = problem(shop.post("/api/v1/runs", {"agent": "paced-free", **options}), 422)
-    assert "concurrency" in json.dumps(doc)
+    assert field in json.dumps(doc)
     batch = shop.post("/api/v1/runs/batch", {"runs": [{"agent": "paced-free", **options}]})
-    assert "concurrency" in json.dumps(problem(batch, 422))
+    assert field in json.dumps(problem(batch, 422))
     assert not Run.objects.exists()
 
 
@@ -62,8 +66,8 @@ def test_the_client_sends_the_concurrency_key() -> None:
     made = tokens.token_create(name="shop", role="operator")
     transport = httpx.WSGITransport(app=get_wsgi_application())
     api = rl.Client("http://testserver", made.secret, transport=transport, backoff=0.01)
-    run = api.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=3)
-    assert (run.concurrency_key, run.concurrency_limit) == ("sandbox", 3)
+    run = api.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=3, priority=7)
+    assert (run.concurrency_key, run.concurrency_limit, run.priority) == ("sandbox", 3, 7)
     many = api.start_many([{"agent": "paced-free", "concurrency_key": "sandbox"}])
     assert (many[0].concurrency_key, many[0].concurrency_limit) == ("sandbox", 1)
     with pytest.raises(rl.InvalidRequest):
@@ -82,10 +86,18 @@ def test_the_async_client_sends_the_same_body() -> None:
     async def start() -> rl.Run:
         transport = httpx.MockTransport(answer)
         async with rl.AsyncClient("http://x", "t", transport=transport) as aio:
-            return await aio.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=2)
+            return await aio.start(
+                "paced-free", {}, concurrency_key="sandbox", concurrency_limit=2, priority=9
+            )
 
     run = asyncio.run(start())
     assert run.concurrency_key == "sandbox"
     assert sent == [
-        {"agent": "paced-free", "inputs": {}, "concurrency_key": "sandbox", "concurrency_limit": 2}
+        {
+            "agent": "paced-free",
+            "inputs": {},
+            "concurrency_key": "sandbox",
+            "concurrency_limit": 2,
+            "priority": 9,
+        }
     ]

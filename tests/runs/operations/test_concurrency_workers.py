@@ -100,3 +100,18 @@ def test_a_killed_worker_holding_the_slot_frees_it_with_its_lease(cluster, tmp_p
     assert wait_for(lambda: _all_succeeded([first_id, *rest]), timeout=WAIT), cluster.log("w2")
     assert _most_at_once([first_id, *rest]) == 1
     assert Execution.objects.filter(run_id=first_id, ending="crashed").exists()
+
+
+def test_a_high_priority_run_started_behind_a_backlog_is_executed_first(cluster) -> None:
+    with cluster.producing():  # the messages wait in the broker until the worker starts
+        backlog = [api.start_run("paced-free", {"seconds": 0, "n": i}).run_id for i in range(30)]
+        urgent = api.start_run("paced-free", {"seconds": 0}, priority=5).run_id
+    cluster.worker("w1", concurrency=1)
+    assert wait_for(lambda: _all_succeeded([urgent, *backlog]), timeout=WAIT), cluster.log("w1")
+    order = list(
+        Execution.objects.filter(run_id__in=[urgent, *backlog])
+        .order_by("started_at")
+        .values_list("run_id", flat=True)
+    )
+    assert order[0] == urgent
+    assert len(order) == 31  # each run executed once: the outranked one was sent again, not lost
