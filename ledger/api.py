@@ -108,6 +108,8 @@ class RunState:
     concurrency_key: str
     concurrency_limit: int
     priority: int
+    #: Not executed before this time: its ``start_at``, or a retry's back-off (None: now).
+    not_before: datetime | None
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -143,6 +145,7 @@ class RunState:
             concurrency_key=run.concurrency_key,
             concurrency_limit=run.concurrency_limit,
             priority=run.priority,
+            not_before=run.wake_at,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,
@@ -220,6 +223,7 @@ def start_run(
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
     priority: int | None = None,
+    start_at: datetime | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -236,8 +240,9 @@ def start_run(
     no worker (``ledger.pacing``). Without it the agent's declared key (``@agent(concurrency=…)``)
     applies. ``priority`` (0, the default, to 9): a queued run of higher priority is taken
     before older ones of lower priority, aged so that none starves
-    (``RUNLEDGER_PRIORITY_AGING_SECONDS``). Neither is compared on a repeat: the first start's
-    hold.
+    (``RUNLEDGER_PRIORITY_AGING_SECONDS``). ``start_at`` (an aware datetime, at most
+    ``RUNLEDGER_MAX_START_DELAY_DAYS`` ahead): the run is queued now and not executed before
+    then, holding no worker. None of these is compared on a repeat: the first start's hold.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -254,7 +259,10 @@ def start_run(
         reason=reason,
         webhooks=webhooks,
         pace=transitions.Pace(
-            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, priority=priority
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            priority=priority,
+            start_at=start_at,
         ),
     )
     return RunHandle(
@@ -271,8 +279,8 @@ def start_runs(
 
     Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
     (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
-    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority`` and ``reason`` (default:
-    ``reason``). At most ``MAX_BATCH`` (1,000) items.
+    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority``, ``start_at`` and
+    ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
 
     Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,
     too long or not a list; ``BatchRefused`` (an ``InvalidInput``) when any item is bad — an

@@ -252,6 +252,13 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_MAX_START_DELAY_DAYS",
+        366.0,
+        "float",
+        "How far ahead a start's `start_at` may be; a later one is refused (nothing written).",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_SETTLEMENT_APPROVAL",
         True,
         "bool",

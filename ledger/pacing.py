@@ -1,4 +1,5 @@
-"""Flow control a run carries from its start: its concurrency key and limit, its priority.
+"""Flow control a run carries from its start: its concurrency key and limit, its priority,
+its start time.
 
 A concurrency key names what runs must not crowd (a customer's account, a downstream's
 sandbox): at most ``limit`` runs of one key execute at once across every worker of the fleet.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from ledger.errors import AgentDefinitionError, InvalidInput
@@ -100,6 +102,17 @@ def check_priority(priority: Any) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise InvalidInput("priority: a whole number from 0 (the default) to 9 (first)")
     return priority
+
+
+def check_start_at(start_at: Any, *, now: datetime, max_days: float) -> datetime:
+    """A start time: an aware datetime at most ``max_days`` ahead (one in the past is now)."""
+    if not isinstance(start_at, datetime) or start_at.tzinfo is None:
+        raise InvalidInput("start_at: a time with its time zone (2026-12-03T14:00:00Z)")
+    if start_at - now > timedelta(days=max_days):
+        raise InvalidInput(
+            f"start_at: at most {max_days:g} days ahead (RUNLEDGER_MAX_START_DELAY_DAYS)"
+        )
+    return start_at
 
 
 def waiting_detail(*, key: str, running: int, limit: int) -> str:

@@ -128,7 +128,8 @@ def _save_new(
         if by is not None:
             start_audit(run, by=by, reason=reason).save(force_insert=True)
         if run.parent_id is None:
-            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
+            # A delayed start's message waits for its start time, as a back-off's does.
+            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start", eta=run.wake_at)
     return subscribed
 
 
@@ -203,6 +204,8 @@ class Pace:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     priority: int | None = None
+    #: Not executed before this time (an aware datetime); queued until then, holding nothing.
+    start_at: datetime | None = None
 
     def apply(self, run: Run, definition: registry.Agent, inputs: Any) -> None:
         """Set the run's concurrency key and limit: the start's, else the agent's declared
@@ -221,6 +224,14 @@ class Pace:
             run.concurrency_limit = limit or (declared.limit if declared is not None else 1)
         if self.priority is not None:
             run.priority = pacing.check_priority(self.priority)
+        if self.start_at is not None:
+            at = pacing.check_start_at(
+                self.start_at, now=run.created_at, max_days=conf.RUNLEDGER_MAX_START_DELAY_DAYS
+            )
+            if at > run.created_at:
+                # Released as a retry's back-off is: claimable from then (``run_woke`` clears it).
+                run.wake_at = at
+                run.detail = f"waiting to start at {at:%Y-%m-%d %H:%M:%S %Z}"
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,11 @@
 announcement to the workers.
 
 Each item is what ``run_start_once`` takes (agent, inputs, run id, idempotency key, title,
-labels, max_resumes, webhooks, reason, concurrency key and limit, priority) and follows its rules:
-the same id or key with the same agent and canonical inputs answers the run the first start made
-(``created`` False), with other values it is a ``Conflict``. Items of one batch are judged in
-order, as if started one after another: a later item repeating an earlier one answers the
-earlier one's run.
+labels, max_resumes, webhooks, reason, concurrency key and limit, priority, start_at) and
+follows its rules: the same id or key with the same agent and canonical inputs answers the run
+the first start made (``created`` False), with other values it is a ``Conflict``. Items of one
+batch are judged in order, as if started one after another: a later item repeating an earlier
+one answers the earlier one's run.
 
 One bad item refuses the whole batch: ``BatchRefused`` lists every bad item (its index, what is
 wrong) and nothing is written — an application that sends 1,000 starts does not have to work
@@ -47,6 +47,7 @@ ITEM_FIELDS = frozenset(
         "concurrency_key",
         "concurrency_limit",
         "priority",
+        "start_at",
     }
 )
 #: How often a batch that lost a race (a concurrent start took one of its ids or keys between
@@ -158,6 +159,7 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
             concurrency_key=item.get("concurrency_key"),
             concurrency_limit=item.get("concurrency_limit"),
             priority=item.get("priority"),
+            start_at=item.get("start_at"),
         ),
     )
     return _Item(index, candidate, item.get("run_id"), webhooks, own_reason or reason)
@@ -212,9 +214,10 @@ def _written(items: list[_Item], answers: list[Run | None], *, by: Actor | None)
             subscribed[item.index] = events.subscribe_run_at_start(
                 item.candidate, item.webhooks, by=by
             )
-    signals.send_runs_queued_on_commit(
-        run_ids=[item.candidate.run_id for item in made], cause="start"
-    )
+    now = [item.candidate for item in made if item.candidate.wake_at is None]
+    signals.send_runs_queued_on_commit(run_ids=[run.run_id for run in now], cause="start")
+    for run in (item.candidate for item in made if item.candidate.wake_at is not None):
+        signals.send_run_queued_on_commit(run_id=run.run_id, cause="start", eta=run.wake_at)
     out = []
     for item, earlier in zip(items, answers, strict=True):
         if earlier is None:

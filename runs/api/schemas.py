@@ -11,7 +11,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from ledger.api import MAX_BATCH, RunState
 from ledger.inputs import RUN_ID_PATTERN
@@ -103,6 +103,11 @@ class StartIn(Strict):
         le=9,
         description="0 (the default) to 9: a queued run of higher priority is taken before "
         "older ones of lower priority, aged so that none starves",
+    )
+    start_at: AwareDatetime | None = Field(
+        default=None,
+        description="queued now, not executed before this time (with its zone; at most "
+        "RUNLEDGER_MAX_START_DELAY_DAYS ahead)",
     )
 
 
@@ -198,6 +203,9 @@ class RunOut(Schema):
     concurrency_key: str = Field(description="the run's concurrency key ('' for none)")
     concurrency_limit: int = Field(description="runs of that key that may execute at once")
     priority: int = Field(description="0 to 9: higher is taken first")
+    not_before: datetime | None = Field(
+        description="not executed before this time: its start_at, or a retry's back-off"
+    )
     plan_version: str
     resume_count: int
     max_resumes: int

@@ -66,7 +66,7 @@ def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
         return  # its batch was published whole by _enqueue_many
     eta = kwargs.get("eta")
     if cause in NEW_RUN_CAUSES:
-        send_start(run_id)
+        send_start(run_id, eta=eta)
     elif eta is not None:
         send_resume(run_id, eta=eta)
     else:

@@ -16,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -91,6 +92,7 @@ class AsyncClient:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         priority: int | None = None,
+        start_at: datetime | str | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
@@ -102,6 +104,7 @@ class AsyncClient:
             ("concurrency_key", concurrency_key),
             ("concurrency_limit", concurrency_limit),
             ("priority", priority),
+            ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
         ):
             if value is not None:
                 body[name] = value

@@ -113,6 +113,7 @@ class Run:
     concurrency_key: str = ""
     concurrency_limit: int = 0
     priority: int = 0
+    not_before: datetime | None = None
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -425,6 +426,7 @@ class Client:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         priority: int | None = None,
+        start_at: datetime | str | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -436,7 +438,8 @@ class Client:
         ``concurrency_key``: at most ``concurrency_limit`` (default 1, or the agent's declared
         limit) runs with this key execute at once across the server's workers; the others
         wait queued and their ``detail`` says why. ``priority`` (0 to 9): taken before older
-        queued runs of lower priority."""
+        queued runs of lower priority. ``start_at`` (an aware datetime or ISO 8601 text): queued
+        now, not executed before then."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
@@ -446,6 +449,7 @@ class Client:
             ("concurrency_key", concurrency_key),
             ("concurrency_limit", concurrency_limit),
             ("priority", priority),
+            ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
         ):
             if value is not None:
                 body[name] = value
@@ -751,7 +755,11 @@ def _batch_items(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for i, item in enumerate(runs):
         if not isinstance(item, Mapping):
             raise ValueError(f"runs[{i}]: a run to start is a mapping with agent and inputs")
-        body = {k: v for k, v in item.items() if v is not None}
+        body = {
+            k: v.isoformat() if isinstance(v, datetime) else v
+            for k, v in item.items()
+            if v is not None
+        }
         body.setdefault("inputs", {})
         body.setdefault("idempotency_key", f"client-{uuid.uuid4()}")
         items.append(body)

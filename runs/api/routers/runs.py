@@ -91,7 +91,8 @@ def step_or_404(run: Run, pk: int) -> Step:
     "once, and a repeat (200) subscribes nothing again. `concurrency_key` (and "
     "`concurrency_limit`, default 1) hold the run queued while that many runs of the key "
     "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`). "
-    "`priority` (0 to 9) puts it ahead of older queued runs of lower priority.",
+    "`priority` (0 to 9) puts it ahead of older queued runs of lower priority; `start_at` "
+    "holds it queued until then.",
 )
 def start(
     request: HttpRequest,
@@ -115,6 +116,7 @@ def start(
             concurrency_key=body.concurrency_key,
             concurrency_limit=body.concurrency_limit,
             priority=body.priority,
+            start_at=body.start_at,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -48,6 +49,9 @@ def test_a_start_with_a_concurrency_key_answers_it(caller: Any) -> None:
         {"priority": -1},
         {"priority": 10},
         {"priority": "high"},
+        {"start_at": "tomorrow"},
+        {"start_at": "2026-12-03T14:00:00"},
+        {"start_at": "2999-01-01T00:00:00Z"},
     ],
 )
 def test_bad_concurrency_options_are_422_and_write_nothing(caller: Any, options: Any) -> None:
@@ -73,6 +77,11 @@ def test_the_client_sends_the_concurrency_key() -> None:
     with pytest.raises(rl.InvalidRequest):
         api.start("paced-free", {}, concurrency_key="sandbox", concurrency_limit=0)
     assert Run.objects.count() == 2
+    at = datetime.now(UTC) + timedelta(hours=2)
+    later = api.start("paced-free", {}, start_at=at)
+    assert later.status == "queued" and later.not_before is not None
+    assert abs(later.not_before - at) < timedelta(milliseconds=1)  # the answer shows ms
+    assert Run.objects.get(pk=later.run_id).wake_at == at
 
 
 def test_the_async_client_sends_the_same_body() -> None:
