@@ -110,6 +110,7 @@ class RunState:
     priority: int
     #: Not executed before this time: its ``start_at``, or a retry's back-off (None: now).
     not_before: datetime | None
+    deadline_at: datetime | None
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -146,6 +147,7 @@ class RunState:
             concurrency_limit=run.concurrency_limit,
             priority=run.priority,
             not_before=run.wake_at,
+            deadline_at=run.deadline_at,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,
@@ -224,6 +226,7 @@ def start_run(
     concurrency_limit: int | None = None,
     priority: int | None = None,
     start_at: datetime | None = None,
+    deadline: float | datetime | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -242,7 +245,9 @@ def start_run(
     before older ones of lower priority, aged so that none starves
     (``RUNLEDGER_PRIORITY_AGING_SECONDS``). ``start_at`` (an aware datetime, at most
     ``RUNLEDGER_MAX_START_DELAY_DAYS`` ahead): the run is queued now and not executed before
-    then, holding no worker. None of these is compared on a repeat: the first start's hold.
+    then, holding no worker. ``deadline`` (seconds from the start, or an aware datetime; the
+    agent's declared ``deadline`` otherwise): past it the run stops before its next step, failed
+    with reason ``deadline``. None of these is compared on a repeat: the first start's hold.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -263,6 +268,7 @@ def start_run(
             concurrency_limit=concurrency_limit,
             priority=priority,
             start_at=start_at,
+            deadline=deadline,
         ),
     )
     return RunHandle(
@@ -279,8 +285,8 @@ def start_runs(
 
     Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
     (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
-    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority``, ``start_at`` and
-    ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
+    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority``, ``start_at``,
+    ``deadline`` and ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
 
     Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,
     too long or not a list; ``BatchRefused`` (an ``InvalidInput``) when any item is bad — an

@@ -85,6 +85,8 @@ class Run(models.Model):
     # 0 to 9: a queued run of higher priority is claimed before older ones of lower priority,
     # aged so that none starves (``ledger.transitions.pacing``).
     priority = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # Past this time the run stops before its next step, failed with reason ``deadline``.
+    deadline_at = models.DateTimeField(null=True, blank=True)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,

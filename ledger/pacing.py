@@ -115,6 +115,19 @@ def check_start_at(start_at: Any, *, now: datetime, max_days: float) -> datetime
     return start_at
 
 
+def check_deadline(deadline: Any, *, now: datetime) -> datetime:
+    """A run's deadline: seconds from ``now`` (more than 0) or an aware time after ``now``."""
+    if isinstance(deadline, int | float) and not isinstance(deadline, bool):
+        if not 0 < deadline <= 366 * 86400:
+            raise InvalidInput("deadline: seconds from the start, more than 0 (at most a year)")
+        return now + timedelta(seconds=deadline)
+    if not isinstance(deadline, datetime) or deadline.tzinfo is None:
+        raise InvalidInput("deadline: seconds, or a time with its time zone")
+    if deadline <= now:
+        raise InvalidInput(f"deadline: {deadline.isoformat()} has passed already")
+    return deadline
+
+
 def waiting_detail(*, key: str, running: int, limit: int) -> str:
     """What a held-back run's page says (``waiting: 1 of 1 running for customer cus_42``)."""
     name, _, value = key.partition(":")

@@ -156,6 +156,8 @@ class Agent:
     is_async: bool = False
     #: The declared concurrency key (made from the inputs) and limit; None: no key.
     concurrency: pacing.Concurrency | None = None
+    #: Seconds from a run's start to its deadline; None: no deadline.
+    deadline: float | None = None
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
@@ -343,6 +345,7 @@ def agent(
     batch_steps: int | None = None,
     batch_ms: float | None = None,
     concurrency: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
 
@@ -365,6 +368,9 @@ def agent(
     ``concurrency={"key": "inputs.customer", "limit": 1}``: at most ``limit`` runs with the same
     value at that input path execute at once across the fleet (``ledger.pacing``); the others
     stay queued until a slot frees. A start's own ``concurrency_key`` wins.
+
+    ``deadline``: seconds from a run's start after which it stops before its next step, failed
+    with reason ``deadline`` (a start's own ``deadline`` wins).
     """
     if divergence not in ("refuse", "replan"):
         raise AgentDefinitionError(
@@ -378,6 +384,10 @@ def agent(
         raise AgentDefinitionError(f"batch_ms must be milliseconds >= 0, not {batch_ms!r}")
 
     paced = pacing.declared(concurrency, agent=name)
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
+    ):
+        raise AgentDefinitionError(f"agent {name!r}: deadline is seconds (> 0), not {deadline!r}")
     if callable(title):
         _refuse_async(title, f"agent {name!r}: title (called when a run starts)")
 
@@ -410,6 +420,7 @@ def agent(
             batch_ms=batch_ms,
             is_async=asynchronous,
             concurrency=paced,
+            deadline=float(deadline) if deadline is not None else None,
         )
         _agents[name] = registered
         return registered

@@ -33,6 +33,7 @@ class Reason(TextChoices):
     BUDGET = "budget"
     AGENT_MISSING = "agent_missing"
     APPROVAL = "approval"
+    DEADLINE = "deadline"  # a failed run stopped by its deadline
 
 
 class StepStatus(TextChoices):

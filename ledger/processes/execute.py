@@ -36,6 +36,7 @@ from ledger.errors import (
     ApprovalRejected,
     BudgetExhausted,
     ContinueAsNew,
+    DeadlineReached,
     Divergence,
     DuplicateStepId,
     HandedBack,
@@ -48,7 +49,7 @@ from ledger.errors import (
     RunPaused,
     StepFailed,
 )
-from ledger.models import ExecutionEnding, Run, RunStatus
+from ledger.models import ExecutionEnding, Reason, Run, RunStatus
 from ledger.processes import leases
 
 log = logging.getLogger(__name__)
@@ -243,7 +244,11 @@ def _execute_leased(
         clock=clock,
     )
     fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
-    holds = Holds(lambda: selectors.active_pauses(run_id=run_id, agent=run.agent))
+    holds = Holds(
+        lambda: selectors.active_pauses(run_id=run_id, agent=run.agent),
+        deadline=run.deadline_at,
+        clock=clock,
+    )
     ex = _Execution(run=run, token=token)
     try:
         holds.refresh()  # one query at the claim; the process's lease renewer reads them again
@@ -379,7 +384,9 @@ def _execute_claimed(
         definition = registry.get_agent(run.agent)
         if definition is None:
             raise AgentMissing("", registry.missing_agent_message(run.agent))
-        holds.check_whole(run.blocked_step_id)  # a paused run or agent holds at the claim
+        # A paused run or agent holds at the claim; a passed deadline stops the run at its first
+        # step, where the context can look its started effects up first.
+        holds.check_whole(run.blocked_step_id, deadline=False)
         inputs = canonical.ordered(run.inputs)  # jsonb's key order is not the first one
         ex.ctx = ctx = live_context(
             run_id=run.run_id,
@@ -540,6 +547,8 @@ def _block(ex: _Execution, clock: Clock, exc: RunBlocked) -> Outcome:
     run, token, ctx = ex.run, ex.token, ex.ctx
     if isinstance(exc, RunPaused):
         return _hold(ex, clock, exc)
+    if isinstance(exc, DeadlineReached):
+        return _past_deadline(ex, clock, exc)
     if isinstance(exc, Divergence) and ctx is not None:
         notes = look_up_started(ctx)  # before the stop: what the lookups can answer, they do
         if notes:
@@ -565,6 +574,19 @@ def _block(ex: _Execution, clock: Clock, exc: RunBlocked) -> Outcome:
         replayed=replayed,
         executed=executed,
     )
+
+
+def _past_deadline(ex: _Execution, clock: Clock, exc: DeadlineReached) -> Outcome:
+    """The run's deadline passed: it fails with reason ``deadline`` before its next step. An
+    effect left ``started`` (a crash mid-send before the deadline) is looked up first, as a
+    resume would: settled where its lookup answers, and named in the error where it does not
+    (it is never sent again: the run stops)."""
+    error = f"stopped at its deadline before step {exc.step_id!r}: {exc.detail}"
+    notes = look_up_started(ex.ctx) if ex.ctx is not None else []
+    if notes:
+        error += "; started effects: " + "; ".join(notes)
+    log.warning("run %s: %s", ex.run.run_id, error)
+    return _finish(ex, clock, RunStatus.FAILED, error=error, reason=Reason.DEADLINE)
 
 
 def _hold(ex: _Execution, clock: Clock, exc: RunPaused) -> Outcome:
@@ -617,6 +639,7 @@ def _finish(
     *,
     result: Any = None,
     error: str = "",
+    reason: str = "",
 ) -> Outcome:
     with _recording_outcome(ex.ctx):
         transitions.run_finish(
@@ -625,16 +648,18 @@ def _finish(
             status=status,
             result=result,
             error=error,
+            reason=reason,
             clock=clock,
         )
         ending = ExecutionEnding.FINISHED
         if status == RunStatus.FAILED:
             ending = ExecutionEnding.FAILED
-        _record_end(ex, ending, clock, error=error)
+        _record_end(ex, ending, clock, reason=reason, error=error)
     replayed, executed = ex.counts()
     return Outcome(
         run_id=ex.run.run_id,
         status=status,
+        reason=reason,
         result=result,
         detail=error,
         replayed=replayed,

@@ -99,7 +99,7 @@ from ledger.transitions.notify import (
     notifications_remind,
     notify_run_event,
 )
-from ledger.transitions.pacing import slots_offer
+from ledger.transitions.pacing import runs_fail_past_deadline, slots_offer
 from ledger.transitions.pauses import pause_create, pause_lift
 from ledger.transitions.retention import (
     retention_mark_advance,
@@ -190,6 +190,7 @@ __all__ = [
     "run_start_once",
     "run_woke",
     "runs_archive_record",
+    "runs_fail_past_deadline",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

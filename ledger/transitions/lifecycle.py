@@ -206,6 +206,8 @@ class Pace:
     priority: int | None = None
     #: Not executed before this time (an aware datetime); queued until then, holding nothing.
     start_at: datetime | None = None
+    #: Seconds from the start, or a time: past it the run stops, failed (reason ``deadline``).
+    deadline: float | datetime | None = None
 
     def apply(self, run: Run, definition: registry.Agent, inputs: Any) -> None:
         """Set the run's concurrency key and limit: the start's, else the agent's declared
@@ -232,6 +234,10 @@ class Pace:
                 # Released as a retry's back-off is: claimable from then (``run_woke`` clears it).
                 run.wake_at = at
                 run.detail = f"waiting to start at {at:%Y-%m-%d %H:%M:%S %Z}"
+        deadline = self.deadline if self.deadline is not None else definition.deadline
+        if deadline is not None:
+            # Seconds count from when the run may start: now, or its start_at.
+            run.deadline_at = pacing.check_deadline(deadline, now=run.wake_at or run.created_at)
 
 
 @dataclass(frozen=True)
@@ -733,10 +739,12 @@ def run_finish(
     status: RunStatus,
     result: Any = None,
     error: str = "",
+    reason: str = "",
     clock: Clock = timezone.now,
 ) -> None:
     """End a running run as succeeded or failed, releasing its lease; its completion event is
-    queued for the subscribed applications in the same transaction (an outbox)."""
+    queued for the subscribed applications in the same transaction (an outbox). ``reason``:
+    why a failed run stopped, when the ledger stopped it (``deadline``)."""
     now = clock()
     with transaction.atomic():
         _fenced(
@@ -745,7 +753,7 @@ def run_finish(
             status=status,
             result=result,
             error=error,
-            reason="",
+            reason=reason,
             blocked_step_id="",
             detail="",
             **_RELEASED,

@@ -16,14 +16,15 @@ from collections.abc import Callable
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from ledger import signals
 from ledger.conf import conf
-from ledger.models import ACTIVE_STATUSES, Run, RunStatus
+from ledger.models import ACTIVE_STATUSES, Reason, Run, RunStatus
 from ledger.pacing import waiting_detail
 from ledger.selectors import ExpiredLease
+from ledger.transitions import notify
 
 Clock = Callable[[], datetime]
 
@@ -135,3 +136,33 @@ def _for_free_slots(*, key: str, limit: int, now: datetime) -> list[str]:
         .values_list("run_id", flat=True)[:free]
     )
     return list(queued)
+
+
+def runs_fail_past_deadline(*, clock: Clock = timezone.now, limit: int = 100) -> list[str]:
+    """Fail the queued runs whose deadline passed while no worker executed them (held by a
+    full concurrency key, or never sent): failed with reason ``deadline``, each in its own
+    compare-and-set on ``queued``, with its completion event. The sweep calls it; a running
+    run meets its deadline at its next step instead. The ids failed."""
+    now = clock()
+    due = Run.objects.filter(
+        status=RunStatus.QUEUED, deadline_at__isnull=False, deadline_at__lte=now
+    ).values_list("run_id", "deadline_at")[:limit]
+    failed = []
+    for run_id, deadline_at in list(due):
+        error = f"deadline {deadline_at:%Y-%m-%d %H:%M:%S %Z} passed while it was queued"
+        with transaction.atomic():
+            done = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+                status=RunStatus.FAILED,
+                reason=Reason.DEADLINE,
+                error=error,
+                detail="",
+                wake_at=None,
+                updated_at=now,
+                status_changed_at=now,
+                finished_at=now,
+                version=F("version") + 1,
+            )
+            if done == 1:
+                notify.notify_run_event(run_id=run_id, at=now)
+                failed.append(run_id)
+    return failed

@@ -2,7 +2,8 @@
 announcement to the workers.
 
 Each item is what ``run_start_once`` takes (agent, inputs, run id, idempotency key, title,
-labels, max_resumes, webhooks, reason, concurrency key and limit, priority, start_at) and
+labels, max_resumes, webhooks, reason, concurrency key and limit, priority, start_at,
+deadline) and
 follows its rules: the same id or key with the same agent and canonical inputs answers the run
 the first start made (``created`` False), with other values it is a ``Conflict``. Items of one
 batch are judged in order, as if started one after another: a later item repeating an earlier
@@ -48,6 +49,7 @@ ITEM_FIELDS = frozenset(
         "concurrency_limit",
         "priority",
         "start_at",
+        "deadline",
     }
 )
 #: How often a batch that lost a race (a concurrent start took one of its ids or keys between
@@ -160,6 +162,7 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
             concurrency_limit=item.get("concurrency_limit"),
             priority=item.get("priority"),
             start_at=item.get("start_at"),
+            deadline=item.get("deadline"),
         ),
     )
     return _Item(index, candidate, item.get("run_id"), webhooks, own_reason or reason)

@@ -109,6 +109,11 @@ class StartIn(Strict):
         description="queued now, not executed before this time (with its zone; at most "
         "RUNLEDGER_MAX_START_DELAY_DAYS ahead)",
     )
+    deadline: float | AwareDatetime | None = Field(
+        default=None,
+        description="seconds from the start (more than 0), or a time with its zone: past it the "
+        "run stops before its next step, failed with reason `deadline`",
+    )
 
 
 class StartItemIn(StartIn):
@@ -206,6 +211,7 @@ class RunOut(Schema):
     not_before: datetime | None = Field(
         description="not executed before this time: its start_at, or a retry's back-off"
     )
+    deadline_at: datetime | None = Field(description="past it the run stops, failed (deadline)")
     plan_version: str
     resume_count: int
     max_resumes: int

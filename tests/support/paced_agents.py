@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 from ledger.agents import RunContext, agent, tool
@@ -33,3 +34,41 @@ def paced(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
 def paced_free(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """The same read with no declared key (a start may give one)."""
     return ctx.call(work, step="work", seconds=float(inputs.get("seconds", 0.3)))
+
+
+#: The deadline tests' fake clock: the test reads it, the ``paced_tick`` tool moves it on.
+CLOCK: dict[str, Any] = {"now": None}
+#: What ``paced_send`` sent, by effect key (the downstream system the lookup asks).
+SENT: dict[str, int] = {}
+
+
+class Crash(BaseException):
+    """The worker dies here (a test's stand-in for SIGKILL, in process)."""
+
+
+@tool(kind="read", name="paced_tick")
+def tick(seconds: float) -> dict[str, Any]:
+    CLOCK["now"] = CLOCK["now"] + timedelta(seconds=seconds)
+    return {"at": CLOCK["now"].isoformat()}
+
+
+def _sent(idempotency_key: str) -> Any:
+    return {"sent": idempotency_key} if idempotency_key in SENT else None
+
+
+@tool(kind="effect", name="paced_send", reconcile=_sent)
+def send(message: str, crash: bool, idempotency_key: str) -> dict[str, Any]:
+    SENT[idempotency_key] = SENT.get(idempotency_key, 0) + 1
+    if crash:
+        CLOCK["now"] = CLOCK["now"] + timedelta(seconds=120)
+        raise Crash(idempotency_key)  # sent, never recorded: the step stays started
+    return {"sent": idempotency_key}
+
+
+@agent("paced-steps", tools=[tick, send], deadline=60)
+def paced_steps(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A read that lets time pass, an effect, another read: at most a minute in all."""
+    ctx.call(tick, step="first", seconds=float(inputs.get("first", 1)))
+    ctx.call(send, step="send", message="hello", crash=bool(inputs.get("crash", False)))
+    ctx.call(tick, step="last", seconds=1)
+    return {"done": True}

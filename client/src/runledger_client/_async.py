@@ -93,6 +93,7 @@ class AsyncClient:
         concurrency_limit: int | None = None,
         priority: int | None = None,
         start_at: datetime | str | None = None,
+        deadline: float | datetime | str | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
@@ -105,6 +106,7 @@ class AsyncClient:
             ("concurrency_limit", concurrency_limit),
             ("priority", priority),
             ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
+            ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
         ):
             if value is not None:
                 body[name] = value

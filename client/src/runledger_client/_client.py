@@ -114,6 +114,7 @@ class Run:
     concurrency_limit: int = 0
     priority: int = 0
     not_before: datetime | None = None
+    deadline_at: datetime | None = None
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -427,6 +428,7 @@ class Client:
         concurrency_limit: int | None = None,
         priority: int | None = None,
         start_at: datetime | str | None = None,
+        deadline: float | datetime | str | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -439,7 +441,8 @@ class Client:
         limit) runs with this key execute at once across the server's workers; the others
         wait queued and their ``detail`` says why. ``priority`` (0 to 9): taken before older
         queued runs of lower priority. ``start_at`` (an aware datetime or ISO 8601 text): queued
-        now, not executed before then."""
+        now, not executed before then. ``deadline`` (seconds, or a time): past it the run
+        stops, failed with reason ``deadline``."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
@@ -450,6 +453,7 @@ class Client:
             ("concurrency_limit", concurrency_limit),
             ("priority", priority),
             ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
+            ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
         ):
             if value is not None:
                 body[name] = value

@@ -92,7 +92,7 @@ def step_or_404(run: Run, pk: int) -> Step:
     "`concurrency_limit`, default 1) hold the run queued while that many runs of the key "
     "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`). "
     "`priority` (0 to 9) puts it ahead of older queued runs of lower priority; `start_at` "
-    "holds it queued until then.",
+    "holds it queued until then; past its `deadline` it stops, failed with reason `deadline`.",
 )
 def start(
     request: HttpRequest,
@@ -117,6 +117,7 @@ def start(
             concurrency_limit=body.concurrency_limit,
             priority=body.priority,
             start_at=body.start_at,
+            deadline=body.deadline,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc

@@ -52,6 +52,10 @@ def test_a_start_with_a_concurrency_key_answers_it(caller: Any) -> None:
         {"start_at": "tomorrow"},
         {"start_at": "2026-12-03T14:00:00"},
         {"start_at": "2999-01-01T00:00:00Z"},
+        {"deadline": 0},
+        {"deadline": -5},
+        {"deadline": "2001-01-01T00:00:00Z"},
+        {"deadline": "soon"},
     ],
 )
 def test_bad_concurrency_options_are_422_and_write_nothing(caller: Any, options: Any) -> None:
@@ -82,6 +86,9 @@ def test_the_client_sends_the_concurrency_key() -> None:
     assert later.status == "queued" and later.not_before is not None
     assert abs(later.not_before - at) < timedelta(milliseconds=1)  # the answer shows ms
     assert Run.objects.get(pk=later.run_id).wake_at == at
+    bounded = api.start("paced-free", {}, deadline=90)
+    assert bounded.deadline_at is not None and bounded.created_at is not None
+    assert bounded.deadline_at - bounded.created_at == timedelta(seconds=90)
 
 
 def test_the_async_client_sends_the_same_body() -> None:
