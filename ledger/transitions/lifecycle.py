@@ -510,7 +510,10 @@ def priority_swap(
     message goes ahead of the backlog). ``(claimed run id, token)``; if none of them can be
     claimed (taken meanwhile, or held by a concurrency key), ``run_id`` itself without the rank
     check; None when ``run_id`` is not claimable either."""
-    for other in paced_claims.outranking(run_id=run_id, now=clock()):
+    rivals = paced_claims.outranking(run_id=run_id, now=clock())
+    if not rivals:
+        return None  # refused for another reason (leased, finished, held by its key)
+    for other in rivals:
         token = lease_claim(run_id=other, owner=owner, seconds=seconds, clock=clock, ranked=False)
         if token is not None:
             signals.send_run_queued_on_commit(run_id=run_id, cause="outranked")
