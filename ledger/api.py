@@ -119,6 +119,12 @@ class RunState:
     result: Any
     error: str
     idempotency_key: str | None
+    concurrency_key: str
+    concurrency_limit: int
+    priority: int
+    #: Not executed before this time: its ``start_at``, or a retry's back-off (None: now).
+    not_before: datetime | None
+    deadline_at: datetime | None
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -151,6 +157,11 @@ class RunState:
             result=run.result,
             error=run.error,
             idempotency_key=run.idempotency_key,
+            concurrency_key=run.concurrency_key,
+            concurrency_limit=run.concurrency_limit,
+            priority=run.priority,
+            not_before=run.wake_at,
+            deadline_at=run.deadline_at,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,
@@ -225,6 +236,11 @@ def start_run(
     by: Actor | None = None,
     reason: str = "",
     webhooks: list[dict[str, Any]] | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
+    priority: int | None = None,
+    start_at: datetime | None = None,
+    deadline: float | datetime | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -235,6 +251,17 @@ def start_run(
     None audits nothing, as for runs the system starts. ``webhooks``: per-run subscriptions
     to the run's completion events, ``[{"url": …, "events": [...]}]`` (events default to all
     four), written with the run (a bad one is ``InvalidInput`` and nothing is written).
+
+    ``concurrency_key``: at most ``concurrency_limit`` (default: the agent's declared limit, else
+    1) runs with this key execute at once across every worker; the others wait queued, holding
+    no worker (``ledger.pacing``). Without it the agent's declared key (``@agent(concurrency=…)``)
+    applies. ``priority`` (0, the default, to 9): a queued run of higher priority is taken
+    before older ones of lower priority, aged so that none starves
+    (``RUNLEDGER_PRIORITY_AGING_SECONDS``). ``start_at`` (an aware datetime, at most
+    ``RUNLEDGER_MAX_START_DELAY_DAYS`` ahead): the run is queued now and not executed before
+    then, holding no worker. ``deadline`` (seconds from the start, or an aware datetime; the
+    agent's declared ``deadline`` otherwise): past it the run stops before its next step, failed
+    with reason ``deadline``. None of these is compared on a repeat: the first start's hold.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -250,6 +277,13 @@ def start_run(
         by=by,
         reason=reason,
         webhooks=webhooks,
+        pace=transitions.Pace(
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            priority=priority,
+            start_at=start_at,
+            deadline=deadline,
+        ),
     )
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions
@@ -320,7 +354,8 @@ def start_runs(
 
     Each item is a mapping of ``start_run``'s arguments but ``by``: ``agent``, ``inputs``
     (default ``{}``), ``run_id``, ``idempotency_key``, ``title``, ``labels``, ``max_resumes``,
-    ``webhooks`` and ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
+    ``webhooks``, ``concurrency_key``, ``concurrency_limit``, ``priority``, ``start_at``,
+    ``deadline`` and ``reason`` (default: ``reason``). At most ``MAX_BATCH`` (1,000) items.
 
     Refused, writing nothing: ``InvalidInput`` (a ``ValueError``) for a batch that is empty,
     too long or not a list; ``BatchRefused`` (an ``InvalidInput``) when any item is bad — an

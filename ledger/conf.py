@@ -270,6 +270,22 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_PRIORITY_AGING_SECONDS",
+        60.0,
+        "float",
+        "Priority without starvation: a queued run outranks one started this many seconds "
+        "later per level of priority between them (a run of priority 0 that waited 5 minutes "
+        "goes before a priority-5 run started just now, at 60 s).",
+        RECOVERY,
+    ),
+    Setting(
+        "RUNLEDGER_MAX_START_DELAY_DAYS",
+        366.0,
+        "float",
+        "How far ahead a start's `start_at` may be; a later one is refused (nothing written).",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_SETTLEMENT_APPROVAL",
         True,
         "bool",

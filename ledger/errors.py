@@ -102,6 +102,13 @@ class RunPaused(RunBlocked):
         super().__init__(step_id, detail)
 
 
+class DeadlineReached(RunBlocked):
+    """The run's deadline passed: it stops as failed with reason ``deadline`` at its next step
+    (its started effects looked up first, as after a crash), not as needs_attention."""
+
+    reason = "deadline"
+
+
 class LeaseLost(LedgerError):
     """This worker's lease on the run was taken or revoked: it must commit nothing and stop."""
 

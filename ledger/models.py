@@ -81,6 +81,15 @@ class Run(models.Model):
     # A run released while ``ctx.wait_for_event`` waits: the event's name. An event of that
     # name sent to the run queues it at once (``transitions.event_send``); "" otherwise.
     wait_event = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # Flow control (``ledger.pacing``): at most ``concurrency_limit`` runs with this key execute
+    # at once across the fleet, enforced when a worker claims the run; "" is no key.
+    concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
+    concurrency_limit = models.PositiveIntegerField(default=0, db_default=0)
+    # 0 to 9: a queued run of higher priority is claimed before older ones of lower priority,
+    # aged so that none starves (``ledger.transitions.pacing``).
+    priority = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # Past this time the run stops before its next step, failed with reason ``deadline``.
+    deadline_at = models.DateTimeField(null=True, blank=True)
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,
@@ -106,6 +115,18 @@ class Run(models.Model):
             models.Index(fields=["agent", "status_changed_at"], name="run_agent_age"),
             models.Index(fields=["created_at", "run_id"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+            # A keyed claim counts the key's running runs; a freed slot finds its queued ones.
+            models.Index(
+                fields=["concurrency_key", "status", "created_at"],
+                name="run_concurrency",
+                condition=~models.Q(concurrency_key=""),
+            ),
+            # The queued runs that may outrank another at its claim (empty unless used).
+            models.Index(
+                fields=["priority", "created_at"],
+                name="run_priority_queued",
+                condition=models.Q(status="queued", priority__gt=0),
+            ),
             # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
             models.Index(
                 fields=["finished_at", "run_id"],

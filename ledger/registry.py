@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ledger import pacing
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError, InvalidInput
 from ledger.retry import RetryPolicy
@@ -153,6 +154,10 @@ class Agent:
     batch_ms: float | None = None
     #: ``fn`` is an ``async def``: its context's calls are awaited (``AsyncRunContext``).
     is_async: bool = False
+    #: The declared concurrency key (made from the inputs) and limit; None: no key.
+    concurrency: pacing.Concurrency | None = None
+    #: Seconds from a run's start to its deadline; None: no deadline.
+    deadline: float | None = None
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
@@ -339,6 +344,8 @@ def agent(
     durability: Durability = "step",
     batch_steps: int | None = None,
     batch_ms: float | None = None,
+    concurrency: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
 
@@ -357,6 +364,13 @@ def agent(
     effect is never sent before every step ahead of it is committed; a crash loses only the
     waiting steps, which the resume executes again (reads must be safe to repeat, and a model
     step re-asked — keep it off for an agent whose model calls are too costly to lose).
+
+    ``concurrency={"key": "inputs.customer", "limit": 1}``: at most ``limit`` runs with the same
+    value at that input path execute at once across the fleet (``ledger.pacing``); the others
+    stay queued until a slot frees. A start's own ``concurrency_key`` wins.
+
+    ``deadline``: seconds from a run's start after which it stops before its next step, failed
+    with reason ``deadline`` (a start's own ``deadline`` wins).
     """
     if divergence not in ("refuse", "replan"):
         raise AgentDefinitionError(
@@ -369,6 +383,11 @@ def agent(
     if batch_ms is not None and not (isinstance(batch_ms, int | float) and batch_ms >= 0):
         raise AgentDefinitionError(f"batch_ms must be milliseconds >= 0, not {batch_ms!r}")
 
+    paced = pacing.declared(concurrency, agent=name)
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
+    ):
+        raise AgentDefinitionError(f"agent {name!r}: deadline is seconds (> 0), not {deadline!r}")
     if callable(title):
         _refuse_async(title, f"agent {name!r}: title (called when a run starts)")
 
@@ -400,6 +419,8 @@ def agent(
             batch_steps=batch_steps,
             batch_ms=batch_ms,
             is_async=asynchronous,
+            concurrency=paced,
+            deadline=float(deadline) if deadline is not None else None,
         )
         _agents[name] = registered
         return registered

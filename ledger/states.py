@@ -34,6 +34,7 @@ class Reason(TextChoices):
     AGENT_MISSING = "agent_missing"
     APPROVAL = "approval"
     QUESTION = "question"  # ctx.ask: the run waits for a person's answer
+    DEADLINE = "deadline"  # a failed run stopped by its deadline
 
 
 class StepStatus(TextChoices):

@@ -35,6 +35,7 @@ DJANGO_FREE = {
     "ledger.errors",
     "ledger.llm",
     "ledger.moved",
+    "ledger.pacing",
     "ledger.registry",
     "ledger.retry",
     "ledger.schemas",

@@ -36,6 +36,7 @@ from ledger.errors import (
     ApprovalRejected,
     BudgetExhausted,
     ContinueAsNew,
+    DeadlineReached,
     Divergence,
     DuplicateStepId,
     HandedBack,
@@ -50,7 +51,7 @@ from ledger.errors import (
     StepFailed,
     Waiting,
 )
-from ledger.models import ExecutionEnding, Run, RunStatus
+from ledger.models import ExecutionEnding, Reason, Run, RunStatus
 from ledger.processes import leases
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,9 @@ def run_execute(
     connection); the claim, the heartbeat and the outcome are the same as a sync agent's.
 
     Returns None when the run is not claimable (missing, finished, leased by another live
-    worker, or waiting out a retry's back-off): a second delivery of the same task does nothing.
+    worker, waiting out a retry's back-off, or held by its concurrency key): a second delivery
+    of the same task does nothing. A queued run that a queued run of higher priority outranks
+    is not executed: that one is, and ``run_id`` is announced again (``priority_swap``).
     ``sleep`` and ``rand`` serve the retries' back-off (a test passes a fake clock's). A run of
     an agent this process lacks because an agent module failed to import is not claimed
     either: it stays queued for a worker that has it (the sweep sends it again), and is never
@@ -105,13 +108,50 @@ def run_execute(
     sent_at = time.monotonic()  # before the claim is sent: the effect deadline errs early
     token = transitions.lease_claim(run_id=run_id, owner=worker, seconds=seconds, clock=clock)
     if token is None:
-        log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
-        return None
+        # Outranked by a queued run of higher priority? That one is claimed instead.
+        swapped = transitions.priority_swap(
+            run_id=run_id, owner=worker, seconds=seconds, clock=clock
+        )
+        if swapped is None:
+            log.info("run %s: not claimable by %s (missing, finished or leased)", run_id, worker)
+            return None
+        if swapped[0] != run_id:
+            log.info(
+                "run %s: outranked by run %s, which %s takes first", run_id, *swapped[:1], worker
+            )
+        run_id, token = swapped
     with logcontext.bound(run_id=run_id, worker=worker, lease=logcontext.lease_prefix(token)):
         waits = _Waits(sleep, rand, runner or aio.run)
-        return _execute_leased(
-            run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits
-        )
+        ex_key = _Key()
+        try:
+            return _execute_leased(
+                run_id, worker, token, seconds, clock, heartbeat, sent_at, task_id, waits, ex_key
+            )
+        finally:
+            _offer_slot(run_id, ex_key, clock)
+
+
+@dataclass
+class _Key:
+    """The claimed run's concurrency key and limit ("" and 0: none), read with the claim."""
+
+    key: str = ""
+    limit: int = 0
+
+
+def _offer_slot(run_id: str, key: _Key, clock: Clock) -> None:
+    """The execution of a keyed run ended (finished, blocked, released, handed back, lost):
+    the slot it held is offered to the key's queued runs. Lost (a database error), the sweep
+    re-sends runs untouched in the queue."""
+    if not key.key:
+        return
+    try:
+        offered = transitions.slots_offer(key=key.key, limit=key.limit, clock=clock)
+    except DatabaseError as exc:
+        log.warning("run %s: could not offer its concurrency slot (%s)", run_id, exc)
+        return
+    if offered:
+        log.info("run %s: its slot of %s offered to %s", run_id, key.key, ", ".join(offered))
 
 
 async def arun_execute(*, run_id: str, worker: str, **options: Any) -> Outcome | None:
@@ -192,8 +232,10 @@ def _execute_leased(
     sent_at: float,
     task_id: str,
     waits: _Waits,
+    key: _Key,
 ) -> Outcome | None:
     run = Run.objects.get(pk=run_id)
+    key.key, key.limit = run.concurrency_key, run.concurrency_limit
     transitions.execution_begin(
         run_id=run_id,
         number=run.executions,
@@ -204,7 +246,11 @@ def _execute_leased(
         clock=clock,
     )
     fence = _fence(run, seconds=seconds, sent_at=sent_at, clock=clock)
-    holds = Holds(lambda: selectors.active_pauses(run_id=run_id, agent=run.agent))
+    holds = Holds(
+        lambda: selectors.active_pauses(run_id=run_id, agent=run.agent),
+        deadline=run.deadline_at,
+        clock=clock,
+    )
     ex = _Execution(run=run, token=token)
     try:
         holds.refresh()  # one query at the claim; the process's lease renewer reads them again
@@ -371,7 +417,9 @@ def _execute_claimed(
         definition = registry.get_agent(run.agent)
         if definition is None:
             raise AgentMissing("", registry.missing_agent_message(run.agent))
-        holds.check_whole(run.blocked_step_id)  # a paused run or agent holds at the claim
+        # A paused run or agent holds at the claim; a passed deadline stops the run at its first
+        # step, where the context can look its started effects up first.
+        holds.check_whole(run.blocked_step_id, deadline=False)
         inputs = canonical.ordered(run.inputs)  # jsonb's key order is not the first one
         ex.ctx = ctx = live_context(
             run_id=run.run_id,
@@ -536,6 +584,8 @@ def _block(ex: _Execution, clock: Clock, exc: RunBlocked) -> Outcome:
     run, token, ctx = ex.run, ex.token, ex.ctx
     if isinstance(exc, RunPaused):
         return _hold(ex, clock, exc)
+    if isinstance(exc, DeadlineReached):
+        return _past_deadline(ex, clock, exc)
     if isinstance(exc, Divergence) and ctx is not None:
         notes = look_up_started(ctx)  # before the stop: what the lookups can answer, they do
         if notes:
@@ -561,6 +611,19 @@ def _block(ex: _Execution, clock: Clock, exc: RunBlocked) -> Outcome:
         replayed=replayed,
         executed=executed,
     )
+
+
+def _past_deadline(ex: _Execution, clock: Clock, exc: DeadlineReached) -> Outcome:
+    """The run's deadline passed: it fails with reason ``deadline`` before its next step. An
+    effect left ``started`` (a crash mid-send before the deadline) is looked up first, as a
+    resume would: settled where its lookup answers, and named in the error where it does not
+    (it is never sent again: the run stops)."""
+    error = f"stopped at its deadline before step {exc.step_id!r}: {exc.detail}"
+    notes = look_up_started(ex.ctx) if ex.ctx is not None else []
+    if notes:
+        error += "; started effects: " + "; ".join(notes)
+    log.warning("run %s: %s", ex.run.run_id, error)
+    return _finish(ex, clock, RunStatus.FAILED, error=error, reason=Reason.DEADLINE)
 
 
 def _hold(ex: _Execution, clock: Clock, exc: RunPaused) -> Outcome:
@@ -613,6 +676,7 @@ def _finish(
     *,
     result: Any = None,
     error: str = "",
+    reason: str = "",
 ) -> Outcome:
     with _recording_outcome(ex.ctx):
         transitions.run_finish(
@@ -621,16 +685,18 @@ def _finish(
             status=status,
             result=result,
             error=error,
+            reason=reason,
             clock=clock,
         )
         ending = ExecutionEnding.FINISHED
         if status == RunStatus.FAILED:
             ending = ExecutionEnding.FAILED
-        _record_end(ex, ending, clock, error=error)
+        _record_end(ex, ending, clock, reason=reason, error=error)
     replayed, executed = ex.counts()
     return Outcome(
         run_id=ex.run.run_id,
         status=status,
+        reason=reason,
         result=result,
         detail=error,
         replayed=replayed,

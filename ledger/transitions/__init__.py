@@ -21,6 +21,7 @@ nothing.
 - ``events``: applications' webhook subscriptions to completion events (subscribe, remove).
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
+- ``pacing``: the claim of a run with a concurrency key, and the offer of a freed slot;
 - ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
 - ``mailbox``: an event sent to a run, taken by the step that waits for it; a run released
   while it sleeps or waits for an event;
@@ -70,6 +71,7 @@ from ledger.transitions.gate_links import GateLink, gate_link_check, gate_link_t
 from ledger.transitions.gates import gate_approve, gate_open, gate_reject, gate_use
 from ledger.transitions.lifecycle import (
     HeldLease,
+    Pace,
     Started,
     beacon_beat,
     beacon_forget,
@@ -78,6 +80,7 @@ from ledger.transitions.lifecycle import (
     lease_claim,
     lease_renew,
     leases_renew,
+    priority_swap,
     run_block,
     run_continue_as_new,
     run_count_resume,
@@ -108,6 +111,7 @@ from ledger.transitions.notify import (
     notifications_remind,
     notify_run_event,
 )
+from ledger.transitions.pacing import runs_fail_past_deadline, slots_offer
 from ledger.transitions.pauses import pause_create, pause_lift
 from ledger.transitions.retention import (
     retention_mark_advance,
@@ -143,6 +147,7 @@ __all__ = [
     "NotAllowed",
     "OnCommit",
     "OperationError",
+    "Pace",
     "ReconcileAnswer",
     "SelfApproval",
     "Sent",
@@ -176,6 +181,7 @@ __all__ = [
     "parse_result_text",
     "pause_create",
     "pause_lift",
+    "priority_swap",
     "question_answer",
     "question_timeout",
     "retention_mark_advance",
@@ -204,9 +210,11 @@ __all__ = [
     "run_wait",
     "run_woke",
     "runs_archive_record",
+    "runs_fail_past_deadline",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",
+    "slots_offer",
     "step_accept_stale",
     "step_admin_edit",
     "step_reconcile_again",

@@ -21,7 +21,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ledger import canonical, registry, signals
+from ledger import canonical, pacing, registry, signals
 from ledger.conf import conf
 from ledger.errors import (
     ApprovalRequired,
@@ -46,6 +46,7 @@ from ledger.models import (
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
 from ledger.transitions import events, gates, notify
+from ledger.transitions import pacing as paced_claims
 from ledger.transitions._common import (
     TAKEN_LEASE,
     Actor,
@@ -134,7 +135,8 @@ def _save_new(
         if by is not None:
             start_audit(run, by=by, reason=reason).save(force_insert=True)
         if run.parent_id is None:
-            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start")
+            # A delayed start's message waits for its start time, as a back-off's does.
+            signals.send_run_queued_on_commit(run_id=run.run_id, cause="start", eta=run.wake_at)
     return subscribed
 
 
@@ -166,6 +168,7 @@ def new_run(
     idempotency_key: str | None,
     title: str | None,
     labels: dict[str, str] | None,
+    pace: Pace | None = None,
 ) -> Run:
     """The unsaved run, every input checked (``InvalidInput``, ``LookupError``)."""
     definition = registry.get_agent(agent)
@@ -197,7 +200,51 @@ def new_run(
     )
     if run_id is not None:
         run.run_id = check_run_id(run_id)  # InvalidInput: the documented set only
+    (pace or Pace()).apply(run, definition, data)
     return run
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A start's flow-control options (``ledger.pacing``), checked when applied to the run."""
+
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    priority: int | None = None
+    #: Not executed before this time (an aware datetime); queued until then, holding nothing.
+    start_at: datetime | None = None
+    #: Seconds from the start, or a time: past it the run stops, failed (reason ``deadline``).
+    deadline: float | datetime | None = None
+
+    def apply(self, run: Run, definition: registry.Agent, inputs: Any) -> None:
+        """Set the run's concurrency key and limit: the start's, else the agent's declared
+        ones (the key made from the inputs); a limit without a key is ``InvalidInput``."""
+        declared = definition.concurrency
+        limit = self.concurrency_limit
+        if limit is not None:
+            limit = pacing.check_limit(limit)
+        if self.concurrency_key is not None:
+            run.concurrency_key = pacing.check_key(self.concurrency_key)
+        elif declared is not None:
+            run.concurrency_key = declared.key_for(inputs)
+        elif limit is not None:
+            raise InvalidInput("concurrency_limit needs a concurrency_key")
+        if run.concurrency_key:
+            run.concurrency_limit = limit or (declared.limit if declared is not None else 1)
+        if self.priority is not None:
+            run.priority = pacing.check_priority(self.priority)
+        if self.start_at is not None:
+            at = pacing.check_start_at(
+                self.start_at, now=run.created_at, max_days=conf.RUNLEDGER_MAX_START_DELAY_DAYS
+            )
+            if at > run.created_at:
+                # Released as a retry's back-off is: claimable from then (``run_woke`` clears it).
+                run.wake_at = at
+                run.detail = f"waiting to start at {at:%Y-%m-%d %H:%M:%S %Z}"
+        deadline = self.deadline if self.deadline is not None else definition.deadline
+        if deadline is not None:
+            # Seconds count from when the run may start: now, or its start_at.
+            run.deadline_at = pacing.check_deadline(deadline, now=run.wake_at or run.created_at)
 
 
 @dataclass(frozen=True)
@@ -223,6 +270,7 @@ def run_start_once(
     by: Actor | None = None,
     reason: str = "",
     webhooks: list[dict[str, Any]] | None = None,
+    pace: Pace | None = None,
     clock: Clock = timezone.now,
 ) -> Started:
     """Start a run, or answer the run an earlier identical start made.
@@ -251,6 +299,7 @@ def run_start_once(
         idempotency_key=idempotency_key,
         title=title,
         labels=labels,
+        pace=pace,
     )
     existing = _earlier_start(candidate, chosen_id=run_id)
     if existing is not None:
@@ -398,7 +447,12 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def lease_claim(
-    *, run_id: str, owner: str, seconds: float | None = None, clock: Clock = timezone.now
+    *,
+    run_id: str,
+    owner: str,
+    seconds: float | None = None,
+    clock: Clock = timezone.now,
+    ranked: bool = True,
 ) -> str | None:
     """Claim a queued or running run whose lease is free or expired; return the new token.
 
@@ -407,28 +461,72 @@ def lease_claim(
     expiry of a lease it takes over is kept in ``prior_lease_expires_at``, and ``executions``
     (the fencing token the tools receive) grows by one. The first claim of the run writes
     its ``started_at``; a later one (a resume) keeps it.
+
+    Flow control (``ledger.transitions.pacing``): a queued run that a queued run of higher
+    priority outranks is not claimed (unless ``ranked`` is False; ``priority_swap`` claims the
+    other instead), and a run with a concurrency key only under its key's limit.
     """
     now = clock()
     token = secrets.token_hex(16)
     ttl = timedelta(seconds=seconds or conf.RUNLEDGER_LEASE_SECONDS)
-    claimed = (
+    claimable = (
         Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
-        .update(
-            lease_owner=owner[:200],
-            lease_token=token,
-            lease_expires_at=now + ttl,
-            heartbeat_at=now,
-            status=RunStatus.RUNNING,
-            updated_at=now,
-            started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
-            executions=F("executions") + 1,
-            version=F("version") + 1,
-            **TAKEN_LEASE,
-        )
     )
-    return token if claimed == 1 else None
+    if ranked:
+        claimable = paced_claims.ranked(claimable, now=now)
+
+    def claim(runs: QuerySet[Run]) -> str | None:
+        return token if _claimed(runs, owner=owner, token=token, now=now, ttl=ttl) else None
+
+    # A run without a concurrency key is claimed in one statement, as always; only when that
+    # refuses is the run read, and a keyed run claimed under its key's limit.
+    if claim(claimable.filter(concurrency_key="")) is not None:
+        return token
+    keyed = Run.objects.filter(pk=run_id).exclude(concurrency_key="")
+    found = keyed.values_list("concurrency_key", "concurrency_limit").first()
+    if found is None:
+        return None
+    return paced_claims.keyed_claim(
+        run_id=run_id, key=found[0], limit=found[1], claim=lambda: claim(claimable), clock=clock
+    )
+
+
+def _claimed(runs: QuerySet[Run], *, owner: str, token: str, now: datetime, ttl: timedelta) -> bool:
+    claimed = runs.update(
+        lease_owner=owner[:200],
+        lease_token=token,
+        lease_expires_at=now + ttl,
+        heartbeat_at=now,
+        status=RunStatus.RUNNING,
+        updated_at=now,
+        started_at=Coalesce(F("started_at"), Value(now)),  # the first claim's, kept
+        executions=F("executions") + 1,
+        version=F("version") + 1,
+        **TAKEN_LEASE,
+    )
+    return claimed == 1
+
+
+def priority_swap(
+    *, run_id: str, owner: str, seconds: float | None = None, clock: Clock = timezone.now
+) -> tuple[str, str] | None:
+    """The claim of a worker sent ``run_id`` while queued runs of higher priority wait: it
+    claims the best of those instead, and announces ``run_id`` again (cause ``outranked``: its
+    message goes ahead of the backlog). ``(claimed run id, token)``; if none of them can be
+    claimed (taken meanwhile, or held by a concurrency key), ``run_id`` itself without the rank
+    check; None when ``run_id`` is not claimable either."""
+    rivals = paced_claims.outranking(run_id=run_id, now=clock())
+    if not rivals:
+        return None  # refused for another reason (leased, finished, held by its key)
+    for other in rivals:
+        token = lease_claim(run_id=other, owner=owner, seconds=seconds, clock=clock, ranked=False)
+        if token is not None:
+            signals.send_run_queued_on_commit(run_id=run_id, cause="outranked")
+            return other, token
+    token = lease_claim(run_id=run_id, owner=owner, seconds=seconds, clock=clock, ranked=False)
+    return (run_id, token) if token is not None else None
 
 
 def lease_renew(
@@ -654,10 +752,12 @@ def run_finish(
     status: RunStatus,
     result: Any = None,
     error: str = "",
+    reason: str = "",
     clock: Clock = timezone.now,
 ) -> None:
     """End a running run as succeeded or failed, releasing its lease; its completion event is
-    queued for the subscribed applications in the same transaction (an outbox)."""
+    queued for the subscribed applications in the same transaction (an outbox). ``reason``:
+    why a failed run stopped, when the ledger stopped it (``deadline``)."""
     now = clock()
     with transaction.atomic():
         _fenced(
@@ -666,7 +766,7 @@ def run_finish(
             status=status,
             result=result,
             error=error,
-            reason="",
+            reason=reason,
             blocked_step_id="",
             detail="",
             **_RELEASED,

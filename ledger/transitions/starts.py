@@ -2,10 +2,12 @@
 announcement to the workers.
 
 Each item is what ``run_start_once`` takes (agent, inputs, run id, idempotency key, title,
-labels, max_resumes, webhooks, reason) and follows its rules: the same id or key with the same
-agent and canonical inputs answers the run the first start made (``created`` False), with other
-values it is a ``Conflict``. Items of one batch are judged in order, as if started one after
-another: a later item repeating an earlier one answers the earlier one's run.
+labels, max_resumes, webhooks, reason, concurrency key and limit, priority, start_at,
+deadline) and
+follows its rules: the same id or key with the same agent and canonical inputs answers the run
+the first start made (``created`` False), with other values it is a ``Conflict``. Items of one
+batch are judged in order, as if started one after another: a later item repeating an earlier
+one answers the earlier one's run.
 
 One bad item refuses the whole batch: ``BatchRefused`` lists every bad item (its index, what is
 wrong) and nothing is written — an application that sends 1,000 starts does not have to work
@@ -27,7 +29,7 @@ from ledger.errors import BatchRefused, Conflict, InvalidInput, ItemError, NotJS
 from ledger.models import AuditEvent, Run, WebhookSubscription
 from ledger.transitions import events
 from ledger.transitions._common import Actor, Clock
-from ledger.transitions.lifecycle import Started, new_run, same_start, start_audit
+from ledger.transitions.lifecycle import Pace, Started, new_run, same_start, start_audit
 
 #: The most runs one batch starts.
 MAX_BATCH = 1000
@@ -43,6 +45,11 @@ ITEM_FIELDS = frozenset(
         "max_resumes",
         "webhooks",
         "reason",
+        "concurrency_key",
+        "concurrency_limit",
+        "priority",
+        "start_at",
+        "deadline",
     }
 )
 #: How often a batch that lost a race (a concurrent start took one of its ids or keys between
@@ -150,6 +157,13 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
         idempotency_key=item.get("idempotency_key"),
         title=item.get("title"),
         labels=item.get("labels"),
+        pace=Pace(
+            concurrency_key=item.get("concurrency_key"),
+            concurrency_limit=item.get("concurrency_limit"),
+            priority=item.get("priority"),
+            start_at=item.get("start_at"),
+            deadline=item.get("deadline"),
+        ),
     )
     return _Item(index, candidate, item.get("run_id"), webhooks, own_reason or reason)
 
@@ -203,9 +217,10 @@ def _written(items: list[_Item], answers: list[Run | None], *, by: Actor | None)
             subscribed[item.index] = events.subscribe_run_at_start(
                 item.candidate, item.webhooks, by=by
             )
-    signals.send_runs_queued_on_commit(
-        run_ids=[item.candidate.run_id for item in made], cause="start"
-    )
+    now = [item.candidate for item in made if item.candidate.wake_at is None]
+    signals.send_runs_queued_on_commit(run_ids=[run.run_id for run in now], cause="start")
+    for run in (item.candidate for item in made if item.candidate.wake_at is not None):
+        signals.send_run_queued_on_commit(run_id=run.run_id, cause="start", eta=run.wake_at)
     out = []
     for item, earlier in zip(items, answers, strict=True):
         if earlier is None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from ledger.api import MAX_BATCH, RunState
 from ledger.inputs import RUN_ID_PATTERN
@@ -84,6 +84,37 @@ class StartIn(Strict):
         description="subscribe URLs to this run's completion events, in the start's own "
         "transaction (each secret is in the 201 answer, once); a repeated start subscribes "
         "nothing again",
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="at most `concurrency_limit` runs with this key execute at once across "
+        "the fleet; the others wait queued (default: the key the agent declares, if any)",
+    )
+    concurrency_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="how many runs of `concurrency_key` may execute at once (default: the "
+        "agent's declared limit, else 1)",
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="0 (the default) to 9: a queued run of higher priority is taken before "
+        "older ones of lower priority, aged so that none starves",
+    )
+    start_at: AwareDatetime | None = Field(
+        default=None,
+        description="queued now, not executed before this time (with its zone; at most "
+        "RUNLEDGER_MAX_START_DELAY_DAYS ahead)",
+    )
+    deadline: float | AwareDatetime | None = Field(
+        default=None,
+        description="seconds from the start (more than 0), or a time with its zone: past it the "
+        "run stops before its next step, failed with reason `deadline`",
     )
 
 
@@ -209,6 +240,13 @@ class RunOut(Schema):
     result: Any = Field(description="the agent's return value once succeeded")
     error: str
     idempotency_key: str | None
+    concurrency_key: str = Field(description="the run's concurrency key ('' for none)")
+    concurrency_limit: int = Field(description="runs of that key that may execute at once")
+    priority: int = Field(description="0 to 9: higher is taken first")
+    not_before: datetime | None = Field(
+        description="not executed before this time: its start_at, or a retry's back-off"
+    )
+    deadline_at: datetime | None = Field(description="past it the run stops, failed (deadline)")
     plan_version: str
     resume_count: int
     max_resumes: int

@@ -66,7 +66,7 @@ def _enqueue(sender: Any, run_id: str, cause: str, **kwargs: Any) -> None:
         return  # its batch was published whole by _enqueue_many
     eta = kwargs.get("eta")
     if cause in NEW_RUN_CAUSES:
-        send_start(run_id)
+        send_start(run_id, eta=eta)
     elif eta is not None:
         send_resume(run_id, eta=eta)
     else:
@@ -86,5 +86,7 @@ def _enqueue_many(sender: Any, run_ids: list[str], cause: str, **kwargs: Any) ->
 
 
 #: Runs that were taken from a worker (its lease expired, it handed them back) or whose message
-#: was lost: their resume does not queue behind the backlog (RUNLEDGER_RECOVERED_QUEUE).
-RECOVERED_CAUSES = frozenset({"recovery", "handback"})
+#: was lost, held-back runs offered a freed concurrency slot, and runs outranked at their claim
+#: by a run of higher priority: their resume does not queue behind the backlog
+#: (RUNLEDGER_RECOVERED_QUEUE).
+RECOVERED_CAUSES = frozenset({"recovery", "handback", "slot", "outranked"})

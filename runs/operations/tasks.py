@@ -141,9 +141,10 @@ def prune() -> int:
     return done.runs
 
 
-def send_start(run_id: str) -> None:
-    """Send start_run now (the receiver of ``run_queued`` calls it after the commit)."""
-    _send(start_run, run_id)
+def send_start(run_id: str, *, eta: datetime | None = None) -> None:
+    """Send start_run now (the receiver of ``run_queued`` calls it after the commit), or for
+    delivery at ``eta`` (a delayed start, ``start_at``)."""
+    _send(start_run, run_id, eta=eta)
 
 
 def send_starts(run_ids: list[str]) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -92,6 +93,11 @@ class AsyncClient:
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
         wait: float | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        priority: int | None = None,
+        start_at: datetime | str | None = None,
+        deadline: float | datetime | str | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started
         (``wait``: answer once it settled, at most 60 seconds)."""
@@ -101,6 +107,11 @@ class AsyncClient:
             ("title", title),
             ("labels", labels),
             ("webhooks", webhooks),
+            ("concurrency_key", concurrency_key),
+            ("concurrency_limit", concurrency_limit),
+            ("priority", priority),
+            ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
+            ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
         ):
             if value is not None:
                 body[name] = value

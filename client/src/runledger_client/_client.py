@@ -115,6 +115,11 @@ class Run:
     result: Any = None
     error: str = ""
     idempotency_key: str | None = None
+    concurrency_key: str = ""
+    concurrency_limit: int = 0
+    priority: int = 0
+    not_before: datetime | None = None
+    deadline_at: datetime | None = None
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -451,6 +456,11 @@ class Client:
         labels: dict[str, str] | None = None,
         webhooks: list[dict[str, Any]] | None = None,
         wait: float | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        priority: int | None = None,
+        start_at: datetime | str | None = None,
+        deadline: float | datetime | str | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -461,13 +471,24 @@ class Client:
         give your own (a dispute's id) to make repeated calls of your code one start too.
         ``webhooks=[{"url": …, "events": ["run.succeeded"]}]`` subscribes this run's
         completion events with its start; ``run.webhooks`` holds each with its secret (only
-        in the answer that made the run: a repeat subscribes nothing again)."""
+        in the answer that made the run: a repeat subscribes nothing again).
+        ``concurrency_key``: at most ``concurrency_limit`` (default 1, or the agent's declared
+        limit) runs with this key execute at once across the server's workers; the others
+        wait queued and their ``detail`` says why. ``priority`` (0 to 9): taken before older
+        queued runs of lower priority. ``start_at`` (an aware datetime or ISO 8601 text): queued
+        now, not executed before then. ``deadline`` (seconds, or a time): past it the run
+        stops, failed with reason ``deadline``."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
             ("title", title),
             ("labels", labels),
             ("webhooks", webhooks),
+            ("concurrency_key", concurrency_key),
+            ("concurrency_limit", concurrency_limit),
+            ("priority", priority),
+            ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
+            ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
         ):
             if value is not None:
                 body[name] = value
@@ -498,7 +519,8 @@ class Client:
         server; one ``Run`` per item, in order, each with ``created``.
 
         Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
-        ``idempotency_key``, ``title``, ``labels``, ``webhooks``. An item without an
+        ``idempotency_key``, ``title``, ``labels``, ``webhooks``, ``concurrency_key``,
+        ``concurrency_limit``, ``priority``. An item without an
         ``idempotency_key`` gets one made for this call, so a retried request is the same
         batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
         (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``
@@ -874,7 +896,11 @@ def _batch_items(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for i, item in enumerate(runs):
         if not isinstance(item, Mapping):
             raise ValueError(f"runs[{i}]: a run to start is a mapping with agent and inputs")
-        body = {k: v for k, v in item.items() if v is not None}
+        body = {
+            k: v.isoformat() if isinstance(v, datetime) else v
+            for k, v in item.items()
+            if v is not None
+        }
         body.setdefault("inputs", {})
         body.setdefault("idempotency_key", f"client-{uuid.uuid4()}")
         items.append(body)

@@ -96,7 +96,12 @@ def step_or_404(run: Run, pk: int) -> Step:
     "completion events in the start's own transaction; their secrets are in the 201 answer, "
     "once, and a repeat (200) subscribes nothing again. With `?wait=<seconds>` (at most 60) "
     "the answer comes once the run settled (`settled` true) or the wait ended (`settled` "
-    "false: follow it with `GET /runs/{run_id}/wait`).",
+    "false: follow it with `GET /runs/{run_id}/wait`). "
+    "`concurrency_key` (and "
+    "`concurrency_limit`, default 1) hold the run queued while that many runs of the key "
+    "execute; its `detail` says so (`waiting: 1 of 1 running for customer cus_42`). "
+    "`priority` (0 to 9) puts it ahead of older queued runs of lower priority; `start_at` "
+    "holds it queued until then; past its `deadline` it stops, failed with reason `deadline`.",
 )
 def start(
     request: HttpRequest,
@@ -124,6 +129,11 @@ def start(
             by=actor(token),
             reason=f"started through the API (token {token.name})",
             webhooks=[w.model_dump() for w in body.webhooks] if body.webhooks else None,
+            concurrency_key=body.concurrency_key,
+            concurrency_limit=body.concurrency_limit,
+            priority=body.priority,
+            start_at=body.start_at,
+            deadline=body.deadline,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc

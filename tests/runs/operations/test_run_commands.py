@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import getpass
 import logging
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from ledger import transitions
 from ledger.examples.models import OutboxMessage, ProviderCharge
@@ -54,6 +56,27 @@ def test_start_run_refuses_bad_json_with_a_clear_error(inputs: str, message: str
     with pytest.raises(CommandError, match=message):
         command("start_run", "refund", "--inputs", inputs, "--inline")
     assert not Run.objects.exists()
+
+
+def test_start_run_takes_the_pacing_options() -> None:
+    at = (timezone.now() + timedelta(days=1)).replace(microsecond=0)
+    command(
+        "start_run", "refund", "--inputs", '{"invoice_id": "inv_1"}',
+        "--concurrency-key", "customer:cus_42", "--concurrency-limit", "2", "--priority", "7",
+        "--start-at", at.isoformat(), "--deadline", "3600",
+    )  # fmt: skip
+    run = Run.objects.get()
+    assert (run.concurrency_key, run.concurrency_limit, run.priority) == ("customer:cus_42", 2, 7)
+    assert run.wake_at == at and run.deadline_at == at + timedelta(seconds=3600)
+    for bad, says in [
+        (["--priority", "10"], "priority"),
+        (["--start-at", "2999-01-01T00:00:00Z"], "start_at"),
+        (["--start-at", "tomorrow"], "ISO 8601"),
+        (["--deadline", "-1"], "deadline"),
+    ]:
+        with pytest.raises(CommandError, match=says):
+            command("start_run", "refund", "--inputs", '{"invoice_id": "inv_2"}', *bad)
+    assert Run.objects.count() == 1
 
 
 def test_start_run_names_the_registered_agents_when_the_agent_is_unknown() -> None:

@@ -9,6 +9,8 @@ with other values it is refused, saying what differs. Exit codes: see ``_common`
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -39,6 +41,19 @@ class Command(OperatorCommand):
         parser.add_argument(
             "--max-resumes", type=bounded_int(0, 1_000_000), help="the run's resume budget"
         )
+        parser.add_argument(
+            "--concurrency-key", help="at most --concurrency-limit runs of this key at once"
+        )
+        parser.add_argument(
+            "--concurrency-limit", type=bounded_int(1, 10_000), help="runs of the key at once"
+        )
+        parser.add_argument("--priority", type=bounded_int(0, 9), help="0 (default) to 9 (first)")
+        parser.add_argument(
+            "--start-at", type=_time, help="not executed before this ISO 8601 time, with its zone"
+        )
+        parser.add_argument(
+            "--deadline", type=_deadline, help="seconds from the start, or an ISO 8601 time"
+        )
         add_where(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -51,6 +66,11 @@ class Command(OperatorCommand):
                     run_id=options["run_id"],
                     idempotency_key=options["idempotency_key"],
                     max_resumes=options["max_resumes"],
+                    concurrency_key=options["concurrency_key"],
+                    concurrency_limit=options["concurrency_limit"],
+                    priority=options["priority"],
+                    start_at=options["start_at"],
+                    deadline=options["deadline"],
                     by=transitions.cli_actor(),
                     reason="started from the command line",
                 )
@@ -64,3 +84,17 @@ class Command(OperatorCommand):
             execute_inline(handle.run_id, self.stdout)
         else:
             self.stdout.write(f"run {handle.run_id}: queued for a worker")
+
+
+def _time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+
+
+def _deadline(text: str) -> float | datetime:
+    try:
+        return float(text)
+    except ValueError:
+        return _time(text)
