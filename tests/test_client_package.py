@@ -70,11 +70,11 @@ assert importlib.util.find_spec("django") is None, "django is installed"
 assert runledger_client.__file__.startswith({str(client_venv.parent.parent)!r})
 url, token = {live_server.url!r}, {secret!r}
 with runledger_client.Client(url, token) as sync:
-    print("sync", sorted(a.name for a in sync.agents())[:1])
+    print("sync", "refund" in [a.name for a in sync.agents()])
 
 async def main():
     async with runledger_client.AsyncClient(url, token) as aio:
-        print("async", sorted(a.name for a in await aio.agents())[:1])
+        print("async", "refund" in [a.name for a in await aio.agents()])
         try:
             await aio.start("refund", {{}})
         except runledger_client.Forbidden as refused:
@@ -85,5 +85,6 @@ print("version", runledger_client.__version__)
 """
     out = _run(client_venv, code, tmp_path).splitlines()
     version = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]["version"]
-    assert out == ["sync ['batch_refund']", "async ['batch_refund']", "refused 403",
+    # (which agents the server lists beside refund depends on the test modules imported before)
+    assert out == ["sync True", "async True", "refused 403",
                    f"version {version}"]  # fmt: skip

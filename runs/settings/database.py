@@ -65,7 +65,9 @@ RUNLEDGER_DB_POOL_TIMEOUT_SECONDS = env.float(
     30.0,
     section=sections.DATABASE,
     doc="PostgreSQL with the pool on: how long a thread waits for a free connection before its "
-    "query fails (a step's write fails as a lost database: the run is left to the sweep).",
+    "query fails (a step's write fails as a lost database: the run is left to the sweep). Web "
+    "processes (`runs.wsgi`) default to 5 s, so that a request answers a 500 rather than "
+    "hanging while the database is down; setting this variable sets it for them too.",
 )
 RUNLEDGER_DB_IDLE_IN_TRANSACTION_SECONDS = env.float(
     "RUNLEDGER_DB_IDLE_IN_TRANSACTION_SECONDS",

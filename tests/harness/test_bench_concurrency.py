@@ -21,8 +21,8 @@ KEYS = ("wall_s", "start_rate", "peak_rss_mib", "peak_db_conns", "errors")
 
 def test_a_mode_is_a_worker_command_line_with_r_capped() -> None:
     built_in = concurrency.parse_mode("threads")
-    assert built_in.command(5000) == ["worker", "--pool", "threads", "-c", "1000"]
-    assert built_in.command(10) == ["worker", "--pool", "threads", "-c", "10"]
+    assert built_in.command(5000) == ["worker", "--runs-in-flight", "1000"]
+    assert built_in.command(10) == ["worker", "--runs-in-flight", "10"]
     mine = concurrency.parse_mode(
         f"pooled={inflight_agents.ASYNC_AGENT}:worker --pool custom -c {{n}}"
     )
