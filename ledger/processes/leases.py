@@ -45,6 +45,11 @@ from ledger.models import Run, RunStatus
 
 log = logging.getLogger(__name__)
 
+#: After a beat that found a run's row held by another session (SKIP LOCKED: most often the
+#: run's own step write, a few milliseconds), the next beat comes this soon, not a third of the
+#: lease later: a busy run must not go unrenewed for three beats in a row and lose its lease.
+BUSY_RETRY_SECONDS = 0.25
+
 
 @dataclass(eq=False)
 class Held:
@@ -68,6 +73,7 @@ class LeaseRenewer:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._poked = False  # a held run's status changed: beat now
+        self._busy = False  # the last beat found a run's row held by another session
         self.beats = 0  # statements sent (tests, metrics)
 
     def hold(
@@ -134,7 +140,10 @@ class LeaseRenewer:
                 if self._poked:
                     self._poked = False
                     return list(self._held.values())
-                left = since + min(h.seconds for h in self._held.values()) / 3 - time.monotonic()
+                every = min(h.seconds for h in self._held.values()) / 3
+                if self._busy:  # a row was held this moment (its own step's write): soon again
+                    every = min(every, BUSY_RETRY_SECONDS)
+                left = since + every - time.monotonic()
                 if left <= 0:
                     return list(self._held.values())
                 self._lock.wait(left)
@@ -153,6 +162,7 @@ class LeaseRenewer:
         finally:
             self.beats += 1
         renewed = []
+        self._busy = any(answers.get(h.run_id) is None for h in batch)
         refused = [h for h in batch if answers.get(h.run_id) is False]
         cancelled = self._cancelled([h.run_id for h in refused])
         for held in batch:

@@ -14,6 +14,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from harness.cluster import wait_for
 from ledger import transitions
 from ledger.engine.fence import LeaseFence
 from ledger.models import Run
@@ -100,3 +101,27 @@ def test_a_row_another_session_holds_is_skipped_not_waited_on() -> None:
     assert not busy.lost.is_set()  # not refused: the next beat tries again
     assert all(after[h.run_id] > before[h.run_id] for h in held[1:])
     assert timezone.now() < after[held[1].run_id]
+
+
+def test_a_row_held_at_a_beat_is_renewed_soon_after_not_a_third_of_the_lease_later() -> None:
+    """A busy run's row is often held by its own step's write at the moment of a beat; skipping
+    it until the next regular beat (a third of the lease) three times in a row loses the lease.
+    Here the lease is an hour: the regular beat would come in 20 minutes."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SKIP LOCKED is PostgreSQL's")
+    [template] = _held(1)
+    renewer = LeaseRenewer()
+    with psycopg.connect(psycopg_conninfo(connection.settings_dict)) as other:
+        other.execute("SELECT 1 FROM ledger_run WHERE run_id = %s FOR UPDATE", [template.run_id])
+        before = _expiries([template])[template.run_id]
+        held = renewer.hold(
+            run_id=template.run_id, token=template.token, seconds=3600, fence=template.fence
+        )
+        renewer.poke()  # the first beat now, while the row is held: skipped
+        assert wait_for(lambda: renewer.beats >= 1, timeout=BOUND)
+        assert _expiries([held])[held.run_id] == before
+        other.rollback()
+    # The row is free again: the renewer comes back for it without waiting 20 minutes.
+    assert wait_for(lambda: _expiries([held])[held.run_id] > before, timeout=BOUND)
+    assert not held.lost.is_set()
+    renewer.let_go(held)
