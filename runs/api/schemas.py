@@ -21,10 +21,17 @@ from ledger.selectors import AttemptFailure, ExecutionRow, attempt_failures
 RunStatusName = Literal[
     "queued", "running", "needs_attention", "paused", "succeeded", "failed", "cancelled"
 ]
-#: Why a run needs attention ('' when it does not); a test keeps both lists equal to the
-#: ledger's own (``ledger.states``).
+#: Why a run needs attention, or why a failed run stopped (``deadline``); '' otherwise. A test
+#: keeps both lists equal to the ledger's own (``ledger.states``).
 ReasonName = Literal[
-    "reconciliation", "stale", "divergence", "budget", "agent_missing", "approval", "question"
+    "reconciliation",
+    "stale",
+    "divergence",
+    "budget",
+    "agent_missing",
+    "approval",
+    "question",
+    "deadline",
 ]
 EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.needs_attention"]
 

@@ -26,6 +26,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("get", "/api/v1/runs"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/runs/{run_id}"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/runs/{run_id}/wait"): {"viewer", "operator", "approver"},
+    ("get", "/api/v1/runs/{run_id}/stream"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/runs/{run_id}/steps"): {"viewer", "operator", "approver"},
     ("post", "/api/v1/runs/{run_id}/resume"): {"operator"},
     ("post", "/api/v1/runs/{run_id}/retry"): {"operator"},
@@ -120,7 +121,9 @@ def _call(client: Any, header: str | None, method: str, template: str, world: di
     extra = {"HTTP_AUTHORIZATION": header} if header else {}
     if method == "get":
         query = "?timeout=0" if path.endswith("/wait") else ""
-        return client.get(path + query, **extra)
+        answer = client.get(path + query, **extra)
+        answer.close()  # a stream (never read here) gives its place back
+        return answer
     if method == "delete":
         return client.delete(path, **extra)
     body = next((b for suffix, b in BODIES.items() if template.endswith(suffix)), {})
