@@ -37,6 +37,10 @@ class Reason(TextChoices):
     DEADLINE = "deadline"  # a failed run stopped by its deadline
 
 
+#: The reasons a run needs attention (``deadline`` is a failed run's).
+ATTENTION_REASONS = tuple(r for r in Reason.values if r and r != Reason.DEADLINE)
+
+
 class StepStatus(TextChoices):
     PENDING = "pending"
     STARTED = "started"

@@ -29,7 +29,6 @@ from ledger.inputs import queryable
 from ledger.models import (
     AuditEvent,
     Beacon,
-    Reason,
     Run,
     RunStatus,
     Settlement,
@@ -38,6 +37,7 @@ from ledger.models import (
 )
 from ledger.selectors.handover import taken_condition
 from ledger.selectors.story import inputs_head_annotations
+from ledger.states import ATTENTION_REASONS
 
 LEASE_EXPIRED = "lease_expired"  # a list filter: running, but the worker's lease ran out
 ORDERS = ("newest", "oldest")
@@ -66,7 +66,7 @@ def run_status_counts(*, now: datetime) -> StatusCounts:
     """Runs per status, blocked runs per reason, and running runs whose lease has expired."""
     counts = StatusCounts(
         by_status={s: 0 for s in RunStatus.values},
-        by_reason={r: 0 for r in Reason.values if r},
+        by_reason=dict.fromkeys(ATTENTION_REASONS, 0),
     )
     if connection.vendor == "postgresql":
         rows, counts.lease_expired, beacon_at = _kept_counts(now)

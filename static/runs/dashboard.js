@@ -143,23 +143,27 @@
     return found;
   }
 
-  var pending = null;
+  // What each swap must restore, by its request: two polls (the run table and the counts) may
+  // swap close together, and one swap's state must not be taken for the other's (the second
+  // would find focus already gone with the first's old content, and the link would lose it).
+  var pending = new WeakMap();
 
   document.addEventListener("htmx:beforeSwap", function (evt) {
     var target = evt.detail.target;
     var active = document.activeElement;
     var polled = evt.detail.requestConfig && evt.detail.requestConfig.elt && evt.detail.requestConfig.elt.hasAttribute("data-poll");
-    pending = {
+    if (!evt.detail.xhr) return;
+    pending.set(evt.detail.xhr, {
       focus: target && active && target.contains(active) ? focusKey(active) : null,
       before: statuses(target),
       polled: !!polled,
       target: target ? target.id : "",
-    };
+    });
   });
 
   document.addEventListener("htmx:afterSettle", function (evt) {
-    var info = pending;
-    pending = null;
+    var info = evt.detail.xhr ? pending.get(evt.detail.xhr) : null;
+    if (evt.detail.xhr) pending.delete(evt.detail.xhr);
     var root = evt.detail.elt && document.body.contains(evt.detail.elt) ? evt.detail.elt : document;
     label(root);
     hints(root);
