@@ -29,9 +29,6 @@ from runledger_client._client import (
     Gate,
     Pause,
     Run,
-    RunCancelled,
-    RunFailed,
-    RunNeedsAttention,
     RunSummary,
     SentEvent,
     Step,
@@ -43,6 +40,7 @@ from runledger_client._client import (
     _error,
     _event,
     _json,
+    _outcome,
     _parse,
     _quote,
     _step,
@@ -215,15 +213,7 @@ class AsyncClient:
             run = await self.wait(run_id, timeout=MAX_WAIT if timeout is None else timeout)
             if run.settled or timeout is not None:
                 break
-        if run.status == "succeeded":
-            return run.result
-        if run.status == "failed":
-            raise RunFailed(run)
-        if run.status == "cancelled":
-            raise RunCancelled(run)
-        if run.status == "needs_attention":
-            raise RunNeedsAttention(run)
-        raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+        return _outcome(run, timeout)
 
     async def cancel(self, run_id: str, reason: str, *, seen_version: int | None = None) -> Run:
         return await self._act(run_id, "cancel", reason=reason, seen_version=seen_version)

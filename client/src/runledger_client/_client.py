@@ -623,15 +623,7 @@ class Client:
             run = self.wait(run_id, timeout=MAX_WAIT if timeout is None else timeout)
             if run.settled or timeout is not None:
                 break
-        if run.status == "succeeded":
-            return run.result
-        if run.status == "failed":
-            raise RunFailed(run)
-        if run.status == "cancelled":
-            raise RunCancelled(run)
-        if run.status == "needs_attention":
-            raise RunNeedsAttention(run)
-        raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+        return _outcome(run, timeout)
 
     def cancel(self, run_id: str, reason: str, *, seen_version: int | None = None) -> Run:
         return self._act(run_id, "cancel", reason=reason, seen_version=seen_version)
@@ -836,6 +828,20 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
             data.append(value)
         elif name == "event":
             kind = value
+
+
+def _outcome(run: Run, timeout: float | None) -> Any:
+    """What ``result`` answers for a run it waited on: the result of a run that succeeded, else
+    the exception its state calls for (``TimeoutError`` while it is still going)."""
+    if run.status == "succeeded":
+        return run.result
+    if run.status == "failed":
+        raise RunFailed(run)
+    if run.status == "cancelled":
+        raise RunCancelled(run)
+    if run.status == "needs_attention":
+        raise RunNeedsAttention(run)
+    raise TimeoutError(f"run {run.run_id} is still {run.status} after {timeout} s")
 
 
 def _event(data: str) -> StreamEvent:
