@@ -220,8 +220,9 @@ def tokens_used(answer: Any) -> int:
 
     def number(name: str) -> int:
         value = usage.get(name)
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        return int(value) if ok else 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return 0
+        return int(value)
 
     if number("total_tokens"):
         return number("total_tokens")

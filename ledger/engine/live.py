@@ -853,16 +853,12 @@ class LiveSteps:
         takes = self._takes(call)
         if not takes:
             return
-        kept = self._kept_slots(call.step_id)
+        with _ledger_write(call.step_id, "rate limit"):  # no slot, no send
+            kept = self._kept_slots(call.step_id)
         while True:
             now = self._clock()
-            slots = {}
-            for take in takes:
-                slot = kept.pop(take.row, None)
-                if slot is None or slot < now:  # none kept, or it went by unused: a new one
-                    cost = 1.0 if take.budget == "requests" else 0.0
-                    slot = rate_writes.rate_take(take=take, now=now, cost=cost)
-                slots[take] = slot
+            with _ledger_write(call.step_id, "rate limit"):
+                slots = self._slots(takes, kept, now)
             last, due = max(slots.items(), key=lambda item: item[1])
             wait = (due - now).total_seconds()
             if wait <= 0:
@@ -871,7 +867,8 @@ class LiveSteps:
             hold = conf.RUNLEDGER_RATE_LIMIT_HOLD_SECONDS
             if wait > hold:
                 reserved = {t.row: s for t, s in slots.items() if t.budget == "requests"}
-                rate_writes.rate_hold(run_id=self.run_id, step_id=call.step_id, slots=reserved)
+                with _ledger_write(call.step_id, "rate limit"):
+                    rate_writes.rate_hold(run_id=self.run_id, step_id=call.step_id, slots=reserved)
                 # Woken a little early (the claim and the replay take time), it waits the rest.
                 raise RateLimited(call.step_id, wait - min(hold / 2, 5.0), detail)
             log.info("run %s: %s", self.run_id, detail, extra={"step_id": call.step_id})
@@ -879,8 +876,25 @@ class LiveSteps:
                 yield _Wait(min(left, RATE_POLL_SECONDS), backoff=True)
             # A 429 seen meanwhile blocks the keys: the slots taken before it are not used.
             rows = [t.row for t in takes]
-            if rate_writes.rate_blocked_until(keys=rows, now=self._clock()) is None:
+            with _ledger_write(call.step_id, "rate limit"):
+                blocked = rate_writes.rate_blocked_until(keys=rows, now=self._clock())
+            if blocked is None:
                 return
+
+    @staticmethod
+    def _slots(
+        takes: list[ratelimits.Take], kept: dict[str, datetime], now: datetime
+    ) -> dict[ratelimits.Take, datetime]:
+        """Each limit's slot for the call: the one kept for it if it has not gone by (used
+        late it could crowd the next one), else a new one, taken now."""
+        slots = {}
+        for take in takes:
+            slot = kept.pop(take.row, None)
+            if slot is None or slot < now:
+                cost = 1.0 if take.budget == "requests" else 0.0
+                slot = rate_writes.rate_take(take=take, now=now, cost=cost)
+            slots[take] = slot
+        return slots
 
     def _kept_slots(self, step_id: str) -> dict[str, datetime]:
         """The slots an earlier execution of this run kept for ``step_id`` (one query per
@@ -897,7 +911,10 @@ class LiveSteps:
         for take in self._takes(call):
             if take.budget == "tokens":
                 used = ratelimits.tokens_used(answer)
-                rate_writes.rate_charge(take=take, tokens=used, now=self._clock())
+                try:
+                    rate_writes.rate_charge(take=take, tokens=used, now=self._clock())
+                except DatabaseError as exc:  # the answer counts more than one charge
+                    log.warning("run %s: %s's tokens not charged (%s)", self.run_id, take.key, exc)
 
     def _pace_failure(self, call: Call, exc: BaseException) -> None:
         """A limited call answered 429 with retry-after (or raised ``RetryAfter``): every
@@ -908,7 +925,11 @@ class LiveSteps:
             return
         now = self._clock()
         until = now + timedelta(seconds=min(wait, conf.RUNLEDGER_RETRY_AFTER_MAX_SECONDS))
-        rate_writes.rate_block(keys=[t.row for t in takes], until=until, now=now)
+        try:
+            rate_writes.rate_block(keys=[t.row for t in takes], until=until, now=now)
+        except DatabaseError as exc:  # this call still waits its retry-after; others may not
+            log.warning("run %s: could not block %s (%s)", self.run_id, takes[0].key, exc)
+            return
         log.warning(
             "run %s: %s asked to wait %.1fs: no call of %s before %s, on any worker",
             self.run_id,

@@ -96,9 +96,7 @@ def rate_limits(*, now: datetime, runs_shown: int = 5) -> list[LimitLoad]:
             found[row] = LimitLoad(row, "requests", tool.rate_limit.text, "tool")
     for limit in RateLimit.objects.all()[:1000]:
         key, _, budget = limit.key.partition("#")
-        load = found.setdefault(
-            limit.key, LimitLoad(key, budget or "requests", limit.rate, "seen")
-        )
+        load = found.setdefault(limit.key, LimitLoad(key, budget or "requests", limit.rate, "seen"))
         ahead = (limit.next_at - now).total_seconds()
         load.next_in = max(0.0, ahead)
         if load.budget == "requests" and ahead > 0 and limit.interval > 0:
@@ -112,9 +110,9 @@ def rate_limits(*, now: datetime, runs_shown: int = 5) -> list[LimitLoad]:
         .annotate(n=Count("run", distinct=True))
         .order_by()
     )
-    for row in held:
-        if row["key"] in found:
-            found[row["key"]].released = row["n"]
+    for hold in held:
+        if hold["key"] in found:
+            found[hold["key"]].released = hold["n"]
     for key, load in found.items():
         if load.released:
             load.runs_released = list(

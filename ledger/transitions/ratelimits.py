@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F, Value
@@ -52,7 +53,7 @@ def rate_take(*, take: Take, now: datetime, cost: float = 1.0) -> datetime:
     at or after ``now``. One statement on PostgreSQL."""
     step = take.rate.interval * cost
     if connection.vendor == "postgresql":
-        params = {
+        params: dict[str, Any] = {
             "key": take.row,
             "now": now,
             "step": step,

@@ -44,7 +44,9 @@ class TooMany(Exception):
 
     def __init__(self, retry_after: str) -> None:
         self.status_code = 429
-        self.response = type("Answer", (), {"status_code": 429, "headers": {"retry-after": retry_after}})()
+        self.response = type(
+            "Answer", (), {"status_code": 429, "headers": {"retry-after": retry_after}}
+        )()
         super().__init__(f"429 Too Many Requests (retry-after {retry_after})")
 
 

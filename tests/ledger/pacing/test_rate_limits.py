@@ -40,7 +40,12 @@ class Clock:
 
 def _execute(run_id: str, clock: Clock) -> object:
     return run_execute(
-        run_id=run_id, worker="w1", heartbeat=False, clock=clock, sleep=clock.sleep, lease_seconds=30
+        run_id=run_id,
+        worker="w1",
+        heartbeat=False,
+        clock=clock,
+        sleep=clock.sleep,
+        lease_seconds=30,
     )
 
 

@@ -116,7 +116,7 @@ def test_a_tool_limited_to_10_a_minute_gets_at_most_10_calls_in_any_minute_from_
     while not finished():
         assert time.monotonic() - started < 10 * WAIT, cluster.log("w1") + cluster.log("w2")
         # The call due at this slot arrives (or every run is done); then the clock moves on.
-        arrived = wait_for(lambda: len(downstream.calls) > seen or finished(), timeout=WAIT)
+        arrived = wait_for(lambda n=seen: len(downstream.calls) > n or finished(), timeout=WAIT)
         assert arrived, cluster.log("w1") + cluster.log("w2")
         seen = len(downstream.calls)
         stop_clock(clock_file, float(clock_file.read_text()[1:]) + SLOT)
