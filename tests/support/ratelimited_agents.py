@@ -63,3 +63,16 @@ def busy(n: int) -> dict[str, Any]:
 @agent("rated-busy", tools=[busy])
 def rated_busy(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     return ctx.call(busy, step="busy", n=int(inputs.get("n", 0)))
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    """A model's answer that used 100 tokens."""
+    return {"text": "ok", "usage": {"input_tokens": 80, "output_tokens": 20}}
+
+
+@agent("rated-model", tools=[])
+def rated_model(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``calls`` model requests to ``rated-model-x``, one after another."""
+    for n in range(int(inputs.get("calls", 2))):
+        ctx.model_request({"n": n}, send=_answer, model="rated-model-x", step=f"ask.{n}")
+    return {"done": True}

@@ -172,3 +172,19 @@ def test_the_setting_wins_over_the_declaration_and_limits_models_by_requests_and
     ]
     assert ratelimits.tokens_used({"usage": {"input_tokens": 120, "output_tokens": 30}}) == 150
     assert ratelimits.tokens_used({"usage": {"total_tokens": 99}}) == 99
+
+
+@override_settings(
+    RUNLEDGER_RATE_LIMITS='{"model:rated-model-x": {"requests": "60/min", "tokens": "600/min"}}',
+    RUNLEDGER_RATE_LIMIT_HOLD_SECONDS=30.0,
+)
+def test_a_models_tokens_are_paid_after_each_call_and_delay_the_next() -> None:
+    clock = Clock()
+    run_id = api.start_run("rated-model", {"calls": 3}).run_id
+    outcome = _execute(run_id, clock)
+    assert outcome is not None and outcome.status == RunStatus.SUCCEEDED
+    # 100 tokens a call at 10 tokens/s: each next call waits 10 s (its request slot, 1 s, less).
+    assert clock.now == T0 + timedelta(seconds=20)
+    tokens = RateLimit.objects.get(pk="model:rated-model-x#tokens")
+    assert tokens.next_at == T0 + timedelta(seconds=30)
+    assert RateLimit.objects.get(pk="model:rated-model-x").taken == 3
