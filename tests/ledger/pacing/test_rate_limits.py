@@ -49,6 +49,7 @@ def _execute(run_id: str, clock: Clock) -> object:
     )
 
 
+@pytest.mark.sqlite_ok  # the demo's path (one transaction instead of one statement)
 def test_slots_are_spaced_evenly_and_taken_in_the_order_asked() -> None:
     take = ratelimits.Take("tool:t", "requests", ratelimits.parse("10/min"))
     slots = [rate_writes.rate_take(take=take, now=T0) for _ in range(12)]
@@ -60,6 +61,7 @@ def test_slots_are_spaced_evenly_and_taken_in_the_order_asked() -> None:
     assert (row.taken, row.waited, row.rate) == (14, 12, "10/min")
 
 
+@pytest.mark.sqlite_ok
 def test_a_short_wait_holds_the_run_and_a_long_one_releases_it_keeping_its_slot() -> None:
     clock = Clock()
     run_id = api.start_run("rated", {"calls": 3}).run_id
