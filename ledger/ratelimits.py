@@ -240,9 +240,15 @@ def provider_wait(exc: BaseException, *, now: datetime | None = None) -> float |
     value = getattr(exc, "retry_after", None)
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return max(0.0, float(value))
+    # The SDKs' errors (``status_code``, ``response.headers``) and urllib's ``HTTPError``
+    # (``code``, ``headers``: ``ledger.llm.AnthropicClient``).
     response = getattr(exc, "response", None)
-    status = getattr(exc, "status_code", None) or getattr(response, "status_code", None)
-    headers = getattr(response, "headers", None)
+    status = (
+        getattr(exc, "status_code", None)
+        or getattr(response, "status_code", None)
+        or getattr(exc, "code", None)
+    )
+    headers = getattr(response, "headers", None) or getattr(exc, "headers", None)
     if status != 429 or headers is None:
         return None
     try:

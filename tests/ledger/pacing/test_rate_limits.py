@@ -190,3 +190,21 @@ def test_a_models_tokens_are_paid_after_each_call_and_delay_the_next() -> None:
     tokens = RateLimit.objects.get(pk="model:rated-model-x#tokens")
     assert tokens.next_at == T0 + timedelta(seconds=30)
     assert RateLimit.objects.get(pk="model:rated-model-x").taken == 3
+
+
+def test_a_429s_retry_after_is_read_from_the_sdks_and_urllibs_errors() -> None:
+    import io
+    import urllib.error
+    from email.message import Message
+
+    headers = Message()
+    headers["Retry-After"] = "Thu, 03 Dec 2026 12:00:30 GMT"
+    urllib_429 = urllib.error.HTTPError("https://x", 429, "Too Many", headers, io.BytesIO())
+    assert ratelimits.provider_wait(urllib_429, now=T0) == 30.0
+    assert ratelimits.provider_wait(ratelimited_agents.TooMany("12")) == 12.0
+    ms = ratelimited_agents.TooMany("12")
+    ms.response.headers = {"retry-after-ms": "1500"}
+    assert ratelimits.provider_wait(ms) == 1.5
+    other = urllib.error.HTTPError("https://x", 503, "Down", headers, io.BytesIO())
+    assert ratelimits.provider_wait(other) is None  # only a 429 asks everyone to wait
+    assert ratelimits.provider_wait(ValueError("no")) is None
