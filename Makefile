@@ -65,6 +65,7 @@ bench: $(STAMP) $(PEERS)
 		$(PY) manage.py bench_engine --peers $(PEERS) --json bench-results.json \
 			--profile bench-profile.txt $(BENCH_ARGS) && \
 		$(PY) manage.py bench_levers --rounds 3 --json bench-results.json && \
+		$(PY) manage.py bench_pacing --runs 20 --json bench-results.json && \
 		$(PY) manage.py bench_growth --json bench-results.json && \
 		$(PY) manage.py bench_workers --ladder 1,2,4,8 --json bench-results.json && \
 		$(PY) manage.py bench_api --json bench-results.json && \

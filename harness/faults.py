@@ -25,7 +25,7 @@ recorded), ``claude.model.before_forward`` and ``claude.model.after_record`` (a 
 model request about to be forwarded; its answer recorded, not yet handed to the CLI).
 ``RUNLEDGER_CLOCK_OFFSET_FILE=<path>`` makes the workers execute runs on a clock that many
 seconds (the file's text, read at each reading) ahead of the real one: a test moves it forward
-an hour to see a sleep come due.
+an hour to see a sleep come due; ``@<unix seconds>`` stops it at that time.
 ``RUNLEDGER_KILL_SIGNAL=STOP`` freezes instead of killing (SIGSTOP, to the process or the
 group): a zombie that a test wakes later with SIGCONT, and that then goes on from the point as
 if nothing had happened — after another worker has taken its run over.
@@ -39,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.utils import timezone
@@ -111,11 +111,15 @@ def clear_hooks() -> None:
 
 def _offset_clock() -> datetime:
     """The real time moved forward by the seconds written in RUNLEDGER_CLOCK_OFFSET_FILE (read
-    at each call, so that a test moves a running worker's clock by writing the file)."""
+    at each call, so that a test moves a running worker's clock by writing the file); a text
+    ``@<unix seconds>`` stops the clock there instead, until the test writes another (a rate
+    limit's test moves time only in steps it chose)."""
     try:
         text = Path(os.environ["RUNLEDGER_CLOCK_OFFSET_FILE"]).read_text().strip()
     except (KeyError, FileNotFoundError):
         text = ""
+    if text.startswith("@"):
+        return datetime.fromtimestamp(float(text[1:]), tz=UTC)
     return timezone.now() + timedelta(seconds=float(text or 0))
 
 

@@ -279,6 +279,27 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_RATE_LIMITS",
+        "",
+        "str",
+        "Rate limits per tool and per model, across every worker, as JSON: "
+        '`{"model:claude-haiku-4-5": {"requests": "4000/min", "tokens": "400000/min"}, '
+        '"tool:charge": "10/min"}`. A key\'s limit here wins over the tool\'s `rate_limit=`. '
+        "Rates are `<count>/<unit>` (s, min, hour, day; `5/10s`); a rate that cannot be read "
+        "or a limit of 0 stops the process at start-up, saying which key.",
+        RECOVERY,
+        default_text="(none)",
+    ),
+    Setting(
+        "RUNLEDGER_RATE_LIMIT_HOLD_SECONDS",
+        10.0,
+        "float",
+        "A call that must wait for its rate-limit slot at most this many seconds waits in the "
+        "worker, holding the run; a longer wait releases the run (as a retry's back-off does) "
+        "until shortly before its slot, which it keeps.",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_MAX_START_DELAY_DAYS",
         366.0,
         "float",
@@ -475,6 +496,14 @@ def validate(values: Mapping[str, Any]) -> None:
     from ledger.egress import parse_allowed
 
     parse_allowed(values["RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS"])
+    from ledger.ratelimits import BadRate, configured
+
+    try:
+        configured(values["RUNLEDGER_RATE_LIMITS"])
+    except BadRate as exc:
+        raise ValueError(str(exc)) from None
+    if values["RUNLEDGER_RATE_LIMIT_HOLD_SECONDS"] < 0:
+        raise ValueError("RUNLEDGER_RATE_LIMIT_HOLD_SECONDS must be at least 0")
     if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
         raise ValueError(
             "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"

@@ -155,6 +155,13 @@ class Waiting(RetryLater):
         self.wake_at, self.event = wake_at, event
 
 
+class RateLimited(RetryLater):
+    """A call's rate-limit slot is further off than a worker may wait holding the run
+    (RUNLEDGER_RATE_LIMIT_HOLD_SECONDS): the execution ends and the run is released until
+    ``seconds`` from now (a little before its slot, which it keeps); ``detail`` is what its
+    page says (``waiting: rate limit tool:charge 10/min, next slot in 12 s``)."""
+
+
 class DuplicateStepId(LedgerError):
     """Agent code used one step id twice in a run."""
 

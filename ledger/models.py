@@ -908,3 +908,49 @@ class MailboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.name} ({self.event_id})"
+
+
+# --- rate limits (ledger.ratelimits) ----------------------------------------------------------
+
+
+class RateLimit(models.Model):
+    """One limit key's slots (``tool:charge``, ``model:claude-haiku-4-5``, its ``#tokens``):
+    the next free slot, taken by every call with one statement (``transitions.ratelimits``).
+
+    ``next_at`` is the generic cell rate algorithm's "theoretical arrival time": a call takes
+    the slot ``max(next_at, now, blocked_until)`` and moves ``next_at`` one interval past it
+    (a model's tokens: the tokens used times the per-token interval, after the call). A
+    provider's 429 sets ``blocked_until``: no slot before it, for every worker."""
+
+    key = models.CharField(primary_key=True, max_length=210)
+    next_at = models.DateTimeField()
+    blocked_until = models.DateTimeField(null=True, blank=True)
+    rate = models.CharField(max_length=40, default="")  # as configured when last taken
+    interval = models.FloatField(default=0.0)  # seconds between slots (per token for #tokens)
+    taken = models.BigIntegerField(default=0)  # slots taken (calls let through, in time)
+    waited = models.BigIntegerField(default=0)  # of them, the ones that had to wait
+    blocked = models.BigIntegerField(default=0)  # 429s with retry-after seen
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.rate}"
+
+
+class RateHold(models.Model):
+    """A slot taken by a run that was released to wait for it (a wait longer than
+    RUNLEDGER_RATE_LIMIT_HOLD_SECONDS): the run's execution that reaches the step again uses
+    it, keeping its place in line, instead of taking a new one at the back."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rate_holds")
+    step_id = models.CharField(max_length=255)
+    key = models.CharField(max_length=210)
+    slot_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step_id", "key"], name="rate_hold_once"),
+        ]
+        indexes = [models.Index(fields=["key", "slot_at"], name="rate_hold_key")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.step_id} {self.key} at {self.slot_at}"

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ledger import pacing
+from ledger import pacing, ratelimits
 from ledger.canonical import dumps, hash_text
 from ledger.errors import AgentDefinitionError, InvalidInput
+from ledger.ratelimits import Rate
 from ledger.retry import RetryPolicy
 from ledger.schemas import HIDDEN_PARAMS, parameters_schema
 
@@ -108,6 +109,8 @@ class Tool:
     approval: Approval | None = None
     #: ``fn`` is an ``async def``: only an async agent may call it (``await ctx.call``).
     is_async: bool = False
+    #: At most so many calls per period across the fleet (``ledger.ratelimits``); None: none.
+    rate_limit: Rate | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -255,6 +258,7 @@ def tool(
     jitter: float | None = None,
     non_retryable: tuple[type[BaseException], ...] | type[BaseException] = (),
     approval: Approval | bool | None = None,
+    rate_limit: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool the run context can call.
 
@@ -276,6 +280,8 @@ def tool(
     ``approval=True`` (or ``Approval(approvers=2, on_reject="fail", expires_after=3600)``,
     effects only): before its intent is written, the run stops for a person to approve the
     exact arguments (``docs/authors/approvals.md``).
+    ``rate_limit="60/min"``: at most so many calls per period across every worker; a call
+    over it waits for its slot (``ledger.ratelimits``; RUNLEDGER_RATE_LIMITS may override it).
     """
     if kind not in ("pure", "read", "effect"):
         raise AgentDefinitionError(f"tool kind must be pure, read or effect, not {kind!r}")
@@ -296,6 +302,7 @@ def tool(
             )
         _refuse_async(list_keys, f"tool {tool_name!r}: list_keys (the effect audit calls it)")
         gate = approval_policy(approval, kind=kind, name=tool_name)
+        rate = ratelimits.declared(rate_limit, tool=tool_name)
         params = inspect.signature(fn).parameters
         if reserved := sorted(RESERVED_PARAMS & set(params)):
             raise AgentDefinitionError(
@@ -324,6 +331,7 @@ def tool(
             retry=policy,
             approval=gate,
             is_async=is_async(fn),
+            rate_limit=rate,
         )
         _tools[tool_name] = registered
         return registered

@@ -36,6 +36,7 @@ DJANGO_FREE = {
     "ledger.llm",
     "ledger.moved",
     "ledger.pacing",
+    "ledger.ratelimits",
     "ledger.registry",
     "ledger.retry",
     "ledger.schemas",

@@ -57,7 +57,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from ledger import canonical, faultpoints, observe, retry, transitions
+from ledger import canonical, faultpoints, observe, ratelimits, transitions
 from ledger.conf import conf
 from ledger.engine import aio, drain, failures, gate, pooling
 from ledger.engine.batch import Batch, Flusher
@@ -75,6 +75,7 @@ from ledger.errors import (
     NeedsReconciliation,
     NotJSON,
     QuestionAsked,
+    RateLimited,
     RetryLater,
     RunCancelled,
     StaleCheckpoint,
@@ -84,6 +85,7 @@ from ledger.errors import (
 from ledger.models import StepKind, StepStatus
 from ledger.registry import NOT_HAPPENED, get_tool
 from ledger.retry import RetryPolicy
+from ledger.transitions import ratelimits as rate_writes
 from ledger.transitions.steps import StepWrite, stored_inputs
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,10 @@ log = logging.getLogger(__name__)
 SETTLED_BY_LOOKUP = "lookup (the tool's reconcile, on resume)"
 
 Clock = Callable[[], datetime]
+
+#: How often a call waiting for its rate-limit slot looks at the clock again (a test's clock
+#: may jump; a real one is waited on in one piece but for this).
+RATE_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -179,6 +185,9 @@ class LiveSteps:
         # Read once per execution: a lazy settings lookup on every step costs more than it says.
         self._max_steps = conf.RUNLEDGER_MAX_STEPS_PER_RUN
         self._max_input_bytes = conf.RUNLEDGER_MAX_STORED_INPUT_BYTES
+        self._rate_setting = conf.RUNLEDGER_RATE_LIMITS
+        self._rate_takes: dict[tuple[str, str], list[ratelimits.Take]] = {}
+        self._kept: dict[str, set[str]] | None = None  # the run's kept slots: step -> keys
         # Full batches commit on a thread of their own where threads get their own connections
         # (PostgreSQL); the SQLite demo commits them in line.
         self._flusher = (
@@ -772,6 +781,7 @@ class LiveSteps:
         first_write = True
         pk: int | None = None
         while True:
+            yield from self._paced(call)  # its rate limits' slot, before anything is written
             write = self._write(call, seq=seq, attempt=attempt, key=key, errors=errors)
             if first_write:
                 write.prev_step_id, write.abandon = prev, abandon
@@ -799,6 +809,7 @@ class LiveSteps:
                 failure, error = exc, describe(exc)
                 bad_arguments = isinstance(exc, TypeError) and misfit(call)
             else:
+                self._charge(call, data)
                 self._finished(call, write, text)
                 if batchable and not effect and not abandon and not errors:
                     self._wait_in_batch(write)
@@ -806,6 +817,7 @@ class LiveSteps:
                     self._commit_success(call, write, pk)
                 self._remember(call, write, data, key, errors, prev=prev)
                 return data
+            self._pace_failure(call, failure)
             record, wait = self._failure(call, failure, attempt, left, bad_arguments, error)
             errors.append(record)
             self._commit_failure(write, pk, error, errors)
@@ -816,6 +828,117 @@ class LiveSteps:
             left -= 1
             yield from self._pause(call, wait, attempt + 1)
             attempt += 1
+
+    # --- rate limits (ledger.ratelimits) ----------------------------------------------------
+
+    def _takes(self, call: Call) -> list[ratelimits.Take]:
+        """The limits a call takes a slot of (cached per tool and model for the execution)."""
+        cache_key = (call.tool, call.model_id)
+        found = self._rate_takes.get(cache_key)
+        if found is None:
+            found = self._rate_takes[cache_key] = ratelimits.takes(
+                tool=call.tool,
+                kind=call.kind,
+                model=call.model_id,
+                declared=call.source.rate_limit if call.source is not None else None,
+                setting=self._rate_setting,
+            )
+        return found
+
+    def _paced(self, call: Call) -> StepGen:
+        """Wait for the call's slot of each of its rate limits (none: no query at all). A slot
+        at most RUNLEDGER_RATE_LIMIT_HOLD_SECONDS away is waited for holding the run; a later
+        one is kept for the run (``RateHold``) and the run released (``RateLimited``) until a
+        little before it. A slot kept by an earlier execution is used if it has not gone by."""
+        takes = self._takes(call)
+        if not takes:
+            return
+        with _ledger_write(call.step_id, "rate limit"):  # no slot, no send
+            kept = self._kept_slots(call.step_id)
+        while True:
+            now = self._clock()
+            with _ledger_write(call.step_id, "rate limit"):
+                slots = self._slots(takes, kept, now)
+            last, due = max(slots.items(), key=lambda item: item[1])
+            wait = (due - now).total_seconds()
+            if wait <= 0:
+                return
+            detail = ratelimits.waiting_detail(last, wait)
+            hold = conf.RUNLEDGER_RATE_LIMIT_HOLD_SECONDS
+            if wait > hold:
+                reserved = {t.row: s for t, s in slots.items() if t.budget == "requests"}
+                with _ledger_write(call.step_id, "rate limit"):
+                    rate_writes.rate_hold(run_id=self.run_id, step_id=call.step_id, slots=reserved)
+                # Woken a little early (the claim and the replay take time), it waits the rest.
+                raise RateLimited(call.step_id, wait - min(hold / 2, 5.0), detail)
+            log.info("run %s: %s", self.run_id, detail, extra={"step_id": call.step_id})
+            while (left := (due - self._clock()).total_seconds()) > 0:
+                yield _Wait(min(left, RATE_POLL_SECONDS), backoff=True)
+            # A 429 seen meanwhile blocks the keys: the slots taken before it are not used.
+            rows = [t.row for t in takes]
+            with _ledger_write(call.step_id, "rate limit"):
+                blocked = rate_writes.rate_blocked_until(keys=rows, now=self._clock())
+            if blocked is None:
+                return
+
+    @staticmethod
+    def _slots(
+        takes: list[ratelimits.Take], kept: dict[str, datetime], now: datetime
+    ) -> dict[ratelimits.Take, datetime]:
+        """Each limit's slot for the call: the one kept for it if it has not gone by (used
+        late it could crowd the next one), else a new one, taken now."""
+        slots = {}
+        for take in takes:
+            slot = kept.pop(take.row, None)
+            if slot is None or slot < now:
+                cost = 1.0 if take.budget == "requests" else 0.0
+                slot = rate_writes.rate_take(take=take, now=now, cost=cost)
+            slots[take] = slot
+        return slots
+
+    def _kept_slots(self, step_id: str) -> dict[str, datetime]:
+        """The slots an earlier execution of this run kept for ``step_id`` (one query per
+        execution that reaches a limited call; taken from the table when found)."""
+        if self._kept is None:
+            self._kept = rate_writes.rate_holds_of(run_id=self.run_id)
+        if step_id not in self._kept:
+            return {}
+        self._kept.pop(step_id)
+        return rate_writes.rate_holds_take(run_id=self.run_id, step_id=step_id)
+
+    def _charge(self, call: Call, answer: Any) -> None:
+        """A model call's tokens, paid to its tokens limit after the call."""
+        for take in self._takes(call):
+            if take.budget == "tokens":
+                used = ratelimits.tokens_used(answer)
+                try:
+                    rate_writes.rate_charge(take=take, tokens=used, now=self._clock())
+                except DatabaseError as exc:  # the answer counts more than one charge
+                    log.warning("run %s: %s's tokens not charged (%s)", self.run_id, take.key, exc)
+
+    def _pace_failure(self, call: Call, exc: BaseException) -> None:
+        """A limited call answered 429 with retry-after (or raised ``RetryAfter``): every
+        worker's next slot of its keys is after it."""
+        takes = self._takes(call)
+        wait = ratelimits.provider_wait(exc) if takes else None
+        if wait is None or wait <= 0:
+            return
+        now = self._clock()
+        until = now + timedelta(seconds=min(wait, conf.RUNLEDGER_RETRY_AFTER_MAX_SECONDS))
+        try:
+            rate_writes.rate_block(keys=[t.row for t in takes], until=until, now=now)
+        except DatabaseError as exc:  # this call still waits its retry-after; others may not
+            log.warning("run %s: could not block %s (%s)", self.run_id, takes[0].key, exc)
+            return
+        log.warning(
+            "run %s: %s asked to wait %.1fs: no call of %s before %s, on any worker",
+            self.run_id,
+            call.tool,
+            wait,
+            ", ".join(t.key for t in takes),
+            until.isoformat(),
+            extra={"step_id": call.step_id},
+        )
 
     # --- retries ----------------------------------------------------------------------------
 
@@ -846,7 +969,7 @@ class LiveSteps:
         elif left <= 0:
             record.update(final=True, why=f"no retries left (the tool allows {policy.retries})")
         else:
-            reported = retry.reported_wait(exc)
+            reported = ratelimits.provider_wait(exc, now=now)  # a 429's header too
             if reported is not None:
                 wait = min(reported, conf.RUNLEDGER_RETRY_AFTER_MAX_SECONDS)
             else:

@@ -44,6 +44,7 @@ from ledger.errors import (
     LedgerUnavailable,
     NotAwaited,
     NotJSON,
+    RateLimited,
     RetryLater,
     RunBlocked,
     RunCancelled,
@@ -709,6 +710,8 @@ def _defer(ex: _Execution, clock: Clock, later: RetryLater) -> Outcome:
     run = ex.run
     wake_at = clock() + timedelta(seconds=later.seconds)
     detail = f"waiting to retry step {later.step_id!r}: {later.detail} (at {wake_at:%H:%M:%S})"
+    if isinstance(later, RateLimited):  # its slot is kept (ledger.transitions.ratelimits)
+        detail = later.detail
     with _recording_outcome(ex.ctx):
         transitions.run_defer(
             run_id=run.run_id, token=ex.token, wake_at=wake_at, detail=detail, clock=clock
@@ -719,7 +722,7 @@ def _defer(ex: _Execution, clock: Clock, later: RetryLater) -> Outcome:
     return Outcome(
         run_id=run.run_id,
         status=RunStatus.QUEUED,
-        reason="backoff",
+        reason="rate_limit" if isinstance(later, RateLimited) else "backoff",
         step_id=later.step_id,
         detail=detail,
         replayed=replayed,

@@ -39,6 +39,7 @@ _SECTIONS = {
     "effect_audit_run": "effects",
     "deploy": "deploy",
     "pauses": "pauses",
+    "pacing": "pacing",
     "trends": "trends",
     "preferences": "preferences",
 }

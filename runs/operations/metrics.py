@@ -172,6 +172,7 @@ class LedgerCollector(Collector):
             notifications.add_metric([channel, status], n)
         yield notifications
         yield _pauses()
+        yield from _pacing(now)
         beacon = Beacon.objects.filter(name="sweep").first()
         yield GaugeMetricFamily(
             "runledger_sweep_lag_seconds",
@@ -197,6 +198,69 @@ def _pauses() -> GaugeMetricFamily:
     for (scope, target), n in sorted(totals.items()):
         held.add_metric([scope, target], n)
     return held
+
+
+#: The concurrency keys exported one by one: the busiest (most held back) this many; the rest
+#: summed under the key ``(other)``. Keys are made of inputs (a customer id), so unbounded.
+KEYS_EXPORTED = 20
+
+
+def _pacing(now: Any) -> Iterator[GaugeMetricFamily]:
+    """Per concurrency key (the busiest ``KEYS_EXPORTED``, then ``(other)``) and per rate limit
+    (each one named in the code or the settings: bounded by the configuration), what runs and
+    what is held back."""
+    from ledger.selectors import pacing
+
+    keys, other = pacing.concurrency_keys(limit=KEYS_EXPORTED)
+    running = GaugeMetricFamily(
+        "runledger_concurrency_running",
+        f"Runs executing per concurrency key (the {KEYS_EXPORTED} busiest; the rest as (other)).",
+        labels=["key"],
+    )
+    held = GaugeMetricFamily(
+        "runledger_concurrency_held",
+        "Runs queued per concurrency key, held back or about to start (same keys).",
+        labels=["key"],
+    )
+    for load in [*keys, other]:
+        running.add_metric([load.key], load.running)
+        held.add_metric([load.key], load.queued)
+    yield running
+    yield held
+    labels = ["key", "budget"]
+    waiting = GaugeMetricFamily(
+        "runledger_rate_limit_calls_waiting",
+        "Calls waiting for a rate-limit slot (slots taken beyond now), per limit.",
+        labels=labels,
+    )
+    released = GaugeMetricFamily(
+        "runledger_rate_limit_runs_released",
+        "Runs released to wait for their rate-limit slot (holding no worker), per limit.",
+        labels=labels,
+    )
+    next_in = GaugeMetricFamily(
+        "runledger_rate_limit_next_slot_seconds",
+        "Seconds until a rate limit's next free slot (0: free now), per limit.",
+        labels=labels,
+    )
+    blocked = GaugeMetricFamily(
+        "runledger_rate_limit_blocked_seconds",
+        "Seconds a provider's 429 (retry-after) still blocks a rate limit, per limit.",
+        labels=labels,
+    )
+    taken = GaugeMetricFamily(
+        "runledger_rate_limit_taken",
+        "Slots taken (calls let through) since the limit's row was made, per limit.",
+        labels=labels,
+    )
+    for limit in pacing.rate_limits(now=now)[:200]:
+        values = [limit.key, limit.budget]
+        waiting.add_metric(values, limit.calls_waiting)
+        released.add_metric(values, limit.released)
+        next_in.add_metric(values, limit.next_in)
+        blocked.add_metric(values, limit.blocked_for)
+        taken.add_metric(values, limit.taken)
+    yield from (waiting, released, next_in, blocked, taken)
 
 
 def exposition(*, ledger: bool = True) -> tuple[bytes, str]:

@@ -116,6 +116,7 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         "/effects/",
         "/deploy/",
         "/pauses/",
+        "/pacing/",
         *story,
         "/trends/",
         "/trends/?window=7d",
