@@ -6,6 +6,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
   what the sweep looks for;
 - ``operator``: the settlement queue and evidence, proposals waiting, the audit, admin-edit
   marks;
+- ``alerts``: what the alert rules watch, their incidents, stopped runs grouped by cause;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
@@ -19,6 +20,15 @@ Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``
 
 from __future__ import annotations
 
+from ledger.selectors.alerts import (
+    GROUPS_SHOWN,
+    CauseGroup,
+    alerts_open,
+    alerts_recent,
+    incident_groups,
+    incident_runs,
+    tool_of_step,
+)
 from ledger.selectors.bulk import (
     BULK_ACTIONS,
     BULK_LIMIT,
@@ -115,6 +125,13 @@ from ledger.selectors.stream import run_status, stream_after, stream_tail
 from ledger.selectors.timeline import WaterfallRow, step_waterfall
 
 __all__ = [
+    "GROUPS_SHOWN",
+    "CauseGroup",
+    "alerts_open",
+    "alerts_recent",
+    "incident_groups",
+    "incident_runs",
+    "tool_of_step",
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",

@@ -40,6 +40,9 @@ _SECTIONS = {
     "deploy": "deploy",
     "pauses": "pauses",
     "trends": "trends",
+    "alerts": "alerts",
+    "incidents": "incidents",
+    "incident_group": "incidents",
     "preferences": "preferences",
 }
 
