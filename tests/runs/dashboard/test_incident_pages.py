@@ -98,7 +98,7 @@ def test_an_operator_acknowledges_an_alert_on_the_page_and_is_on_its_runs(
     assert viewer.post(f"/alerts/{alert.pk}/ack/").status_code == 403
     operator = Client()
     operator.force_login(user_in("operator", "olivia"))
-    assert "Acknowledge: I&#x27;m on it" in operator.get("/alerts/").content.decode()
+    assert "Acknowledge: I'm on it" in operator.get("/alerts/").content.decode()
     assert operator.post(f"/alerts/{alert.pk}/ack/").status_code == 302
     assert Handover.objects.get(pk=run.run_id).taken_by == "olivia"
     assert "olivia is on it" in operator.get("/alerts/").content.decode()
