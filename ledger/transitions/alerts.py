@@ -207,7 +207,8 @@ def alert_acknowledge(
         if alert is None:
             raise InvalidInput(f"no alert {alert_id}")
         if alert.status == AlertStatus.RESOLVED:
-            raise NotAllowed(f"alert {alert_id} was resolved at {alert.resolved_at:%Y-%m-%d %H:%M}")
+            when = f" at {alert.resolved_at:%Y-%m-%d %H:%M %Z}" if alert.resolved_at else ""
+            raise NotAllowed(f"alert {alert_id} was resolved{when}: its condition cleared")
         if alert.status == AlertStatus.ACKNOWLEDGED:
             return Acked(alert=alert, changed=False, taken=[], held=[])
         before = {"status": alert.status, "acked_by": ""}
