@@ -27,7 +27,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KINDS", "Finding", "RECEIVER_TYPES", "Receiver", "Rule", "parse_receivers", "parse_rules"]
+__all__ = [
+    "KINDS",
+    "RECEIVER_TYPES",
+    "Finding",
+    "Receiver",
+    "Rule",
+    "parse_receivers",
+    "parse_rules",
+]
 
 #: What a rule watches, and the threshold fields each kind needs.
 KINDS: dict[str, tuple[str, ...]] = {
@@ -68,7 +76,9 @@ class Rule:
             )
         if self.kind == "gate_waiting":
             return f"an approval gate waits longer than {self.minutes:g} min"
-        return f"recovery lags more than {self.seconds:g} s (the sweep silent, or a dead lease left)"
+        return (
+            f"recovery lags more than {self.seconds:g} s (the sweep silent, or a dead lease left)"
+        )
 
 
 @dataclass(frozen=True)

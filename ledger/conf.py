@@ -452,10 +452,10 @@ SETTINGS: tuple[Setting, ...] = (
         "RUNLEDGER_ALERT_RECEIVERS",
         "",
         "str",
-        "Where alerts page, as a JSON object of name → receiver: `{\"type\": \"pagerduty\", "
-        "\"routing_key\": …}` (Events API v2), `{\"type\": \"opsgenie\", \"api_key\": …, "
-        "\"url\": …}`, `{\"type\": \"slack\", \"url\": …}` (an incoming webhook), or "
-        "`{\"type\": \"webhook\", \"url\": …, \"secret\": \"whsec_…\"}` (signed as "
+        'Where alerts page, as a JSON object of name → receiver: `{"type": "pagerduty", '
+        '"routing_key": …}` (Events API v2), `{"type": "opsgenie", "api_key": …, '
+        '"url": …}`, `{"type": "slack", "url": …}` (an incoming webhook), or '
+        '`{"type": "webhook", "url": …, "secret": "whsec_…"}` (signed as '
         "Standard Webhooks). Keep it in a secret store: it holds keys.",
         ALERTS,
     ),

@@ -262,8 +262,11 @@ def page_request(
                 "message": str(p["summary"])[:130],
                 "alias": key,
                 "description": f"{p.get('condition', '')}\n{p['url']}",
-                "details": {"rule": p["rule"], "scope": p.get("scope") or "all",
-                            "count": str(p.get("count"))},  # fmt: skip
+                "details": {
+                    "rule": p["rule"],
+                    "scope": p.get("scope") or "all",
+                    "count": str(p.get("count")),
+                },
                 "priority": _OG_PRIORITY.get(str(p.get("severity")), "P2"),
                 "source": "runledger",
             }

@@ -52,14 +52,18 @@ def _blocked(rule: Rule, cutoff: datetime) -> QuerySet[Run]:
 
 
 def _run_ids(qs: QuerySet[Run], listed: int) -> list[str]:
-    return list(qs.order_by("status_changed_at", "run_id").values_list("run_id", flat=True)[:listed])
+    return list(
+        qs.order_by("status_changed_at", "run_id").values_list("run_id", flat=True)[:listed]
+    )
 
 
 def _blocked_longer(rule: Rule, now: datetime, listed: int) -> dict[str, Finding]:
     cutoff = now - timedelta(minutes=rule.minutes)
     key = "agent" if rule.per == "agent" else None
-    rows = _blocked(rule, cutoff).values(*([key] if key else [])).annotate(
-        n=Count("run_id"), oldest=Min("status_changed_at")
+    rows = (
+        _blocked(rule, cutoff)
+        .values(*([key] if key else []))
+        .annotate(n=Count("run_id"), oldest=Min("status_changed_at"))
     )
     found = {}
     for row in rows.order_by():
@@ -187,10 +191,15 @@ def incident_groups(*, failed_since: datetime, limit: int = GROUPS_SHOWN) -> lis
     )
     return [
         CauseGroup(
-            status=r["status"], agent=r["agent"], step=r["cause_step"], reason=r["reason"],
-            signature=r["signature"], count=int(r["n"]), first_seen=r["first"],
+            status=r["status"],
+            agent=r["agent"],
+            step=r["cause_step"],
+            reason=r["reason"],
+            signature=r["signature"],
+            count=int(r["n"]),
+            first_seen=r["first"],
             last_seen=r["last"],
-        )  # fmt: skip
+        )
         for r in rows
     ]
 

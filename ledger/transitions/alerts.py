@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -109,13 +108,13 @@ def _refresh(alert: Alert, finding: Finding, now: datetime) -> int:
     )
 
 
-def _resolve(
-    alert: Alert, rule: Rule, receivers: Mapping[str, Receiver], now: datetime
-) -> bool:
+def _resolve(alert: Alert, rule: Rule, receivers: Mapping[str, Receiver], now: datetime) -> bool:
     with transaction.atomic():
-        done = Alert.objects.filter(pk=alert.pk, version=alert.version).exclude(
-            status=AlertStatus.RESOLVED
-        ).update(status=AlertStatus.RESOLVED, resolved_at=now, version=F("version") + 1)
+        done = (
+            Alert.objects.filter(pk=alert.pk, version=alert.version)
+            .exclude(status=AlertStatus.RESOLVED)
+            .update(status=AlertStatus.RESOLVED, resolved_at=now, version=F("version") + 1)
+        )
         if done != 1:
             return False  # changed since it was read (an ack, another evaluator): next tick
         alert.refresh_from_db()
@@ -221,8 +220,13 @@ def alert_acknowledge(
             action=AuditAction.ALERT_ACK,
             at=now,
             before=before,
-            after={"alert": alert.pk, "rule": alert.rule, "scope": alert.scope,
-                   "status": alert.status, "run_ids": alert.run_ids},  # fmt: skip
+            after={
+                "alert": alert.pk,
+                "rule": alert.rule,
+                "scope": alert.scope,
+                "status": alert.status,
+                "run_ids": alert.run_ids,
+            },
             reason=f"acknowledged {alert.summary}"[:4000],
         )
         _page(alert, rule, "acknowledge", receivers, now)
@@ -230,7 +234,7 @@ def alert_acknowledge(
     taken, held = [], []
     for run_id in alert.run_ids:
         try:
-            _, changed = run_take(run_id=run_id, by=name, seen_holder="", clock=clock)
+            _, _changed = run_take(run_id=run_id, by=name, seen_holder="", clock=clock)
         except (Conflict, InvalidInput):
             held.append(run_id)  # someone is on it already, or the run is gone
             continue

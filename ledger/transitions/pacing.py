@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from ledger import signals
 from ledger.conf import conf
-from ledger.signatures import signature_of
 from ledger.models import ACTIVE_STATUSES, Reason, Run, RunStatus
 from ledger.pacing import waiting_detail
 from ledger.selectors import ExpiredLease
+from ledger.signatures import signature_of
 from ledger.transitions import notify
 
 Clock = Callable[[], datetime]

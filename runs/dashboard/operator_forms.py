@@ -256,8 +256,13 @@ class PauseForm(forms.Form):
     reason = _reason()
     expires_in = forms.TypedChoiceField(
         label="Lift by itself",
-        choices=[("", "never (a person lifts it)"), ("15", "in 15 min"), ("60", "in 1 hour"),
-                 ("240", "in 4 hours"), ("1440", "in 24 hours")],  # fmt: skip
+        choices=[
+            ("", "never (a person lifts it)"),
+            ("15", "in 15 min"),
+            ("60", "in 1 hour"),
+            ("240", "in 4 hours"),
+            ("1440", "in 24 hours"),
+        ],
         coerce=int,
         empty_value=None,
         required=False,

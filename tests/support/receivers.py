@@ -228,10 +228,14 @@ class PagingReceivers:
         if action not in ("trigger", "acknowledge", "resolve"):
             return self._refuse(path, f"event_action {action!r}")
         payload = event.get("payload") or {}
-        if action == "trigger" and not all(payload.get(k) for k in ("summary", "source", "severity")):
+        if action == "trigger" and not all(
+            payload.get(k) for k in ("summary", "source", "severity")
+        ):
             return self._refuse(path, "a trigger's payload needs summary, source, severity")
         self.pagerduty.append(event)
-        open_ = [i for i in self.pd_incidents if i["dedup_key"] == key and i["status"] != "resolved"]
+        open_ = [
+            i for i in self.pd_incidents if i["dedup_key"] == key and i["status"] != "resolved"
+        ]
         if action == "trigger":
             if open_:
                 open_[0]["triggers"] += 1  # folded into the open incident: no new page
@@ -255,7 +259,9 @@ class PagingReceivers:
             if open_:
                 open_[0]["count"] += 1
             else:
-                self.og_alerts.append({"alias": alias, "status": "open", "count": 1, "acked_by": ""})
+                self.og_alerts.append(
+                    {"alias": alias, "status": "open", "count": 1, "acked_by": ""}
+                )
             return 202, b'{"result":"Request will be processed"}'
         alias, _, verb = rest.rpartition("/")
         alias = unquote(alias)

@@ -163,8 +163,13 @@ def incidents(request: HttpRequest, q: Query[IncidentsQuery]) -> list[GroupOut]:
     return [
         GroupOut(
             status=g.status,  # type: ignore[arg-type]
-            agent=g.agent, step=g.step, reason=g.reason, signature=g.signature,
-            count=g.count, first_seen=g.first_seen, last_seen=g.last_seen,
-        )  # fmt: skip
+            agent=g.agent,
+            step=g.step,
+            reason=g.reason,
+            signature=g.signature,
+            count=g.count,
+            first_seen=g.first_seen,
+            last_seen=g.last_seen,
+        )
         for g in groups
     ]

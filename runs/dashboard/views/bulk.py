@@ -21,9 +21,9 @@ from ledger.processes import resume as resume_process
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
-from runs.dashboard.views.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
+from runs.dashboard.views.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:
@@ -72,10 +72,15 @@ def _plan_incident(
     ``i_reason``, ``i_sig``: the group's cause), listed now: the act applies to exactly these."""
     group = incident_group_of(request)
     if group is None:
-        return {"plan": None, "scope": "incident", "problems": ["That is not a group of the incidents page."]}
+        return {
+            "plan": None,
+            "scope": "incident",
+            "problems": ["That is not a group of the incidents page."],
+        }
     run_ids = list(
-        selectors.incident_runs(**group, failed_since=timezone.now() - INCIDENT_WINDOW_MAX)
-        .values_list("run_id", flat=True)[: BULK_LIMIT]
+        selectors.incident_runs(
+            **group, failed_since=timezone.now() - INCIDENT_WINDOW_MAX
+        ).values_list("run_id", flat=True)[:BULK_LIMIT]
     )
     if not run_ids:
         return {"plan": None, "scope": "incident", "problems": ["No run has that cause any more."]}

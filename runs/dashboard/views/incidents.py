@@ -72,13 +72,13 @@ def incident_group(request: HtmxHttpRequest) -> HttpResponse:
     since = _window(request)
     group = incident_group_of(request)
     if group is None:
-        context = {"problem": "That is not a group of the incidents page: choose one there."}
-        return render(request, "runs/incident_group.html", context, status=400)
+        problem = {"problem": "That is not a group of the incidents page: choose one there."}
+        return render(request, "runs/incident_group.html", problem, status=400)
     runs = selectors.incident_runs(**group, failed_since=timezone.now() - WINDOWS[since])
     count = runs.count()
     shown = list(runs[:RUNS_SHOWN])
     tool = selectors.tool_of_step(run_id=shown[0].run_id, step_id=group["step"]) if shown else ""
-    context = {
+    context: dict[str, Any] = {
         "group": group,
         "since": since,
         "count": count,

@@ -57,7 +57,11 @@ def pause_create(request: HtmxHttpRequest) -> HttpResponse:
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/pauses.html", _context(form), exc)
-    until = f" until {timezone.localtime(pause.expires_at):%Y-%m-%d %H:%M %Z}" if pause.expires_at else ""
+    until = (
+        f" until {timezone.localtime(pause.expires_at):%Y-%m-%d %H:%M %Z}"
+        if pause.expires_at
+        else ""
+    )
     messages.success(request, f"Paused {pause.scope} {pause.target}{until}.")
     return redirect("runs:pauses")
 

@@ -148,7 +148,9 @@ def test_one_incident_per_agent_paged_once_acknowledged_and_resolved(
         "critical", "renewal", "runledger")  # fmt: skip
     assert pagers.pd_incidents == [{"dedup_key": key, "status": "resolved", "triggers": 1}]
     assert [verb for verb, _ in pagers.opsgenie] == ["create", "acknowledge", "close"]
-    assert pagers.og_alerts == [{"alias": key, "status": "closed", "count": 1, "acked_by": "olivia"}]
+    assert pagers.og_alerts == [
+        {"alias": key, "status": "closed", "count": 1, "acked_by": "olivia"}
+    ]
     assert len(pagers.slack) == 3
     assert pagers.slack[1].startswith(":eyes: Acknowledged by olivia: 3 runs of agent renewal")
     assert [e["type"] for _, e in pagers.hook] == ["alert.trigger", "alert.acknowledge",

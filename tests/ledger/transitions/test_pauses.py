@@ -128,8 +128,14 @@ def test_a_pause_with_an_expiry_is_lifted_by_the_sweep_then_and_audited(execute,
 
     before = counts()
     with pytest.raises(InvalidInput, match="in the future"):
-        transitions.pause_create(scope="agent", target="refund", by="ops", reason="x",
-                                 expires_at=clock() - timedelta(seconds=1), clock=clock)  # fmt: skip
+        transitions.pause_create(
+            scope="agent",
+            target="refund",
+            by="ops",
+            reason="x",
+            expires_at=clock() - timedelta(seconds=1),
+            clock=clock,
+        )
     assert nothing_written(before)
     pause = transitions.pause_create(
         scope="agent", target="refund", by="ops", reason="provider down for an hour",

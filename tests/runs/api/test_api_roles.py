@@ -7,11 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from harness.unannounced import start_unannounced
 from ledger import events, transitions
-from django.utils import timezone
-
 from ledger.models import Alert, Gate, Step
 from ledger.processes.execute import run_execute
 from runs.api import tokens

@@ -37,7 +37,10 @@ def test_three_runs_stopped_by_one_cause_are_one_group_with_its_actions(
     _clean: None, execute: Any, crash_at: Any
 ) -> None:
     restore_roles()
-    runs = [renewal_run(execute, crash_at, customer=c) for c in ("cus_hopper", "cus_knuth", "cus_lovelace")]
+    runs = [
+        renewal_run(execute, crash_at, customer=c)
+        for c in ("cus_hopper", "cus_knuth", "cus_lovelace")
+    ]
     hostile = html_run(execute, crash_at)
     groups = selectors.incident_groups(failed_since=timezone.now() - timedelta(days=1))
     assert [(g.agent, g.step, g.reason, g.count) for g in groups] == [
