@@ -21,9 +21,9 @@ from ledger.processes import resume as resume_process
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
-from runs.dashboard.views.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:

@@ -6,52 +6,29 @@ page lists its runs and offers the bulk actions on exactly them (resume, retry, 
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from ledger.inputs import queryable
-from ledger.models import RunStatus
 from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.incidents import FIELDS, WINDOWS, incident_group_of, window_of
 from runs.dashboard.models import VIEW_DASHBOARD
 from runs.dashboard.operator_forms import PauseForm
 
-#: How far back failed runs count (the page's choice; needs-attention runs count whatever age).
-WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-DEFAULT_WINDOW = "24h"
-INCIDENT_WINDOW_MAX = max(WINDOWS.values())
 RUNS_SHOWN = 50
-_FIELDS = {"i_status": "status", "i_agent": "agent", "i_step": "step", "i_reason": "reason",
-           "i_sig": "signature"}  # fmt: skip
-
-
-def _window(request: HttpRequest) -> str:
-    chosen = str(request.GET.get("since", ""))
-    return chosen if chosen in WINDOWS else DEFAULT_WINDOW
-
-
-def incident_group_of(request: HttpRequest) -> dict[str, str] | None:
-    """The group a request names (``i_status`` … ``i_sig``), or None when it names none."""
-    group = {name: str(request.GET.get(param, ""))[:255] for param, name in _FIELDS.items()}
-    if group["status"] not in (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED):
-        return None
-    if not all(queryable(v) for v in group.values()):
-        return None
-    return group
 
 
 @require_GET
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def incidents(request: HtmxHttpRequest) -> HttpResponse:
-    since = _window(request)
+    since = window_of(request)
     groups = selectors.incident_groups(failed_since=timezone.now() - WINDOWS[since])
     rows = [(g, urlencode({**g.query(), "since": since})) for g in groups]
     context: dict[str, Any] = {
@@ -69,7 +46,7 @@ def incidents(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def incident_group(request: HtmxHttpRequest) -> HttpResponse:
-    since = _window(request)
+    since = window_of(request)
     group = incident_group_of(request)
     if group is None:
         problem = {"problem": "That is not a group of the incidents page: choose one there."}
@@ -84,7 +61,7 @@ def incident_group(request: HtmxHttpRequest) -> HttpResponse:
         "count": count,
         "runs": shown,
         "tool": tool,
-        "bulk_query": urlencode({**{p: group[n] for p, n in _FIELDS.items()}, "scope": "incident"}),
+        "bulk_query": urlencode({**{p: group[n] for p, n in FIELDS.items()}, "scope": "incident"}),
         "pause_form": PauseForm(initial={"scope": "tool", "target": tool, "expires_in": 60}),
     }
     return render(request, "runs/incident_group.html", context)
