@@ -67,7 +67,12 @@ def alerts_evaluate(*, clock: Clock = timezone.now) -> Pass:
         done.resolved += [a.dedup_key for a in applied.resolved]
         done.kept += applied.kept
         faultpoints.point("alerts.after_rule")  # this rule's changes and pages are committed
-    alert_transitions.alerts_resolve_orphans(rules=[r.name for r in config.rules], clock=clock)
+    done.resolved += [
+        a.dedup_key
+        for a in alert_transitions.alerts_resolve_orphans(
+            rules=[r.name for r in config.rules], receivers=config.receivers, clock=clock
+        )
+    ]
     for key in done.opened:
         log.warning("alert opened: %s", key)
         observe.emit("alert", outcome="opened")

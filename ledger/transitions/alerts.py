@@ -108,7 +108,9 @@ def _refresh(alert: Alert, finding: Finding, now: datetime) -> int:
     )
 
 
-def _resolve(alert: Alert, rule: Rule, receivers: Mapping[str, Receiver], now: datetime) -> bool:
+def _resolve(
+    alert: Alert, rule: Rule | None, receivers: Mapping[str, Receiver], now: datetime
+) -> bool:
     with transaction.atomic():
         done = (
             Alert.objects.filter(pk=alert.pk, version=alert.version)
@@ -122,14 +124,17 @@ def _resolve(alert: Alert, rule: Rule, receivers: Mapping[str, Receiver], now: d
     return True
 
 
-def alerts_resolve_orphans(*, rules: Iterable[str], clock: Clock = timezone.now) -> int:
-    """Resolve the open incidents of rules no longer declared (their pages are not sent: the
-    receivers of a removed rule are unknown). The number resolved."""
-    return (
-        Alert.objects.exclude(status=AlertStatus.RESOLVED)
-        .exclude(rule__in=list(rules))
-        .update(status=AlertStatus.RESOLVED, resolved_at=clock(), version=F("version") + 1)
-    )
+def alerts_resolve_orphans(
+    *, rules: Iterable[str], receivers: Mapping[str, Receiver], clock: Clock = timezone.now
+) -> list[Alert]:
+    """Resolve the open incidents of rules no longer declared, paging the resolve to every
+    receiver configured (the removed rule's own list is gone); the incidents resolved."""
+    now = clock()
+    orphans = Alert.objects.exclude(status=AlertStatus.RESOLVED).exclude(rule__in=list(rules))
+    done = [alert for alert in orphans if _resolve(alert, None, receivers, now)]
+    if done:
+        signals.send_notifications_queued_on_commit()
+    return done
 
 
 def _page(

@@ -235,3 +235,18 @@ def test_an_evaluator_killed_mid_pass_and_mid_delivery_loses_no_page_and_pages_o
     assert sorted(a["alias"] for a in pagers.og_alerts) == keys
     assert [a["count"] for a in pagers.og_alerts] == [1, 1]
     assert pagers.refused == []
+
+
+def test_an_incident_of_a_rule_taken_out_of_the_settings_is_resolved_and_paged(
+    pagers: PagingReceivers, blocked: Any, clock: Any, settings: Any
+) -> None:
+    settings.RUNLEDGER_ALERT_RULES = json.dumps([{**BLOCKED_15, "to": ["pd"]}])
+    _renewal(blocked, 0)
+    at = clock() + timedelta(minutes=20)
+    assert len(alerting.alerts_evaluate(clock=lambda: at).opened) == 1
+    settings.RUNLEDGER_ALERT_RULES = ""
+    assert alerting.alerts_evaluate(clock=lambda: at).resolved == ["runledger/blocked-15m/renewal"]
+    assert alerting.alerts_evaluate(clock=lambda: at).resolved == []
+    assert _deliver(at) == [True] * 5  # the trigger, then the resolve to every receiver
+    assert [e["event_action"] for e in pagers.pagerduty] == ["trigger", "resolve"]
+    assert Alert.objects.get().status == "resolved"
