@@ -21,8 +21,9 @@ sends SIGCONT. The product's own points: ``engine.before_send`` (after an effect
 committed, before
 the lease check), ``task.after_execute`` (a run's outcome committed, before the task returns and
 the broker acknowledges it), ``notify.after_send`` (a notification received, not yet
-recorded), ``claude.model.before_forward`` and ``claude.model.after_record`` (a Claude session's
-model request about to be forwarded; its answer recorded, not yet handed to the CLI).
+recorded), ``alerts.after_rule`` (one alert rule's incidents and pages committed, the next rule
+not yet evaluated), ``claude.model.before_forward`` and ``claude.model.after_record`` (a Claude
+session's model request about to be forwarded; its answer recorded, not yet handed to the CLI).
 ``RUNLEDGER_CLOCK_OFFSET_FILE=<path>`` makes the workers execute runs on a clock that many
 seconds (the file's text, read at each reading) ahead of the real one: a test moves it forward
 an hour to see a sleep come due; ``@<unix seconds>`` stops it at that time.

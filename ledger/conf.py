@@ -79,6 +79,7 @@ AGENTS = "Agents"
 OPERATORS = "Operators and settlements"
 NOTIFY = "Notifications"
 RECOVERY = "Recovery"
+ALERTS = "Alerts and paging"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -457,6 +458,44 @@ SETTINGS: tuple[Setting, ...] = (
         "a notification is also delivered at once after its event.",
         NOTIFY,
     ),
+    Setting(
+        "RUNLEDGER_ALERT_RULES",
+        "",
+        "str",
+        "The alert rules, as a JSON list (docs/operators/alerts.md): each with a `name`, a "
+        "`kind` (`blocked_longer`, `blocked_rate`, `gate_waiting`, `recovery_lagging`), its "
+        "threshold (`minutes`, `percent`, `seconds`), optionally `per` (`agent`, `tool`), `to` "
+        "(receiver names) and `severity`. Empty: no rules. A rule that does not parse stops "
+        "every process at start-up, saying which.",
+        ALERTS,
+    ),
+    Setting(
+        "RUNLEDGER_ALERT_RECEIVERS",
+        "",
+        "str",
+        'Where alerts page, as a JSON object of name → receiver: `{"type": "pagerduty", '
+        '"routing_key": …}` (Events API v2), `{"type": "opsgenie", "api_key": …, '
+        '"url": …}`, `{"type": "slack", "url": …}` (an incoming webhook), or '
+        '`{"type": "webhook", "url": …, "secret": "whsec_…"}` (signed as '
+        "Standard Webhooks). Keep it in a secret store: it holds keys.",
+        ALERTS,
+    ),
+    Setting(
+        "RUNLEDGER_ALERT_EVERY_SECONDS",
+        30.0,
+        "float",
+        "Celery beat evaluates the alert rules and delivers their pages (task `runledger.alerts`, "
+        "on the control queue) this often.",
+        ALERTS,
+    ),
+    Setting(
+        "RUNLEDGER_ALERT_RUNS_LISTED",
+        100,
+        "int",
+        "An incident lists at most this many of the runs it covers (an acknowledgement puts the "
+        "acknowledging person on them); its count is always complete.",
+        ALERTS,
+    ),
 )
 
 DECLARED: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -504,6 +543,11 @@ def validate(values: Mapping[str, Any]) -> None:
         raise ValueError(str(exc)) from None
     if values["RUNLEDGER_RATE_LIMIT_HOLD_SECONDS"] < 0:
         raise ValueError("RUNLEDGER_RATE_LIMIT_HOLD_SECONDS must be at least 0")
+    from ledger.alert_rules import parse_receivers, parse_rules
+
+    parse_rules(
+        values["RUNLEDGER_ALERT_RULES"], parse_receivers(values["RUNLEDGER_ALERT_RECEIVERS"])
+    )
     if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
         raise ValueError(
             "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"

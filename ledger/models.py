@@ -48,6 +48,11 @@ class Run(models.Model):
     reason = models.CharField(max_length=20, choices=Reason.choices, default="", blank=True)
     blocked_step_id = models.CharField(max_length=255, blank=True, default="")
     detail = models.TextField(blank=True, default="", help_text="Why the run stopped, in words.")
+    # The cause of a stop, for the incidents page's grouping: the step it stopped at (a blocked
+    # run's ``blocked_step_id``, a failed run's failing step when known) and the normalised
+    # error (``ledger.signatures``), written by the transition that blocked or failed the run.
+    cause_step = models.CharField(max_length=255, blank=True, default="", db_default="")
+    signature = models.CharField(max_length=200, blank=True, default="", db_default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
 
@@ -126,6 +131,13 @@ class Run(models.Model):
                 fields=["priority", "created_at"],
                 name="run_priority_queued",
                 condition=models.Q(status="queued", priority__gt=0),
+            ),
+            # The incidents page: one GROUP BY over the stopped runs, read from the index alone.
+            models.Index(
+                fields=["status", "status_changed_at"],
+                include=["agent", "cause_step", "reason", "signature"],
+                name="run_incident",
+                condition=models.Q(status__in=("needs_attention", "failed")),
             ),
             # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
             models.Index(
@@ -246,6 +258,8 @@ class Pause(models.Model):
     lifted_at = models.DateTimeField(null=True, blank=True)
     lift_reason = models.TextField(blank=True, default="")
     requeued = models.PositiveIntegerField(default=0, help_text="Runs queued by the lift.")
+    #: When the pause lifts itself (the sweep lifts it, audited as ``system:pause-expiry``).
+    expires_at = models.DateTimeField(null=True, blank=True)
     #: The runs it holds now: annotated by ``selectors.pauses_list`` (not a column).
     held: int
 
@@ -413,6 +427,7 @@ class AuditAction(models.TextChoices):
     WEBHOOK_UNSUBSCRIBE = "webhook_unsubscribe"
     GATE_APPROVE = "gate_approve"  # an approval gate approved (by one of its approvers)
     GATE_REJECT = "gate_reject"
+    ALERT_ACK = "alert_ack"  # a person acknowledged an alert's incident (and is on its runs)
     RUN_TAKE = "run_take"  # a person said "on it" (or took a run over from someone else)
     RUN_RELEASE = "run_release"  # nobody is on it any more
     RUN_NOTE = "run_note"  # a note left on a run (the text is the event's reason)
@@ -495,6 +510,10 @@ class NotificationKind(models.TextChoices):
     RUN_CANCELLED = "run.cancelled", "event: run cancelled"
     RUN_NEEDS_ATTENTION = "run.needs_attention", "event: run needs attention"
     GATE_WAITING = "gate_waiting", "an effect waits for approval"
+    # Pages of alert rules (``ledger.transitions.alerts``): one row per receiver and change.
+    ALERT_TRIGGER = "alert.trigger", "alert: triggered"
+    ALERT_ACK = "alert.acknowledge", "alert: acknowledged"
+    ALERT_RESOLVE = "alert.resolve", "alert: resolved"
 
 
 class DeliveryStatus(models.TextChoices):
@@ -565,6 +584,10 @@ class Notification(models.Model):
         on_delete=models.PROTECT,
         related_name="deliveries",
     )
+    # For an alert's page: the incident it is about (its rows go out in order, per receiver).
+    alert = models.ForeignKey(
+        "Alert", null=True, blank=True, on_delete=models.PROTECT, related_name="deliveries"
+    )
     # For reminders: the moment the waiting began (a run's status_changed_at, a proposal's
     # created_at), so a wait is reminded of once.
     waiting_since = models.DateTimeField(null=True, blank=True)
@@ -593,6 +616,59 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id} → {self.channel} ({self.status})"
+
+
+class AlertStatus(models.TextChoices):
+    TRIGGERED = "triggered"
+    ACKNOWLEDGED = "acknowledged"
+    RESOLVED = "resolved"
+
+
+class Alert(models.Model):
+    """One incident of an alert rule in one scope (an agent, a tool, or ``""`` for all): opened
+    when the rule's condition holds, acknowledged by a person, resolved when the condition
+    clears. At most one open (not resolved) incident per (rule, scope): however many runs the
+    condition covers, and however often it is evaluated, there is one incident and one page.
+
+    ``dedup_key`` is what the receivers group on (PagerDuty's ``dedup_key``, Opsgenie's
+    ``alias``): stable per (rule, scope), so a receiver folds a repeated trigger into the open
+    incident. Written only by ``ledger.transitions.alerts``; its pages are ``Notification``
+    rows written in the same transaction as each change.
+    """
+
+    rule = models.CharField(max_length=100)
+    scope = models.CharField(max_length=200, blank=True, default="")
+    dedup_key = models.CharField(max_length=300)
+    status = models.CharField(
+        max_length=20, choices=AlertStatus.choices, default=AlertStatus.TRIGGERED
+    )
+    summary = models.CharField(max_length=300)
+    #: What the last evaluation found: the count, the value, a sample of the runs affected.
+    detail = models.JSONField(default=dict, blank=True)
+    opened_at = models.DateTimeField()
+    seen_at = models.DateTimeField(help_text="The last evaluation that found the condition.")
+    acked_by = models.CharField(max_length=150, blank=True, default="")
+    acked_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "scope"],
+                condition=~models.Q(status="resolved"),
+                name="alert_open_once",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "opened_at"], name="alert_status_age")]
+        ordering = ["-opened_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.rule}[{self.scope or 'all'}] {self.status}"
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [str(r) for r in (self.detail or {}).get("run_ids", [])]
 
 
 class Difference(models.TextChoices):

@@ -12,6 +12,14 @@ sent again after a deliverer died between sending and recording it (the kill tes
 No delivery follows a redirect: a 3xx is a failed attempt (its status recorded). A completion
 event goes only where the SSRF policy (``ledger.egress``) allows, checked again at each attempt
 after resolving the name, to the address checked.
+
+An alert's page (``ledger.transitions.alerts``) goes to its receiver in that receiver's own
+format (``page_request``): PagerDuty's Events API v2 (``event_action`` trigger, acknowledge or
+resolve, with the incident's ``dedup_key``), Opsgenie's Alert API (create, acknowledge, close,
+by ``alias``), a Slack incoming webhook's ``{"text": …}``, or a Standard Webhook signed with the
+receiver's secret. A receiver groups a page sent again (a deliverer killed after sending) by its
+key: PagerDuty and Opsgenie fold it into the open incident, the signed webhook carries the same
+``webhook-id``; a Slack channel would show the line twice (Slack has no key to fold on).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import http.client
 import json
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +38,7 @@ from typing import Any
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
-from ledger import egress, faultpoints, observe, transitions, webhooks
+from ledger import alert_rules, egress, faultpoints, observe, transitions, webhooks
 from ledger.conf import conf
 from ledger.models import Notification
 from ledger.transitions import notify
@@ -66,6 +75,7 @@ def deliver_due(*, clock: Clock = timezone.now, limit: int = 100) -> list[Delive
         if row is None:
             break
         label = "subscription" if row.subscription_id is not None else row.channel
+        label = "alert" if row.alert_id is not None else label
         try:
             send(row, at=clock())
         except DeliveryError as exc:
@@ -87,6 +97,8 @@ def send(row: Notification, *, at: datetime | None = None) -> None:
     """One attempt to deliver ``row``; ``at``: when it is signed (completion events)."""
     if row.subscription_id is not None:
         _send_event(row, at=at or timezone.now())
+    elif row.alert_id is not None:
+        _send_page(row, at=at or timezone.now())
     elif row.channel == "webhook":
         _send_webhook(row)
     elif row.channel == "email":
@@ -200,3 +212,79 @@ def _send_email(row: Notification) -> None:
         message.send()
     except OSError as exc:  # smtplib's errors are OSErrors
         raise DeliveryError(f"the mail server did not take it: {exc}") from None
+
+
+# --- alert pages ------------------------------------------------------------------------------
+
+_PD_SEVERITY = {"critical": "critical", "error": "error", "warning": "warning", "info": "info"}
+_OG_PRIORITY = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P5"}
+
+
+def _send_page(row: Notification, *, at: datetime) -> None:
+    receivers = alert_rules.parse_receivers(conf.RUNLEDGER_ALERT_RECEIVERS)
+    name = row.channel.removeprefix("alert:")
+    receiver = receivers.get(name)
+    if receiver is None:
+        raise DeliveryError(f"alert receiver {name!r} is not configured any more", final=True)
+    url, body, headers = page_request(receiver, row, at=at)
+    _post(url, body, {"Idempotency-Key": row.idempotency_key, **headers}, what=f"{name}")
+
+
+def page_request(
+    receiver: alert_rules.Receiver, row: Notification, *, at: datetime
+) -> tuple[str, str, dict[str, str]]:
+    """(URL, body, headers) of one attempt to send an alert's page to ``receiver``."""
+    p = row.payload
+    action, key = str(p["action"]), str(p["dedup_key"])
+    if receiver.type == "pagerduty":
+        event: dict[str, Any] = {
+            "routing_key": receiver.routing_key,
+            "event_action": action,
+            "dedup_key": key,
+        }
+        if action == "trigger":
+            event["payload"] = {
+                "summary": str(p["summary"])[:1024],
+                "source": "runledger",
+                "severity": _PD_SEVERITY.get(str(p.get("severity")), "error"),
+                "component": p.get("scope") or "all",
+                "group": p["rule"],
+                "class": p.get("condition", ""),
+                "custom_details": {"count": p.get("count"), "run_ids": p.get("run_ids")},
+            }
+            event["links"] = [{"href": p["url"], "text": "runledger: the incident"}]
+        return receiver.url, json.dumps(event), {}
+    if receiver.type == "opsgenie":
+        base = receiver.url.rstrip("/") + "/v2/alerts"
+        auth = {"Authorization": f"GenieKey {receiver.api_key}"}
+        if action == "trigger":
+            body = {
+                "message": str(p["summary"])[:130],
+                "alias": key,
+                "description": f"{p.get('condition', '')}\n{p['url']}",
+                "details": {
+                    "rule": p["rule"],
+                    "scope": p.get("scope") or "all",
+                    "count": str(p.get("count")),
+                },
+                "priority": _OG_PRIORITY.get(str(p.get("severity")), "P2"),
+                "source": "runledger",
+            }
+            return base, json.dumps(body), auth
+        verb = "acknowledge" if action == "acknowledge" else "close"
+        url = f"{base}/{urllib.parse.quote(key, safe='')}/{verb}?identifierType=alias"
+        note = {"source": "runledger", "user": p.get("acked_by") or "runledger",
+                "note": f"{action}d in runledger"}  # fmt: skip
+        return url, json.dumps(note), auth
+    if receiver.type == "slack":
+        words = {"trigger": ":rotating_light: Triggered", "acknowledge": ":eyes: Acknowledged",
+                 "resolve": ":white_check_mark: Resolved"}[action]  # fmt: skip
+        who = f" by {p['acked_by']}" if action == "acknowledge" and p.get("acked_by") else ""
+        text = f"{words}{who}: {p['summary']} ({p['rule']}, {p.get('scope') or 'all'})\n{p['url']}"
+        return receiver.url, json.dumps({"text": text}), {}
+    body_text = json.dumps({"type": f"alert.{action}", "timestamp": at.isoformat(), "data": p})
+    headers = webhooks.signed_headers(
+        secret=receiver.secret, msg_id=notify.message_id(row.idempotency_key), at=at,
+        body=body_text,
+    )  # fmt: skip
+    return receiver.url, body_text, headers

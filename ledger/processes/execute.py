@@ -308,7 +308,12 @@ def _ledger_unavailable(ex: _Execution, exc: LedgerUnavailable, clock: Clock) ->
     try:
         with transaction.atomic():
             transitions.run_finish(
-                run_id=run_id, token=token, status=RunStatus.FAILED, error=error, clock=clock
+                run_id=run_id,
+                token=token,
+                status=RunStatus.FAILED,
+                error=error,
+                step_id=exc.step_id or "",
+                clock=clock,
             )
             _record_end(ex, ExecutionEnding.FAILED, clock, step_id=exc.step_id, error=error)
     except (DatabaseError, LeaseLost) as again:
@@ -479,7 +484,7 @@ def _execute_agent(
         step_id = getattr(exc, "step_id", "") or ""
         with logcontext.bound(**({"step_id": step_id} if step_id else {})):
             log.error("run %s failed: %s", ex.run.run_id, exc)
-        return _finish(ex, clock, RunStatus.FAILED, error=str(exc))
+        return _finish(ex, clock, RunStatus.FAILED, error=str(exc), step_id=step_id)
     except LeaseLost:
         raise
     except Exception as exc:
@@ -678,6 +683,7 @@ def _finish(
     result: Any = None,
     error: str = "",
     reason: str = "",
+    step_id: str = "",
 ) -> Outcome:
     with _recording_outcome(ex.ctx):
         transitions.run_finish(
@@ -687,6 +693,7 @@ def _finish(
             result=result,
             error=error,
             reason=reason,
+            step_id=step_id,
             clock=clock,
         )
         ending = ExecutionEnding.FINISHED

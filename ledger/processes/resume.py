@@ -63,8 +63,8 @@ def bulk_preview(
     plan = selectors.bulk_preview(
         action=action, run_ids=run_ids, flt=flt, now=now, max_resumes=max_resumes, limit=limit
     )
-    if action == "cancel":
-        return plan
+    if action in ("cancel", "pause"):
+        return plan  # nothing resumes: no dry replay to ask
     return replace(plan, items=[_replayed(item) for item in plan.items])
 
 
@@ -87,5 +87,6 @@ def bulk_apply(
     check_action(action)
     if len(targets) > BULK_LIMIT:
         raise OperationError(f"a bulk action takes at most {BULK_LIMIT} runs at once")
-    verdicts = {run_id: "" if action == "cancel" else verdict(run_id, action) for run_id in targets}
+    resumes = action not in ("cancel", "pause")
+    verdicts = {run_id: verdict(run_id, action) if resumes else "" for run_id in targets}
     return transitions.bulk_apply(action=action, targets=targets, stops_again=verdicts, **kwargs)

@@ -26,8 +26,8 @@ def runs_sweep(
 
     Re-queues running runs whose lease expired (the worker died, froze, or lost its machine)
     and queued runs untouched for ``lost_after`` seconds (their message was lost); queues runs
-    whose question (``ctx.ask``) timed out unanswered, and fails queued runs whose deadline
-    passed (reason ``deadline``). Two
+    whose question (``ctx.ask``) timed out unanswered, fails queued runs whose deadline
+    passed (reason ``deadline``), and lifts the pauses whose expiry passed. Two
     sweepers at once each get a disjoint list: every re-queue is a compare-and-set.
     """
     wait = conf.RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS if lost_after is None else lost_after
@@ -46,6 +46,8 @@ def runs_sweep(
     for run_id in selectors.questions_timed_out(now=clock(), limit=limit):
         if transitions.question_timeout(run_id=run_id, clock=clock):
             ids.append(run_id)  # ctx.ask's timeout passed unanswered: it returns its default
+    for pause_id in transitions.pauses_expire(clock=clock):
+        observe.emit("pause_expired", pause=pause_id)  # its held runs are queued (announced)
     # The runs-per-status deltas since the last pass, folded into the totals the dashboard reads.
     fold_status_counts()
     fold_trends()  # and the Trends page's hourly totals

@@ -6,6 +6,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
   what the sweep looks for;
 - ``operator``: the settlement queue and evidence, proposals waiting, the audit, admin-edit
   marks;
+- ``alerts``: what the alert rules watch, their incidents, stopped runs grouped by cause;
 - ``bulk``: what a bulk action would do to each run (the preview of ``bulk_apply``);
 - ``ledger``: the engine's read of a run's whole ledger in one query;
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
@@ -19,6 +20,15 @@ Imports models only: never ``ledger.transitions``, ``ledger.engine`` or ``runs``
 
 from __future__ import annotations
 
+from ledger.selectors.alerts import (
+    GROUPS_SHOWN,
+    CauseGroup,
+    alerts_open,
+    alerts_recent,
+    incident_groups,
+    incident_runs,
+    tool_of_step,
+)
 from ledger.selectors.bulk import (
     BULK_ACTIONS,
     BULK_LIMIT,
@@ -117,6 +127,7 @@ from ledger.selectors.timeline import WaterfallRow, step_waterfall
 __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
+    "GROUPS_SHOWN",
     "LEASE_EXPIRED",
     "MAILBOX_SHOWN",
     "NOTIFICATION_STATUSES",
@@ -127,6 +138,7 @@ __all__ = [
     "AttemptFailure",
     "BulkPlan",
     "BulkPlanItem",
+    "CauseGroup",
     "Chain",
     "Cursor",
     "EditMark",
@@ -146,6 +158,8 @@ __all__ = [
     "WaterfallRow",
     "active_pauses",
     "active_pauses_of",
+    "alerts_open",
+    "alerts_recent",
     "approval_required",
     "attempt_failures",
     "audit_events",
@@ -161,6 +175,8 @@ __all__ = [
     "gate_latest",
     "gate_queue",
     "gates_of_run",
+    "incident_groups",
+    "incident_runs",
     "ledger_export",
     "load_steps",
     "mailbox_of_run",
@@ -206,5 +222,6 @@ __all__ = [
     "stream_after",
     "stream_tail",
     "sweep_health",
+    "tool_of_step",
     "webhook_subscriptions",
 ]

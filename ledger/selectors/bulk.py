@@ -14,7 +14,7 @@ from ledger.errors import InvalidInput
 from ledger.models import FINAL_STATUSES, STOPPED_STATUSES, Run, RunStatus
 from ledger.selectors.runs import RunFilter, runs_filtered
 
-BULK_ACTIONS = ("resume", "retry", "cancel")
+BULK_ACTIONS = ("resume", "retry", "cancel", "pause")
 BULK_LIMIT = 500
 
 
@@ -85,6 +85,12 @@ def _plan(action: str, run: Run, max_resumes: int | None) -> BulkPlanItem:
 
 
 def _verdict(action: str, run: Run, max_resumes: int | None) -> tuple[bool, str]:
+    if action == "pause":
+        if run.status in FINAL_STATUSES:
+            return False, f"skip: already {run.status}"
+        if run.status == RunStatus.PAUSED:
+            return False, "skip: already paused"
+        return True, "pause this run (held at its next step until the pause is lifted)"
     if action == "cancel":
         if run.status in FINAL_STATUSES:
             return False, f"skip: already {run.status}"

@@ -22,7 +22,8 @@ nothing.
 - ``gates``: approval gates opened (with the block), approved, rejected, used by the engine
   (``gate_links``: the signed links in their notifications);
 - ``pacing``: the claim of a run with a concurrency key, and the offer of a freed slot;
-- ``pauses``: an operator's pause of a tool, an agent or a run, and its lift;
+- ``pauses``: an operator's pause of a tool, an agent or a run, its lift, and its expiry;
+- ``alerts``: alert rules' incidents opened, refreshed, resolved and acknowledged, with pages;
 - ``mailbox``: an event sent to a run, taken by the step that waits for it; a run released
   while it sleeps or waits for an event;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches;
@@ -112,7 +113,7 @@ from ledger.transitions.notify import (
     notify_run_event,
 )
 from ledger.transitions.pacing import runs_fail_past_deadline, slots_offer
-from ledger.transitions.pauses import pause_create, pause_lift
+from ledger.transitions.pauses import pause_create, pause_lift, pauses_expire
 from ledger.transitions.retention import (
     retention_mark_advance,
     run_archive_record,
@@ -181,6 +182,7 @@ __all__ = [
     "parse_result_text",
     "pause_create",
     "pause_lift",
+    "pauses_expire",
     "priority_swap",
     "question_answer",
     "question_timeout",

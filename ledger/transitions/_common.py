@@ -32,6 +32,7 @@ from ledger.models import (
     Settlement,
     Step,
 )
+from ledger.signatures import signature_of
 from ledger.transitions import notify
 
 #: Who acts: a Django user (``request.user``; an anonymous or inactive one is refused) or a name
@@ -376,7 +377,10 @@ def cancel(run: Run, *, detail: str, clock: Clock) -> None:
 
 
 def write_run(run: Run, **changes: Any) -> None:
-    """One compare-and-set on the locked run's version; ``run`` is refreshed to match."""
+    """One compare-and-set on the locked run's version; ``run`` is refreshed to match. A change
+    that blocks or fails the run records its cause with it (``stop_cause``)."""
+    if changes.get("status") in (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED):
+        changes = {**stop_cause(changes["status"], changes), **changes}
     updated = Run.objects.filter(pk=run.run_id, version=run.version).update(
         **changes, version=F("version") + 1
     )
@@ -431,3 +435,14 @@ def queue_resume(run: Run, *, cause: str, on_commit: OnCommit, clock: Clock) -> 
         return f"not queued: the run is {run.status}"
     announce_queued(run.run_id, cause=cause, on_commit=on_commit)
     return "queued for a worker to resume"
+
+
+def stop_cause(status: str, changes: dict[str, Any]) -> dict[str, str]:
+    """The cause columns a change that blocks or fails a run writes with it (the incidents
+    page groups on them): the step (a blocked run's ``blocked_step_id``, a failed run's
+    ``cause_step`` when the change names one) and the signature of its detail or error."""
+    if status == RunStatus.NEEDS_ATTENTION:
+        step, text = changes.get("blocked_step_id", ""), changes.get("detail", "")
+    else:
+        step, text = changes.get("cause_step", ""), changes.get("error", "")
+    return {"cause_step": str(step or "")[:255], "signature": signature_of(str(text or ""))}

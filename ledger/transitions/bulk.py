@@ -17,7 +17,7 @@ from django.utils import timezone
 from ledger.errors import OperationError
 from ledger.models import Run
 from ledger.selectors.bulk import BULK_LIMIT, check_action
-from ledger.transitions import actions
+from ledger.transitions import actions, pauses
 from ledger.transitions._common import (
     Actor,
     Clock,
@@ -89,6 +89,9 @@ def _apply_one(
     stops_again: str | None,
 ) -> BulkOutcome:
     try:
+        if action == "pause":
+            pauses.pause_create(scope="run", target=run_id, by=by, reason=reason, clock=clock)
+            return BulkOutcome(run_id=run_id, ok=True, message="paused", status=_status(run_id))
         if action == "cancel":
             done = actions.run_cancel(
                 run_id=run_id, by=by, reason=reason, seen_version=version, clock=clock

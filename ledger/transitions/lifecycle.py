@@ -54,6 +54,7 @@ from ledger.transitions._common import (
     actor_name,
     audit_event,
     bounded_lock_wait,
+    stop_cause,
 )
 
 log = logging.getLogger(__name__)
@@ -612,7 +613,11 @@ def leases_renew(*, leases: list[HeldLease], clock: Clock = timezone.now) -> dic
 
 
 def _fenced(run_id: str, token: str, **changes: Any) -> None:
-    """One compare-and-set on a running run held by ``token``; ``LeaseLost`` otherwise."""
+    """One compare-and-set on a running run held by ``token``; ``LeaseLost`` otherwise. A
+    change that blocks or fails the run records its cause (step, error signature) with it."""
+    status = changes.get("status")
+    if status in (RunStatus.NEEDS_ATTENTION, RunStatus.FAILED):
+        changes.update(stop_cause(status, changes))
     runs = Run.objects.filter(pk=run_id, lease_token=token, status=RunStatus.RUNNING)
     if runs.update(**changes, version=F("version") + 1) != 1:
         raise LeaseLost(run_id)
@@ -753,11 +758,13 @@ def run_finish(
     result: Any = None,
     error: str = "",
     reason: str = "",
+    step_id: str = "",
     clock: Clock = timezone.now,
 ) -> None:
     """End a running run as succeeded or failed, releasing its lease; its completion event is
     queued for the subscribed applications in the same transaction (an outbox). ``reason``:
-    why a failed run stopped, when the ledger stopped it (``deadline``)."""
+    why a failed run stopped, when the ledger stopped it (``deadline``); ``step_id``: the step
+    that failed it, when one did (kept as the run's ``cause_step`` for the incidents page)."""
     now = clock()
     with transaction.atomic():
         _fenced(
@@ -767,6 +774,7 @@ def run_finish(
             result=result,
             error=error,
             reason=reason,
+            cause_step=step_id[:255],
             blocked_step_id="",
             detail="",
             **_RELEASED,

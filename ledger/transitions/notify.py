@@ -371,11 +371,21 @@ def notifications_remind(*, now: datetime) -> int:
 
 def notification_claim(*, now: datetime, claim_seconds: float = 60.0) -> Notification | None:
     """Claim the oldest due notification (pending and due, or a claim that lapsed): a
-    compare-and-set on its status and token; None when nothing is due."""
+    compare-and-set on its status and token; None when nothing is due. An alert's page waits
+    while an earlier page of the same incident to the same receiver is unsent (a resolve never
+    overtakes its trigger on a retry)."""
     due = Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now) | Q(
         status=DeliveryStatus.SENDING, claimed_until__lt=now
     )
-    for candidate in Notification.objects.filter(due).order_by("next_attempt_at", "id")[:5]:
+    earlier = Notification.objects.filter(
+        alert_id=OuterRef("alert_id"),
+        channel=OuterRef("channel"),
+        id__lt=OuterRef("id"),
+        status__in=(DeliveryStatus.PENDING, DeliveryStatus.SENDING),
+    )
+    waiting = Q(alert__isnull=False) & Exists(earlier)
+    candidates = Notification.objects.filter(due).exclude(waiting)
+    for candidate in candidates.order_by("next_attempt_at", "id")[:5]:
         token = secrets.token_hex(16)
         claimed = Notification.objects.filter(
             pk=candidate.pk, status=candidate.status, claim_token=candidate.claim_token

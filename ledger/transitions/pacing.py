@@ -24,6 +24,7 @@ from ledger.conf import conf
 from ledger.models import ACTIVE_STATUSES, Reason, Run, RunStatus
 from ledger.pacing import waiting_detail
 from ledger.selectors import ExpiredLease
+from ledger.signatures import signature_of
 from ledger.transitions import notify
 
 Clock = Callable[[], datetime]
@@ -155,6 +156,8 @@ def runs_fail_past_deadline(*, clock: Clock = timezone.now, limit: int = 100) ->
                 status=RunStatus.FAILED,
                 reason=Reason.DEADLINE,
                 error=error,
+                signature=signature_of(error),
+                cause_step="",
                 detail="",
                 wake_at=None,
                 updated_at=now,

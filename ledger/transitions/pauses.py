@@ -3,14 +3,16 @@
 ``pause_create`` writes the pause and its audit row; workers hold runs through
 ``run_hold_paused`` (``lifecycle``); ``pause_lift`` marks the pause lifted and queues every run
 it holds, in one transaction with one audit row that counts them (``selectors.pause_held``
-gives the count first). A pause of an unknown tool, agent or run, a second pause of the same
-target, a lift of a lifted pause: refused, nothing written.
+gives the count first). A pause may carry an expiry (``expires_at``): the sweep lifts it then
+(``pauses_expire``), audited as ``system:pause-expiry``, as a person's lift is. A pause of an
+unknown tool, agent or run, a second pause of the same target, a lift of a lifted pause, an
+expiry in the past: refused, nothing written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -28,18 +30,42 @@ Clock = Callable[[], datetime]
 AUDIT_RUN_IDS = 200
 
 
+#: Who lifts a pause whose expiry passed (in the audit).
+EXPIRY_ACTOR = "system:pause-expiry"
+#: The longest expiry a pause may be given.
+MAX_EXPIRY = timedelta(days=366)
+
+
 def pause_create(
-    *, scope: str, target: str, by: Actor, reason: str, clock: Clock = timezone.now
+    *,
+    scope: str,
+    target: str,
+    by: Actor,
+    reason: str,
+    expires_at: datetime | None = None,
+    clock: Clock = timezone.now,
 ) -> Pause:
-    """Pause ``target`` (a tool name, an agent name or a run id, as ``scope`` says)."""
+    """Pause ``target`` (a tool name, an agent name or a run id, as ``scope`` says), until a
+    person lifts it or, with ``expires_at``, until then."""
     name = actor_name(by)
     text = require_reason(reason)
     target = (target or "").strip()
     _check_target(scope, target)
     now = clock()
+    if expires_at is not None and timezone.is_naive(expires_at):
+        raise InvalidInput("give a pause's expiry with its time zone (e.g. 2026-12-03T18:00Z)")
+    if expires_at is not None and not now < expires_at <= now + MAX_EXPIRY:
+        raise InvalidInput("a pause's expiry must be in the future, at most a year from now")
     try:
         with transaction.atomic():
-            pause = Pause(scope=scope, target=target, reason=text, created_by=name, created_at=now)
+            pause = Pause(
+                scope=scope,
+                target=target,
+                reason=text,
+                created_by=name,
+                created_at=now,
+                expires_at=expires_at,
+            )
             pause.save(force_insert=True)
             record(
                 by=name,
@@ -129,6 +155,26 @@ def pause_lift(
     return pause
 
 
+def pauses_expire(*, clock: Clock = timezone.now, limit: int = 50) -> list[int]:
+    """Lift every active pause whose expiry passed (as ``pause_lift`` does: the held runs
+    queued, one audit row by ``system:pause-expiry``); the pauses lifted. One indexed query
+    when none is due; a pause lifted by a person meanwhile is skipped."""
+    now = clock()
+    due = list(
+        Pause.objects.filter(lifted_at__isnull=True, expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    lifted = []
+    for pk in due:
+        try:
+            pause_lift(pause_id=pk, by=EXPIRY_ACTOR, reason="its expiry passed", clock=clock)
+        except NotAllowed:
+            continue  # lifted by a person a moment ago
+        lifted.append(pk)
+    return lifted
+
+
 def _lock_active(pause_id: int) -> Pause:
     pause = Pause.objects.select_for_update().filter(pk=pause_id).first()
     if pause is None:
@@ -149,4 +195,5 @@ def pause_snapshot(pause: Pause) -> dict[str, Any]:
         "created_by": pause.created_by,
         "lifted_by": pause.lifted_by,
         "requeued": pause.requeued,
+        "expires_at": pause.expires_at.isoformat() if pause.expires_at else None,
     }

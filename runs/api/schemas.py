@@ -200,6 +200,11 @@ class PauseIn(Strict):
     scope: Literal["tool", "agent", "run"]
     target: str = Field(min_length=1, max_length=200, description="the tool, agent or run id")
     reason: str = Field(min_length=1, max_length=4000, description="why (audited)")
+    expires_at: datetime | None = Field(
+        default=None,
+        description="when the pause lifts itself (the sweep lifts it, audited): in the future, "
+        "at most a year away; none: a person lifts it",
+    )
 
 
 class LiftIn(Strict):
@@ -525,6 +530,7 @@ class PauseOut(Schema):
     lifted_at: datetime | None
     lift_reason: str
     requeued: int = Field(description="the runs its lift queued")
+    expires_at: datetime | None = Field(description="when it lifts itself (none: a person does)")
 
     @staticmethod
     def of(pause: Pause, *, held: int) -> PauseOut:
@@ -541,6 +547,7 @@ class PauseOut(Schema):
             lifted_at=pause.lifted_at,
             lift_reason=pause.lift_reason,
             requeued=pause.requeued,
+            expires_at=pause.expires_at,
         )
 
 

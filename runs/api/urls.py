@@ -15,6 +15,7 @@ from runs.api import problems
 from runs.api.auth import TokenAuth, TokenThrottle
 from runs.api.routers import (
     agents,
+    alerts,
     approvals,
     handover,
     pauses,
@@ -75,3 +76,4 @@ api.add_router("", approvals.router)
 api.add_router("", pauses.router)
 api.add_router("", webhooks.router)
 api.add_router("", handover.router)
+api.add_router("", alerts.router)

@@ -41,6 +41,9 @@ _SECTIONS = {
     "pauses": "pauses",
     "pacing": "pacing",
     "trends": "trends",
+    "alerts": "alerts",
+    "incidents": "incidents",
+    "incident_group": "incidents",
     "preferences": "preferences",
 }
 

@@ -254,6 +254,24 @@ class PauseForm(forms.Form):
     scope = forms.ChoiceField(choices=[("tool", "tool"), ("agent", "agent"), ("run", "run")])
     target = forms.CharField(max_length=200, help_text="The tool's or agent's name, or a run id.")
     reason = _reason()
+    expires_in = forms.TypedChoiceField(
+        label="Lift by itself",
+        choices=[
+            ("", "never (a person lifts it)"),
+            ("15", "in 15 min"),
+            ("60", "in 1 hour"),
+            ("240", "in 4 hours"),
+            ("1440", "in 24 hours"),
+        ],
+        coerce=int,
+        empty_value=None,
+        required=False,
+        help_text="The sweep lifts the pause then (queuing what it holds), audited.",
+    )
+
+    def expires_at(self, now: datetime) -> datetime | None:
+        minutes = self.cleaned_data.get("expires_in")
+        return now + timedelta(minutes=minutes) if minutes else None
 
 
 class LiftForm(forms.Form):

@@ -7,12 +7,14 @@ import re
 from django.urls import path, register_converter
 
 from runs.dashboard.views import (
+    alerts,
     approvals,
     audit,
     bulk,
     deploy,
     effects,
     handover,
+    incidents,
     notifications,
     pacing,
     pauses,
@@ -112,6 +114,10 @@ urlpatterns = [
     path("pauses/", pauses.pauses_page, name="pauses"),
     path("pacing/", pacing.pacing_page, name="pacing"),
     path("trends/", trends.trends, name="trends"),
+    path("alerts/", alerts.alerts_page, name="alerts"),
+    path("alerts/<int:pk>/ack/", alerts.alert_ack, name="alert_ack"),
+    path("incidents/", incidents.incidents, name="incidents"),
+    path("incidents/group/", incidents.incident_group, name="incident_group"),
     path("preferences/", preferences.preferences, name="preferences"),
     path("pauses/new/", pauses.pause_create, name="pause_create"),
     path("pauses/<int:pk>/lift/", pauses.pause_lift, name="pause_lift"),

@@ -29,7 +29,7 @@ from django.utils import timezone
 from ledger import faultpoints, logcontext, transitions
 from ledger.engine import drain as engine_drain
 from ledger.models import Run
-from ledger.processes import delivery, execute
+from ledger.processes import alerting, delivery, execute
 from ledger.processes import sweep as sweeping
 from ledger.signals import notifications_queued
 from runs.operations import drain
@@ -239,6 +239,14 @@ def notifications() -> int:
     """Queue reminders for long waits, then deliver every due notification (beat runs it every
     RUNLEDGER_NOTIFY_EVERY_SECONDS; an event also sends it after its commit)."""
     transitions.notifications_remind(now=timezone.now())
+    return sum(1 for d in delivery.deliver_due() if d.ok)
+
+
+@shared_task(name="runledger.alerts")
+def alerts() -> int:
+    """Evaluate the alert rules (open, keep, resolve their incidents), then deliver every due
+    page and notification (beat runs it every RUNLEDGER_ALERT_EVERY_SECONDS)."""
+    alerting.alerts_evaluate()
     return sum(1 for d in delivery.deliver_due() if d.ok)
 
 

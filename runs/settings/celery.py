@@ -100,7 +100,7 @@ CELERY_TASK_QUEUES = [
 ]
 CELERY_TASK_ROUTES = {
     name: {"queue": RUNLEDGER_CONTROL_QUEUE}
-    for name in ("runledger.sweep", "runledger.notifications")
+    for name in ("runledger.sweep", "runledger.notifications", "runledger.alerts")
 }
 # Retention (runledger.prune) stays on the runs' queue: a long pass must not hold the control
 # process while a sweep is due.
@@ -127,6 +127,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 
 _SWEEP = LEDGER["RUNLEDGER_SWEEP_SECONDS"]
 _NOTIFY = LEDGER["RUNLEDGER_NOTIFY_EVERY_SECONDS"]
+_ALERTS = LEDGER["RUNLEDGER_ALERT_EVERY_SECONDS"]
 # No expiry: a sweep or a delivery is never discarded unseen (in issue 24, a worker under a
 # deep runs queue threw away every expired sweep and recovery took 323 s). The control process
 # takes each at once; a pile-up cannot form behind it, and two sweeps back to back are harmless
@@ -134,5 +135,6 @@ _NOTIFY = LEDGER["RUNLEDGER_NOTIFY_EVERY_SECONDS"]
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "runledger-sweep": {"task": "runledger.sweep", "schedule": _SWEEP},
     "runledger-notifications": {"task": "runledger.notifications", "schedule": _NOTIFY},
+    "runledger-alerts": {"task": "runledger.alerts", "schedule": _ALERTS},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

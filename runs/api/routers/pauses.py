@@ -57,7 +57,11 @@ def create(request: HttpRequest, body: PauseIn) -> Status[PauseOut]:
     token = require(request, "operate")
     try:
         pause = transitions.pause_create(
-            scope=body.scope, target=body.target, by=actor(token), reason=body.reason
+            scope=body.scope,
+            target=body.target,
+            by=actor(token),
+            reason=body.reason,
+            expires_at=body.expires_at,
         )
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc

@@ -21,6 +21,7 @@ from ledger.processes import resume as resume_process
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
 
@@ -45,6 +46,8 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
         plan = _plan_filter(action, flt, max_resumes, timezone.now())
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
                 "filter_words": _filter_words(query), "problems": form.problems()}  # fmt: skip
+    if request.GET.get("scope") == "incident":
+        return _plan_incident(request, action, max_resumes)
     # A NUL byte names no run (and PostgreSQL refuses it in a query): reported as missing.
     given = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
     run_ids = [r for r in given if "\x00" not in r]
@@ -60,6 +63,29 @@ def _plan_filter(
     action: str, flt: selectors.RunFilter, max_resumes: int | None, now: datetime
 ) -> selectors.BulkPlan:
     return resume_process.bulk_preview(action=action, flt=flt, now=now, max_resumes=max_resumes)
+
+
+def _plan_incident(
+    request: HtmxHttpRequest, action: str, max_resumes: int | None
+) -> dict[str, Any]:
+    """The runs of one group of the incidents page (``i_status``, ``i_agent``, ``i_step``,
+    ``i_reason``, ``i_sig``: the group's cause), listed now: the act applies to exactly these."""
+    group = incident_group_of(request)
+    if group is None:
+        return {
+            "plan": None,
+            "scope": "incident",
+            "problems": ["That is not a group of the incidents page."],
+        }
+    run_ids = list(
+        selectors.incident_runs(
+            **group, failed_since=timezone.now() - INCIDENT_WINDOW_MAX
+        ).values_list("run_id", flat=True)[:BULK_LIMIT]
+    )
+    if not run_ids:
+        return {"plan": None, "scope": "incident", "problems": ["No run has that cause any more."]}
+    plan = resume_process.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
+    return {"plan": plan, "scope": "incident", "problems": []}
 
 
 def _filter_words(query: dict[str, str]) -> str:

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
@@ -48,11 +49,20 @@ def pause_create(request: HtmxHttpRequest) -> HttpResponse:
     data = form.cleaned_data
     try:
         pause = transitions.pause_create(
-            scope=data["scope"], target=data["target"], by=request.user, reason=data["reason"]
+            scope=data["scope"],
+            target=data["target"],
+            by=request.user,
+            reason=data["reason"],
+            expires_at=form.expires_at(timezone.now()),
         )
     except transitions.OperationError as exc:
         return render_refused(request, "runs/pauses.html", _context(form), exc)
-    messages.success(request, f"Paused {pause.scope} {pause.target}.")
+    until = (
+        f" until {timezone.localtime(pause.expires_at):%Y-%m-%d %H:%M %Z}"
+        if pause.expires_at
+        else ""
+    )
+    messages.success(request, f"Paused {pause.scope} {pause.target}{until}.")
     return redirect("runs:pauses")
 
 

@@ -118,3 +118,40 @@ def test_each_execution_is_recorded_with_its_counts(execute, crash_at) -> None:
     ]
     assert Execution.objects.get(run_id=run.run_id, number=1).ending == "running"
     assert rows[1].replayed == 4 and rows[1].executed == 2 and rows[1].seconds is not None
+
+
+def test_a_pause_with_an_expiry_is_lifted_by_the_sweep_then_and_audited(execute, clock) -> None:
+    from datetime import timedelta
+
+    from ledger.models import AuditAction
+    from ledger.processes.sweep import runs_sweep
+
+    before = counts()
+    with pytest.raises(InvalidInput, match="in the future"):
+        transitions.pause_create(
+            scope="agent",
+            target="refund",
+            by="ops",
+            reason="x",
+            expires_at=clock() - timedelta(seconds=1),
+            clock=clock,
+        )
+    assert nothing_written(before)
+    pause = transitions.pause_create(
+        scope="agent", target="refund", by="ops", reason="provider down for an hour",
+        expires_at=clock() + timedelta(hours=1), clock=clock,
+    )  # fmt: skip
+    run = start_unannounced(agent="refund", inputs={"invoice_id": "inv_1001"})
+    assert execute(run.run_id).status == "paused"
+    runs_sweep(clock=lambda: clock() + timedelta(minutes=59))
+    assert Pause.objects.get(pk=pause.pk).lifted_at is None  # not yet
+    runs_sweep(clock=lambda: clock() + timedelta(minutes=61))
+    pause.refresh_from_db()
+    assert (pause.lifted_by, pause.lift_reason, pause.requeued) == (
+        "system:pause-expiry", "its expiry passed", 1)  # fmt: skip
+    assert Run.objects.get(pk=run.run_id).status == "queued"
+    lift = AuditEvent.objects.get(action=AuditAction.UNPAUSE)
+    assert (lift.actor, lift.after["run_ids"]) == ("system:pause-expiry", [run.run_id])
+    runs_sweep(clock=lambda: clock() + timedelta(minutes=62))  # lifted once
+    assert AuditEvent.objects.filter(action=AuditAction.UNPAUSE).count() == 1
+    assert execute(run.run_id).status == "succeeded"

@@ -7,10 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from harness.unannounced import start_unannounced
 from ledger import events, transitions
-from ledger.models import Gate, Step
+from ledger.models import Alert, Gate, Step
 from ledger.processes.execute import run_execute
 from runs.api import tokens
 from runs.api.urls import api
@@ -60,6 +61,10 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     # An answer to ctx.ask is a person's (the approver's token here is one); the question's
     # role is checked against that person (tests/runs/api/test_api_answers.py).
     ("post", "/api/v1/runs/{run_id}/answer"): {"approver"},
+    ("get", "/api/v1/alerts"): {"viewer", "operator", "approver"},
+    ("get", "/api/v1/alerts/{alert_id}"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/alerts/{alert_id}/ack"): {"operator"},
+    ("get", "/api/v1/incidents"): {"viewer", "operator", "approver"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -106,7 +111,10 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
     assert waiting.reason == "approval", waiting
     pause = transitions.pause_create(scope="agent", target="refund", by="ops", reason="down")
     hook, _ = events.subscribe("http://127.0.0.1:9/app", agent="payout")
+    alert = Alert.objects.create(rule="stuck", dedup_key="runledger/stuck/all", summary="stuck",
+                                 opened_at=timezone.now(), seen_at=timezone.now())  # fmt: skip
     return {
+        "alert_id": alert.pk,
         "run_id": run.run_id,
         "step": step.pk,
         "pk": made.json()["id"],

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,6 +23,8 @@ from playwright.sync_api import Page, expect
 
 from ledger import registry, transitions
 from ledger.models import Gate, Run, Step
+from ledger.processes.alerting import alerts_evaluate
+from ledger.selectors import incident_groups
 from ledger.transitions.handover import run_note, run_take
 from ledger.transitions.pauses import pause_create
 from runs.dashboard.models import Preference
@@ -63,8 +67,11 @@ def sign_in(page: Page, base: str, username: str, width: int = 1280) -> None:
 
 
 def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
-    page: Page, live_server, execute, crash_at, monkeypatch
+    page: Page, live_server, execute, crash_at, monkeypatch, settings
 ) -> None:
+    settings.RUNLEDGER_ALERT_RULES = json.dumps(
+        [{"name": "blocked-15m", "kind": "blocked_longer", "minutes": 15, "per": "agent"}]
+    )
     blocked = renewal_run(execute, crash_at)
     reconciliation_run(execute, crash_at)
     stale = stale_run(execute, crash_at, monkeypatch)
@@ -96,6 +103,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         user=admin, time_zone="America/Argentina/Buenos_Aires", updated_at=timezone.now()
     )
     model_step = Step.objects.get(run=stale, step_id=stale.blocked_step_id)
+    alerts_evaluate(clock=lambda: timezone.now() + timedelta(hours=1))  # an open incident
+    groups = incident_groups(failed_since=timezone.now() - timedelta(days=1))
     dashboard = [
         "/",
         "/?status=needs_attention&order=oldest",
@@ -120,6 +129,9 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         *story,
         "/trends/",
         "/trends/?window=7d",
+        "/incidents/",
+        f"/incidents/group/?{urlencode(groups[0].query())}",
+        "/alerts/",
         "/preferences/",
         "/?taken=nobody",
     ]
