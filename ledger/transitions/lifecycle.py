@@ -741,7 +741,8 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
         if isinstance(why, ApprovalRequired):
             gates.gate_open(run_id=run_id, why=why, now=now)  # its own notification, once
         else:
-            notify.notify_run_blocked(run_id=run_id, at=now)
+            asked = why.step_id if isinstance(why, QuestionAsked) else ""
+            notify.notify_run_blocked(run_id=run_id, at=now, question_step=asked)
         notify.notify_run_event(run_id=run_id, at=now)
 
 
