@@ -160,6 +160,26 @@ SCENARIOS = (
         },
         kills=("fetch_invoice",),
     ),
+    Scenario(
+        "waiting-for-an-event",
+        "refund_after_return",
+        {
+            "invoice_id": "inv_1004",
+            "story": "Waits for the warehouse's return_received event, holding no worker; send "
+            "it from the run page's mailbox section with curl or the client, and the run refunds.",
+        },
+        expect=("queued", ""),
+    ),
+    Scenario(
+        "asking-a-person",
+        "refund_question",
+        {
+            "invoice_id": "inv_1002",
+            "story": "Asks an operator whether to refund an invoice over the automatic limit: "
+            "the run page shows the question as a form; the answer resumes the run.",
+        },
+        expect=("needs_attention", "question"),
+    ),
 )
 
 
