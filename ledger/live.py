@@ -91,8 +91,7 @@ def delta(text: str) -> None:
     target = _target.get()
     if target is None or not text or not _carried():
         return
-    data = text.encode()[:MAX_PIECE_BYTES].decode(errors="ignore")
-    _publisher.put(json.dumps({"run": target[0], "step": target[1], "text": data}))
+    _publisher.put((target[0], target[1], text))
 
 
 def parse(payload: str) -> tuple[str, str, str] | None:
@@ -104,18 +103,40 @@ def parse(payload: str) -> tuple[str, str, str] | None:
         return None
 
 
+Piece = tuple[str, str, str]  # run id, step id, text
+
+
+def _payloads(pieces: list[Piece]) -> list[str]:
+    """The NOTIFY payloads of ``pieces``, in order: consecutive pieces of one step joined (a
+    publisher that fell behind catches up in fewer, larger notifications), each at most
+    ``MAX_PIECE_BYTES`` of text."""
+    joined: list[Piece] = []
+    for run_id, step_id, text in pieces:
+        last = joined[-1] if joined else None
+        if last and last[:2] == (run_id, step_id) and len(last[2]) + len(text) < MAX_PIECE_BYTES:
+            joined[-1] = (run_id, step_id, last[2] + text)
+        else:
+            joined.append((run_id, step_id, text))
+    return [
+        json.dumps(
+            {"run": r, "step": s, "text": t.encode()[:MAX_PIECE_BYTES].decode(errors="ignore")}
+        )
+        for r, s, t in joined
+    ]
+
+
 class _Publisher:
     """One thread per process that sends the pieces as NOTIFYs, in order, on its own
     autocommit connection (opened on the first piece, closed when idle)."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[str] = queue.Queue(maxsize=QUEUE_SIZE)
+        self._queue: queue.Queue[Piece] = queue.Queue(maxsize=QUEUE_SIZE)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def put(self, payload: str) -> None:
+    def put(self, piece: Piece) -> None:
         try:
-            self._queue.put_nowait(payload)
+            self._queue.put_nowait(piece)
         except queue.Full:
             return  # live text is best effort: the whole answer is in the step
         with self._lock:
@@ -134,14 +155,20 @@ class _Publisher:
             with psycopg.connect(**listening_params(), autocommit=True) as conn:
                 while True:
                     try:
-                        payload = self._queue.get(timeout=IDLE_SECONDS)
+                        pieces = [self._queue.get(timeout=IDLE_SECONDS)]
                     except queue.Empty:
                         with self._lock:
                             if self._queue.empty():
                                 self._thread = None
                                 return
                         continue
-                    conn.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, payload])
+                    while len(pieces) < 200:  # what else is waiting, joined per step
+                        try:
+                            pieces.append(self._queue.get_nowait())
+                        except queue.Empty:
+                            break
+                    for payload in _payloads(pieces):
+                        conn.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, payload])
         except Exception as exc:  # the database went away: these pieces are lost, not the run
             log.warning("live text publisher: %r; pieces dropped", exc)
             with self._lock:

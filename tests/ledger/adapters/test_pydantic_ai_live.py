@@ -103,7 +103,9 @@ def test_the_answer_is_heard_live_recorded_once_whole_and_not_sent_again_on_a_re
             model.go.set()
             worker.join(WAIT)
             connection.close()
-        assert wait_for(lambda: len(heard) == len(PIECES), timeout=WAIT)
+        whole = "".join(PIECES)  # the rest may come joined: a publisher catching up joins
+        assert wait_for(lambda: "".join(t for _s, t in heard) == whole, timeout=WAIT)
+        first_execution = list(heard)
 
         outcome = execute(run_id)  # the resume replays the model's step
         stop()
@@ -113,7 +115,8 @@ def test_the_answer_is_heard_live_recorded_once_whole_and_not_sent_again_on_a_re
     assert outcome.status == "succeeded", outcome
     assert outcome.result == "".join(PIECES)
     assert model.asked == 1
-    assert heard == [("agent.turn.1", p) for p in PIECES]  # nothing more from the replay
+    assert heard == first_execution  # nothing more from the replay
+    assert {step_id for step_id, _text in heard} == {"agent.turn.1"}
     step = Step.objects.get(run_id=run_id, step_id="agent.turn.1")
     parts = step.result["response"]["parts"]
     assert (step.attempt, [p["content"] for p in parts]) == (1, ["".join(PIECES)])
