@@ -36,6 +36,7 @@ class Scenario:
     resume_env: dict[str, str] | None = field(default_factory=dict)  # None: leave it for a worker
     expect: tuple[str, str] = ("succeeded", "")
     max_resumes: int | None = None
+    in_process: bool = False  # no crash to stage: executed by the demo's own process (faster)
 
 
 SCENARIOS = (
@@ -160,6 +161,28 @@ SCENARIOS = (
         },
         kills=("fetch_invoice",),
     ),
+    Scenario(
+        "waiting-for-an-event",
+        "refund_after_return",
+        {
+            "invoice_id": "inv_1004",
+            "story": "Waits for the warehouse's return_received event, holding no worker; send "
+            "it from the run page's mailbox section with curl or the client, and the run refunds.",
+        },
+        expect=("queued", ""),
+        in_process=True,
+    ),
+    Scenario(
+        "asking-a-person",
+        "refund_question",
+        {
+            "invoice_id": "inv_1002",
+            "story": "Asks an operator whether to refund an invoice over the automatic limit: "
+            "the run page shows the question as a form; the answer resumes the run.",
+        },
+        expect=("needs_attention", "question"),
+        in_process=True,
+    ),
 )
 
 
@@ -185,6 +208,12 @@ def produce(scenario: Scenario) -> Run:
     the plan and prompt that process had (a deploy may change them before the resume).
     """
     run_id = ""
+    if scenario.in_process:
+        from harness.unannounced import start_unannounced
+        from ledger.processes.execute import run_execute
+
+        run_id = start_unannounced(agent=scenario.agent, inputs=scenario.inputs).run_id
+        run_execute(run_id=run_id, worker="demo", heartbeat=False)
     for point in scenario.kills:
         args = [run_id] if run_id else _new_args(scenario)
         # A short lease, so the dead process's claim lapses soon, as the sweep would see it
@@ -198,7 +227,9 @@ def produce(scenario: Scenario) -> Run:
             )
         run_id = run_id or done.stdout.split("run_id=", 1)[1].split()[0]
         _wait_for_lapse(run_id)
-    if not run_id:
+    if scenario.in_process:
+        pass
+    elif not run_id:
         done = _execute(_new_args(scenario), scenario.resume_env or {})
         run_id = done.stdout.split("run_id=", 1)[1].split()[0]
     elif scenario.resume_env is not None:

@@ -11,6 +11,10 @@ by a function registered with ``script(name)``. Any other model id goes to the r
 An async agent's ``await ctx.model(...)`` awaits the client's ``acomplete`` (same arguments, same
 answer) on the event loop where the client has one — ``AnthropicClient`` does, on the official
 SDK's ``AsyncAnthropic`` — and otherwise runs its ``complete`` on a thread.
+
+While a reader may follow the run live (``ledger.live.wanted``), ``AnthropicClient`` asks for
+the answer as a stream and hands its text on as it arrives; the answer it returns (and the step
+records) is the same whole answer.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
+from ledger import live
 from ledger.conf import conf
 
 ModelOutput = dict[str, Any]
@@ -102,6 +107,9 @@ class AnthropicClient:
     ) -> ModelOutput:
         key = _api_key()
         body = _body(model, prompt, system)
+        streaming = live.wanted()  # a reader may follow the run: ask for the text as it comes
+        if streaming:
+            body["stream"] = True
         request = urllib.request.Request(
             self.url,
             data=json.dumps(body).encode(),
@@ -112,7 +120,7 @@ class AnthropicClient:
             },
         )
         with urllib.request.urlopen(request, timeout=120) as response:
-            payload = json.loads(response.read())
+            payload = _from_stream(response) if streaming else json.loads(response.read())
         return _answer(payload, model)
 
     async def acomplete(
@@ -142,6 +150,12 @@ class AnthropicClient:
                 timeout=120,
                 default_headers={"x-api-key": key},  # the Messages API's header, as complete sends
             )
+        if live.wanted():  # a reader may follow the run: the text as it comes, the same answer
+            async with client.messages.stream(**_body(model, prompt, system)) as stream:
+                async for text in stream.text_stream:
+                    live.delta(text)
+                message = await stream.get_final_message()
+            return _answer(message.model_dump(mode="json", exclude_none=True), model)
         raw = await client.messages.with_raw_response.create(**_body(model, prompt, system))
         payload = json.loads(raw.http_response.content)
         return _answer(payload, model)
@@ -167,6 +181,35 @@ def _body(model: str, prompt: str, system: str) -> dict[str, Any]:
         "system": system,
         "messages": [{"role": "user", "content": prompt}],
     }
+
+
+def _from_stream(response: Any) -> dict[str, Any]:
+    """The Messages API's answer from its stream (Server-Sent Events, read line by line), each
+    piece of text handed to ``ledger.live.delta`` as it arrives: the same fields ``_answer``
+    reads from a whole answer (the text blocks, the model, the usage)."""
+    payload: dict[str, Any] = {"content": [], "usage": {}}
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        event = json.loads(line[5:])
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            payload["model"] = message.get("model")
+            payload["usage"].update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            payload["content"].append(dict(event.get("content_block") or {}))
+        elif kind == "content_block_delta" and event["delta"].get("type") == "text_delta":
+            text = event["delta"].get("text", "")
+            block = payload["content"][-1]
+            block["text"] = block.get("text", "") + text
+            live.delta(text)
+        elif kind == "message_delta":
+            payload["usage"].update(event.get("usage") or {})
+        elif kind == "error":
+            raise RuntimeError(f"the model's stream failed: {event.get('error')}")
+    return payload
 
 
 def _answer(payload: dict[str, Any], model: str) -> ModelOutput:

@@ -8,10 +8,16 @@ settles (``ledger.waiting.SETTLED``: finished, or stopped for a person) once eve
 appended before that is delivered — the run's status is read *before* the events, so an event
 committed before the run settled is always in the last read — or after ``max_seconds`` (the
 client reconnects with the id of the last event it saw and loses nothing).
+
+Between its reads a follower also hands on the run's live model text (``ledger.live``: pieces
+of an answer as it arrives, PostgreSQL only) as ``Live`` items: ephemeral, with no id, heard
+only by a follower connected at the time — the step records the whole answer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +26,7 @@ from typing import Any
 
 from django.db import connection
 
-from ledger import selectors
+from ledger import selectors, waiting
 from ledger.waiting import SETTLED
 
 #: How often a follower reads the table for new events.
@@ -48,6 +54,18 @@ class Settled:
 
 
 @dataclass(frozen=True)
+class Live:
+    """A piece of a model step's answer as it arrives (``ledger.live``): not stored, no id."""
+
+    step_id: str
+    text: str
+
+
+#: Live pieces a follower holds for its reader at most; beyond it they are dropped.
+LIVE_BUFFER = 1000
+
+
+@dataclass(frozen=True)
 class Idle:
     """Nothing new since the last read (a follower may send a keep-alive)."""
 
@@ -59,10 +77,36 @@ def follow(
     max_seconds: float = 300.0,
     poll: float = POLL_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[Emitted | Settled | Idle]:
+    live: bool = False,
+) -> Iterator[Emitted | Settled | Idle | Live]:
     """The run's events after ``after``, as they are appended; a ``Settled`` last when the run
     settles; ``Idle`` after each read that found nothing; it stops (without ``Settled``) after
-    ``max_seconds``."""
+    ``max_seconds``. ``live``: between reads, the run's live model text as ``Live`` items
+    (PostgreSQL; elsewhere none come)."""
+    pieces: queue.Queue[Live] = queue.Queue(maxsize=LIVE_BUFFER)
+    stop_hearing: Callable[[], None] = lambda: None  # noqa: E731
+    if live:
+
+        def heard(step_id: str, text: str) -> None:
+            # A reader that does not keep up loses live text, never a stored event.
+            with contextlib.suppress(queue.Full):
+                pieces.put_nowait(Live(step_id, text))
+
+        stop_hearing = waiting.hear(run_id, heard)
+    try:
+        yield from _follow(run_id, after, max_seconds, poll, sleep if not live else None, pieces)
+    finally:
+        stop_hearing()
+
+
+def _follow(
+    run_id: str,
+    after: int,
+    max_seconds: float,
+    poll: float,
+    sleep: Callable[[float], None] | None,
+    pieces: queue.Queue[Live],
+) -> Iterator[Emitted | Settled | Idle | Live]:
     deadline = time.monotonic() + max_seconds
     while True:
         status = selectors.run_status(run_id=run_id)
@@ -81,4 +125,17 @@ def follow(
             return
         if not rows:
             yield Idle()
-        sleep(poll)
+        if sleep is not None:
+            sleep(poll)
+        else:
+            yield from _pieces_for(pieces, poll)
+
+
+def _pieces_for(pieces: queue.Queue[Live], seconds: float) -> Iterator[Live]:
+    """The live pieces that come within ``seconds``, each as soon as it comes."""
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        try:
+            yield pieces.get(timeout=left)
+        except queue.Empty:
+            return

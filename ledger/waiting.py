@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
+from ledger import live
 from ledger.models import FINAL_STATUSES, RunStatus
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class _Listener:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[str, set[_Woken]] = defaultdict(set)
+        #: Per run, who hears its live model text (``ledger.live``): fn(step id, text).
+        self._live: dict[str, set[Callable[[str, str], None]]] = defaultdict(set)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -86,6 +89,43 @@ class _Listener:
         # Listening before the waiter's first read: a commit after that read is heard.
         self._ready.wait(timeout=RECHECK_SECONDS)
         return event
+
+    def hear(self, run_id: str, fn: Callable[[str, str], None]) -> None:
+        """Call ``fn(step_id, text)`` from the listener's thread for each piece of the run's
+        live model text (``ledger.live``) until ``unhear``; waits (a moment) until listening."""
+        with self._lock:
+            self._live[run_id].add(fn)
+            self._start()
+        self._ready.wait(timeout=RECHECK_SECONDS)
+
+    def unhear(self, run_id: str, fn: Callable[[str, str], None]) -> None:
+        with self._lock:
+            hearing = self._live.get(run_id)
+            if hearing is not None:
+                hearing.discard(fn)
+                if not hearing:
+                    del self._live[run_id]
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._ready.clear()
+            self._thread = threading.Thread(
+                target=self._listen, name="runledger-wait-listener", daemon=True
+            )
+            self._thread.start()
+
+    def _heard(self, payload: str) -> None:
+        piece = live.parse(payload)
+        if piece is None:
+            return
+        run_id, step_id, text = piece
+        with self._lock:
+            hearing = list(self._live.get(run_id, ()))
+        for fn in hearing:
+            try:
+                fn(step_id, text)
+            except Exception:  # a reader's bug must not end the listener
+                log.exception("run wait listener: a live reader failed")
 
     def watch(self, run_id: str, fn: Callable[[], None]) -> _Woken:
         """Call ``fn`` on each notification for ``run_id`` (and after a reconnect, when one may
@@ -128,16 +168,17 @@ class _Listener:
 
         while not self._stop.is_set():
             try:
-                params = connections["default"].get_connection_params()
-                for key in _NOT_FOR_LISTENING:
-                    params.pop(key, None)
-                with psycopg.connect(**params, autocommit=True) as conn:
+                with psycopg.connect(**listening_params(), autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {live.LIVE_CHANNEL}")
                     self._ready.set()
                     self._wake_all()  # anything missed while reconnecting is read again
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            self._wake(note.payload)
+                            if note.channel == live.LIVE_CHANNEL:
+                                self._heard(note.payload)
+                            else:
+                                self._wake(note.payload)
                         if self._idle_ends():
                             return
             except Exception as exc:
@@ -149,7 +190,7 @@ class _Listener:
 
     def _idle_ends(self) -> bool:
         with self._lock:
-            if self._events:
+            if self._events or self._live:
                 return False
             self._thread = None
             return True
@@ -164,6 +205,23 @@ class _Listener:
 
 
 _listener = _Listener()
+
+
+def listening_params() -> dict[str, Any]:
+    """Connection parameters for a plain psycopg connection to Django's default database."""
+    params: dict[str, Any] = connections["default"].get_connection_params()
+    for key in _NOT_FOR_LISTENING:
+        params.pop(key, None)
+    return params
+
+
+def hear(run_id: str, fn: Callable[[str, str], None]) -> Callable[[], None]:
+    """Call ``fn(step_id, text)`` (quickly, from the listener's thread) for each piece of the
+    run's live model text (``ledger.live``; PostgreSQL only). Returns the function that stops."""
+    if connections["default"].vendor != "postgresql":
+        return lambda: None
+    _listener.hear(run_id, fn)
+    return lambda: _listener.unhear(run_id, fn)
 
 
 def _forget_after_fork() -> None:

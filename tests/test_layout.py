@@ -33,6 +33,7 @@ DJANGO_FREE = {
     "ledger.engine.decide",
     "ledger.engine.walk",
     "ledger.errors",
+    "ledger.live",
     "ledger.llm",
     "ledger.moved",
     "ledger.pacing",

@@ -60,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ledger import canonical, faultpoints
+from ledger import canonical, faultpoints, live
 from ledger.adapters import _bridge, register_transcript
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
@@ -181,9 +181,14 @@ def ledger_model(ctx: RunContext, wrapped: Any, recorder: Recorder, turns: Turns
 
             async def send() -> dict[str, Any]:
                 with Agent.using_thread_executor(_sync_tools()):
-                    response = await self.wrapped.request(
-                        messages, model_settings, model_request_parameters
-                    )
+                    if live.wanted() and _streams(self.wrapped):  # a reader may follow live
+                        response = await _streamed(
+                            self.wrapped, messages, model_settings, model_request_parameters
+                        )
+                    else:
+                        response = await self.wrapped.request(
+                            messages, model_settings, model_request_parameters
+                        )
                 return {"response": response_adapter.dump_python(response, mode="json")}
 
             answer = await recorder.record_model(ctx, request, send, f"turn.{turn}")
@@ -199,6 +204,32 @@ def ledger_model(ctx: RunContext, wrapped: Any, recorder: Recorder, turns: Turns
             raise AgentDefinitionError(STREAMING)
 
     return LedgerModel(wrapped)
+
+
+def _streams(model: Any) -> bool:
+    """Whether ``model`` answers a streamed request (a ``FunctionModel`` only with its
+    ``stream_function``)."""
+    from pydantic_ai.models import Model
+    from pydantic_ai.models.function import FunctionModel
+
+    if isinstance(model, FunctionModel):
+        return model.stream_function is not None
+    return type(model).request_stream is not Model.request_stream
+
+
+async def _streamed(model: Any, messages: list[Any], settings: Any, parameters: Any) -> Any:
+    """The model's whole answer, asked for as a stream: its text handed to
+    ``ledger.live.delta`` as it arrives (live readers), the ``ModelResponse`` returned whole
+    (the step records it once, as an answer asked for at once)."""
+    from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+    async with model.request_stream(messages, settings, parameters) as streamed:
+        async for event in streamed:
+            if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                live.delta(event.part.content)
+            elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                live.delta(event.delta.content_delta)
+        return streamed.get()
 
 
 # --- the tools ---------------------------------------------------------------------------------
@@ -308,7 +339,8 @@ class Bridge(_bridge.Bridge):
         self, ctx: RunContext, request: dict[str, Any], send: Sender, step: str
     ) -> Any:
         def sync_send(_data: dict[str, Any]) -> Any:
-            return self.on_loop(send())  # type: ignore[arg-type]
+            # On the shared loop's thread, with the model step this thread executes bound.
+            return self.on_loop(live.carry(send)())  # type: ignore[arg-type]
 
         def run() -> Any:
             faultpoints.point("pydantic_ai.before_request")  # between two turns

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
-from ledger import canonical, llm
+from ledger import canonical, live, llm
 from ledger.conf import conf
 from ledger.engine.calls import Call, WaitSpec
 from ledger.engine.walk import Walk
@@ -259,14 +259,19 @@ class RunContext:
         client = llm.client_for(model) if asynchronous else None
         on_loop = client is not None and is_async(getattr(client, "acomplete", None))
 
-        def execute(_key: str | None) -> Any:
-            if on_loop:
-                return client.acomplete(  # type: ignore[union-attr]
+        async def on_the_loop() -> Any:
+            with live.executing(self.run_id, step_id):  # its text streamed to live readers
+                return await client.acomplete(  # type: ignore[union-attr]
                     model=model, prompt=prompt, system=system, tools=schema
                 )
-            return (client or llm.client_for(model)).complete(
-                model=model, prompt=prompt, system=system, tools=schema
-            )
+
+        def execute(_key: str | None) -> Any:
+            if on_loop:
+                return on_the_loop()
+            with live.executing(self.run_id, step_id):
+                return (client or llm.client_for(model)).complete(
+                    model=model, prompt=prompt, system=system, tools=schema
+                )
 
         return self._prepare(
             step_id,
@@ -313,7 +318,7 @@ class RunContext:
             kind=StepKind.MODEL,
             tool="model",
             inputs=data,
-            execute=lambda _key: send(data),
+            execute=lambda _key: live.bound_send(self.run_id, step_id, send)(data),
             retries=retries,
             model_id=model,
             prompt_hash=canonical.hash_text(canonical.dumps(data)),

@@ -525,3 +525,68 @@ def payout(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         ctx.call(notify_team, step="notify", channel="#billing", text=f"payout rejected: {exc}")
         return {"paid": False, "rejected_by": exc.by}
     return {"paid": True, "charge_id": charge["charge_id"]}
+
+
+#: What ``refund_question`` asks a person for: a decision, and a note for the customer.
+REFUND_DECISION = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Refund it"},
+        "note": {"type": "string", "title": "Note for the customer", "maxLength": 500},
+    },
+    "required": ["approve"],
+    "additionalProperties": False,
+}
+
+
+@agent(
+    "refund_after_return",
+    plan_version="1",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge],
+    title="Refund invoice {invoice_id} once the return arrives",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
+)
+def refund_after_return(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Waits for the warehouse's ``return_received`` event (sent to the run by an application:
+    ``POST /api/v1/runs/{run_id}/events``), holding no worker meanwhile, then refunds."""
+    invoice = ctx.call(fetch_invoice, step="fetch_invoice", invoice_id=inputs["invoice_id"])
+    ctx.emit("progress", {"waiting_for": "return_received", "invoice_id": invoice["invoice_id"]})
+    days = float(inputs.get("wait_days", 14))
+    parcel = ctx.wait_for_event("return_received", timeout=days * 86400, step="return")
+    if parcel is None:
+        ctx.emit("progress", {"outcome": "no return within the window"})
+        return {"refunded": False, "why": "the return never arrived"}
+    args = {"customer": invoice["customer"], "amount_cents": invoice["total_cents"]}
+    charge = ctx.call(refund_charge, step="refund", **args)
+    ctx.emit("progress", {"outcome": "refunded", "charge_id": charge["charge_id"]})
+    return {"refunded": True, "parcel": parcel, "charge_id": charge["charge_id"]}
+
+
+@agent(
+    "refund_question",
+    plan_version="1",
+    max_resumes=5,
+    tools=[fetch_invoice, refund_charge],
+    title="Ask before refunding invoice {invoice_id}",
+    labels=("invoice_id",),
+    requires=("invoice_id",),
+)
+def refund_question(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Asks an operator whether to refund an invoice over the limit (``ctx.ask``): the run page
+    shows a form made from ``REFUND_DECISION``; the answer decides."""
+    invoice = ctx.call(fetch_invoice, step="fetch_invoice", invoice_id=inputs["invoice_id"])
+    ctx.emit("progress", {"asking": "operator", "total_cents": invoice["total_cents"]})
+    answer = ctx.ask(
+        f"Refund {invoice['total_cents'] / 100:.2f} to {invoice['customer']} for "
+        f"{invoice['invoice_id']} ({invoice['reason']})? It is over the automatic limit.",
+        schema=REFUND_DECISION,
+        role="operator",
+        step="decision",
+    )
+    if not answer["approve"]:
+        return {"refunded": False, "note": answer.get("note", "")}
+    args = {"customer": invoice["customer"], "amount_cents": invoice["total_cents"]}
+    charge = ctx.call(refund_charge, step="refund", **args)
+    return {"refunded": True, "charge_id": charge["charge_id"], "note": answer.get("note", "")}

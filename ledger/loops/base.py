@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ledger import canonical
+from ledger import canonical, live
 from ledger.engine import RunContext
 from ledger.errors import BudgetExhausted
 from ledger.registry import Tool
@@ -168,22 +168,46 @@ def _hidden(tool: Tool) -> list[str]:
     return [p for p in inspect.signature(tool.fn).parameters if p in HIDDEN_PARAMS]
 
 
+#: Reads a streamed answer (the SDK's parsed stream of events), handing each piece of text to
+#: ``ledger.live.delta`` as it comes; returns the whole answer, as the SDK's response model.
+Accumulate = Callable[[Any], Any]
+
+
 class Sender:
     """Sends one request through an SDK's raw-response method; the answer is the SDK's
     response model as JSON plus ``attempts``: 1 + the SDK's own retries of transient errors
     (429, 529, 5xx), all attempts of the same model step. The client is built on first use,
-    so a loop that only replays needs no key and no SDK call."""
+    so a loop that only replays needs no key and no SDK call.
 
-    def __init__(self, factory: ClientFactory, *, endpoint: Callable[[Any], Any]) -> None:
+    With ``streamed`` (the extra request arguments that ask for a stream, and how to read one)
+    and a live reader possible (``ledger.live.wanted``: a model step executes, on PostgreSQL),
+    the answer is asked for as a stream and its text handed on as it arrives; the answer
+    recorded is the same whole response model. The extra arguments are not part of the
+    step's inputs (its hash), so a run records the same steps whether it streamed or not."""
+
+    def __init__(
+        self,
+        factory: ClientFactory,
+        *,
+        endpoint: Callable[[Any], Any],
+        streamed: tuple[dict[str, Any], Accumulate] | None = None,
+    ) -> None:
         self._factory = factory
         self._endpoint = endpoint
+        self._streamed = streamed
         self._client: Any = None
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         if self._client is None:
             self._client = self._factory()
-        raw = self._endpoint(self._client)(**request)
-        answer: dict[str, Any] = raw.parse().model_dump(mode="json", exclude_none=True)
+        if self._streamed is not None and live.wanted():
+            extra, accumulate = self._streamed
+            raw = self._endpoint(self._client)(**request, **extra)
+            whole = accumulate(raw.parse())
+        else:
+            raw = self._endpoint(self._client)(**request)
+            whole = raw.parse()
+        answer: dict[str, Any] = whole.model_dump(mode="json", exclude_none=True)
         answer["attempts"] = raw.retries_taken + 1
         return answer
 

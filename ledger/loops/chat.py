@@ -3,7 +3,10 @@
 Wire format used: ``POST /v1/chat/completions`` with ``tools`` of ``type: function``
 (``name``, ``description``, ``parameters``); the answer's ``choices[0].message`` carries
 ``tool_calls`` (``id``, ``function.name``, ``function.arguments`` as JSON text) while the model
-wants tools; each is answered by a ``role: tool`` message with the same ``tool_call_id``.
+wants tools; each is answered by a ``role: tool`` message with the same ``tool_call_id``. While
+a reader may follow the run live, a turn is asked for with ``stream: true`` (and the usage in
+its last chunk) and its text handed on as it arrives (``ledger.live``); the step records the
+whole ``ChatCompletion`` all the same.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger import live
 from ledger.engine import RunContext
 from ledger.loops.base import (
     ClientFactory,
@@ -67,10 +71,28 @@ def chat_loop(
         messages=[*opening, {"role": "user", "content": user}],
         tools=tools,
         limits=limits or Limits(),
-        sender=Sender(client, endpoint=lambda c: c.chat.completions.with_raw_response.create),
+        sender=Sender(
+            client,
+            endpoint=lambda c: c.chat.completions.with_raw_response.create,
+            streamed=({"stream": True, "stream_options": {"include_usage": True}}, accumulate),
+        ),
         model=model,
         step=step,
     )
+
+
+def accumulate(chunks: Any) -> Any:
+    """The whole ``ChatCompletion`` of a streamed answer (the SDK's
+    ``ChatCompletionStreamState`` builds it from the chunks), its text handed to
+    ``ledger.live.delta`` as it arrives."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    state: Any = ChatCompletionStreamState()
+    for chunk in chunks:
+        for event in state.handle_chunk(chunk):
+            if event.type == "content.delta":
+                live.delta(event.delta)
+    return state.get_final_completion()
 
 
 @dataclass

@@ -3,7 +3,9 @@
 Wire format used: ``POST /v1/messages`` with ``tools`` (``name``, ``description``,
 ``input_schema``); the answer's ``content`` holds ``text`` and ``tool_use`` blocks and its
 ``stop_reason`` is ``tool_use`` while the model wants tools; each ``tool_use`` is answered in the
-next user message by a ``tool_result`` block with the same ``tool_use_id``.
+next user message by a ``tool_result`` block with the same ``tool_use_id``. While a reader may
+follow the run live, a turn is asked for with ``stream: true`` and its text handed on as it
+arrives (``ledger.live``); the step records the whole ``Message`` all the same.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger import live
 from ledger.engine import RunContext
 from ledger.loops.base import (
     ClientFactory,
@@ -63,10 +66,26 @@ def messages_loop(
         messages=[{"role": "user", "content": user}],
         tools=tools,
         limits=limits or Limits(),
-        sender=Sender(client, endpoint=lambda c: c.messages.with_raw_response.create),
+        sender=Sender(
+            client,
+            endpoint=lambda c: c.messages.with_raw_response.create,
+            streamed=({"stream": True}, accumulate),
+        ),
         model=model,
         step=step,
     )
+
+
+def accumulate(events: Any) -> Any:
+    """The whole ``Message`` of a streamed answer (the SDK's ``MessageStream`` builds it from
+    the events), its text handed to ``ledger.live.delta`` as it arrives."""
+    from anthropic import NOT_GIVEN
+    from anthropic.lib.streaming import MessageStream
+
+    with MessageStream(events, output_format=NOT_GIVEN) as stream:
+        for text in stream.text_stream:
+            live.delta(text)
+        return stream.get_final_message()
 
 
 @dataclass

@@ -25,9 +25,10 @@ def runs_sweep(
     """One pass of the sweep; returns the runs that this caller must enqueue for a worker.
 
     Re-queues running runs whose lease expired (the worker died, froze, or lost its machine)
-    and queued runs untouched for ``lost_after`` seconds (their message was lost); queues runs
-    whose question (``ctx.ask``) timed out unanswered, fails queued runs whose deadline
-    passed (reason ``deadline``), and lifts the pauses whose expiry passed. Two
+    and queued runs untouched for ``lost_after`` seconds (their message was lost); announces
+    released runs whose ``wake_at`` came (a sleep, a wait, a back-off, a delayed start); queues runs
+    whose question (``ctx.ask``) timed out unanswered, fails queued runs whose deadline passed
+    (reason ``deadline``), and lifts the pauses whose expiry passed. Two
     sweepers at once each get a disjoint list: every re-queue is a compare-and-set.
     """
     wait = conf.RUNLEDGER_REQUEUE_QUEUED_AFTER_SECONDS if lost_after is None else lost_after
@@ -40,6 +41,9 @@ def runs_sweep(
         observe.emit("lease_expired", run_id=run_id)
     for run_id in transitions.runs_fail_past_deadline(clock=clock, limit=limit):
         observe.emit("run_deadline", run_id=run_id)
+    for run_id, seen_at in selectors.runs_due_to_wake(now=clock(), limit=limit):
+        if transitions.run_wake_due(run_id=run_id, seen_at=seen_at, clock=clock):
+            ids.append(run_id)  # a sleep, a wait or a back-off is over: its message may be lost
     for run_id, seen_at in selectors.runs_lost_in_queue(older_than=wait, now=clock(), limit=limit):
         if transitions.run_requeue_lost(run_id=run_id, seen_at=seen_at, clock=clock):
             ids.append(run_id)

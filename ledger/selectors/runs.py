@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, Count, Q, QuerySet, TextField
+from django.db.models import BooleanField, Count, F, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Left
 from django.utils.dateparse import parse_datetime
@@ -754,6 +754,18 @@ def runs_with_expired_leases(*, now: datetime, limit: int = 100) -> list[Expired
         .values_list("run_id", "lease_token", "lease_owner", "lease_expires_at")[:limit]
     )
     return [ExpiredLease(*row) for row in rows]
+
+
+def runs_due_to_wake(*, now: datetime, limit: int = 100) -> list[tuple[str, datetime]]:
+    """Released runs (a sleep, a wait for an event, a retry's back-off, a delayed start) whose
+    ``wake_at`` has come and that nobody touched since: their timed message may be late or lost
+    (held by a worker that died, or a broker's visibility timeout), so the sweep wakes them."""
+    rows = (
+        Run.objects.filter(status=RunStatus.QUEUED, wake_at__lte=now, updated_at__lt=F("wake_at"))
+        .order_by("wake_at")
+        .values_list("run_id", "updated_at")[:limit]
+    )
+    return list(rows)
 
 
 def runs_lost_in_queue(

@@ -95,6 +95,7 @@ from ledger.transitions.lifecycle import (
     run_stamp_plan,
     run_start,
     run_start_once,
+    run_wake_due,
     run_woke,
 )
 from ledger.transitions.mailbox import (
@@ -210,6 +211,7 @@ __all__ = [
     "run_start_many",
     "run_start_once",
     "run_wait",
+    "run_wake_due",
     "run_woke",
     "runs_archive_record",
     "runs_fail_past_deadline",

@@ -746,7 +746,8 @@ def run_block(*, run_id: str, token: str, why: RunBlocked, clock: Clock = timezo
         if isinstance(why, ApprovalRequired):
             gates.gate_open(run_id=run_id, why=why, now=now)  # its own notification, once
         else:
-            notify.notify_run_blocked(run_id=run_id, at=now)
+            asked = why.step_id if isinstance(why, QuestionAsked) else ""
+            notify.notify_run_blocked(run_id=run_id, at=now, question_step=asked)
         notify.notify_run_event(run_id=run_id, at=now)
 
 
@@ -893,6 +894,25 @@ def run_requeue_lost(*, run_id: str, seen_at: datetime, clock: Clock = timezone.
     if updated == 1:
         log.warning("run %s: queued since %s with no worker; enqueued again", run_id, seen_at)
         signals.send_run_queued_on_commit(run_id=run_id, cause="recovery")
+    return updated == 1
+
+
+def run_wake_due(*, run_id: str, seen_at: datetime, clock: Clock = timezone.now) -> bool:
+    """Claim the right to announce a released run whose ``wake_at`` came (compare-and-set on
+    ``updated_at``, which this moves past ``wake_at``: one wake per release). Its timed message
+    may also come; the lease admits one of the two. ``wake_at`` stays, so the claim still counts
+    the wake as planned (no resume budget)."""
+    now = clock()
+    runs = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, updated_at=seen_at)
+    try:
+        with bounded_lock_wait(conf.RUNLEDGER_SWEEP_LOCK_WAIT_SECONDS):
+            updated = runs.update(updated_at=now) if _skip_locked(runs) else 0
+    except LockRefused as exc:
+        log.warning("run %s: its row is held by another session; skipped (%s)", run_id, exc)
+        return False
+    if updated == 1:
+        log.info("run %s: due to wake; announced by the sweep", run_id)
+        signals.send_run_queued_on_commit(run_id=run_id, cause="wake")
     return updated == 1
 
 

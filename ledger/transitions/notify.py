@@ -119,13 +119,18 @@ def _name(run: Run) -> str:
     return run.title or f"{run.agent} {run.run_id}"
 
 
-def notify_run_blocked(*, run_id: str, at: datetime) -> int:
-    """A run entered needs_attention (call in the transaction that blocked it)."""
+def notify_run_blocked(*, run_id: str, at: datetime, question_step: str = "") -> int:
+    """A run entered needs_attention (call in the transaction that blocked it).
+
+    Each stop is its own event, except a question's (``ctx.ask``, ``question_step`` its step):
+    keyed by the question, so a run that stops on the same question again (resumed by hand
+    before anyone answered, replayed after a crash) tells nobody twice."""
     if not channels():
         return 0
     run = Run.objects.get(pk=run_id)
+    stop = f"question:{question_step}" if question_step else run.status_changed_at.isoformat()
     return _queue(
-        event_key=f"needs_attention:{run.run_id}:{run.status_changed_at.isoformat()}",
+        event_key=f"needs_attention:{run.run_id}:{stop}",
         kind=NotificationKind.NEEDS_ATTENTION,
         run=run,
         subject=f"[runledger] needs a person: {_name(run)} ({run.reason})",

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from django.http import StreamingHttpResponse
 
-from ledger.streaming import POLL_SECONDS, Emitted, Idle, Settled, follow
+from ledger.streaming import POLL_SECONDS, Emitted, Idle, Live, Settled, follow
 
 #: Streams one web process serves at once (half its threads by default).
 MAX_STREAMS = 4
@@ -36,22 +36,29 @@ class TooManyStreams(Exception):
     """This process serves ``MAX_STREAMS`` streams already."""
 
 
-def event_lines(item: Emitted | Settled) -> str:
+def event_lines(item: Emitted | Settled | Live) -> str:
     """One SSE event: an emitted event (``id`` is its stream id, ``data`` a JSON object with
-    ``kind``, ``data``, ``step_id``, ``at``), or ``event: end`` with the settled status."""
+    ``kind``, ``data``, ``step_id``, ``at``), ``event: end`` with the settled status, or
+    ``event: delta`` with a piece of live model text (``step_id``, ``text``) — no ``id``, so
+    that a reconnect (``Last-Event-ID``) resumes after the last stored event: live text is
+    never replayed."""
     if isinstance(item, Settled):
         return f"event: end\ndata: {json.dumps({'status': item.status})}\n\n"
+    if isinstance(item, Live):
+        piece = json.dumps({"step_id": item.step_id, "text": item.text}, separators=(",", ":"))
+        return f"event: delta\ndata: {piece}\n\n"
     body = {"id": item.id, "kind": item.kind, "data": item.data, "step_id": item.step_id}
     body["at"] = item.at.isoformat()
     return f"id: {item.id}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 
-def response(run_id: str, *, after: int) -> StreamingHttpResponse:
-    """The run's stream after event ``after`` as ``text/event-stream``; ``TooManyStreams`` when
-    this process serves its limit already."""
+def response(run_id: str, *, after: int, live: bool = False) -> StreamingHttpResponse:
+    """The run's stream after event ``after`` as ``text/event-stream`` (``live``: with the
+    live model text, ``event: delta``); ``TooManyStreams`` when this process serves its limit
+    already."""
     if not _open.acquire(blocking=False):
         raise TooManyStreams
-    lines = _Held(_lines(run_id, after))
+    lines = _Held(_lines(run_id, after, live))
     answer = StreamingHttpResponse(lines, content_type="text/event-stream")
     answer["Cache-Control"] = "no-cache"
     answer["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
@@ -84,10 +91,10 @@ class _Held:
                 self._lines.close()
 
 
-def _lines(run_id: str, after: int) -> Iterator[str]:
+def _lines(run_id: str, after: int, live: bool) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     quiet = 0.0
-    for item in follow(run_id, after=after, max_seconds=MAX_STREAM_SECONDS):
+    for item in follow(run_id, after=after, max_seconds=MAX_STREAM_SECONDS, live=live):
         if isinstance(item, Idle):
             quiet += POLL_SECONDS
             if quiet >= KEEPALIVE_SECONDS:

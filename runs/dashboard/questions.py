@@ -56,7 +56,9 @@ def answer_fields(schema: Any) -> list[Field] | None:
                 choices=[str(v) for v in enum] if kind == "choice" and enum else [],
             )
         )
-    return fields
+    # The required fields first: the stored schema's properties are in canonical (sorted) order,
+    # not the author's, and what must be answered reads best at the top.
+    return sorted(fields, key=lambda f: not f.required)
 
 
 def read_answer(post: QueryDict, schema: Any) -> Any:

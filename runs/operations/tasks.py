@@ -111,7 +111,8 @@ def resume_run(self: Task, run_id: str) -> str | None:
 def sweep() -> list[str]:
     """Re-queue runs whose worker lease expired, and runs whose message was lost (each is
     announced by its re-queue and sent to the resume task from there)."""
-    return sweeping.runs_sweep()
+    # The workers' clock: the one a run's wake_at was written with.
+    return sweeping.runs_sweep(clock=faultpoints.clock())
 
 
 @shared_task(name="runledger.prune")

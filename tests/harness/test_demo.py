@@ -2,7 +2,8 @@
 
 Runs the real demo command (SQLite file, filesystem broker, a real Celery worker and beat, the
 web server) in a temporary directory, signs in over HTTP and checks that the runs list shows
-every scenario with the status the engine gave it; then stops it with Ctrl-C.
+every scenario with the status the engine gave it (among them a run waiting for an event and one
+asking a person, its question on its page); then stops it with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ EXPECTED = {
     "recovered-before-charge": ("succeeded", ""),
     "recovered-after-email": ("succeeded", ""),
     "pydantic-ai-refund-recovered": ("succeeded", ""),
+    "asking-a-person": ("needs_attention", "question"),
 }
 ROW = re.compile(
     r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'
@@ -200,6 +202,14 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
         rows = {m["run"]: (m["status"], m["reason"] or "") for m in ROW.finditer(browser.get("/"))}
         for key, expected in EXPECTED.items():
             assert rows.get(runs[key]) == expected, (key, rows.get(runs[key]))
+        # A run waits for an event (released: queued, no worker held) and one asks a person,
+        # the question on its page (a viewer reads it; an operator would get the form).
+        waiting = browser.get(f"/runs/{runs['waiting-for-an-event']}/")
+        assert 'id="run-waiting"' in waiting and "return_received" in waiting
+        assert rows.get(runs["waiting-for-an-event"], ("",))[0] == "queued"
+        asking = browser.get(f"/runs/{runs['asking-a-person']}/")
+        assert 'id="run-question"' in asking and "over the automatic limit" in asking
+        assert 'id="run-stream"' in asking  # what the agent emitted before it asked
         # The long run is picked up by the demo's real worker.
         long_run = runs["long-run-in-progress"]
         deadline = time.monotonic() + 120

@@ -9,6 +9,12 @@ turn from the conversation it is sent (as a real model does): turn 1 fetches eve
 named (parallel tool calls), turn 2 refunds each from the fetched invoices, turn 3 emails each
 customer naming the charge id from the refund results, turn 4 answers in text. It records every
 request, and ``fail(status, times)`` answers the next requests with a transient error.
+
+A request with ``stream: true`` is answered as the provider streams (Server-Sent Events: the
+Messages API's ``message_start`` … ``content_block_delta`` … ``message_stop``; Chat Completions'
+``chat.completion.chunk`` lines and ``[DONE]``), the text a word per event. ``hold()`` makes
+the server stop after the first piece of text of the next streamed answer until ``release()``,
+so a test can see a piece arrive while the model call is still in progress.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ class WireModel:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.failures: list[int] = []
         self.lock = threading.Lock()
+        self.streamed = 0  # answers sent as streams
+        self.holding = threading.Event()  # set: stop after the next stream's first piece
+        self.released = threading.Event()
+        self.paused = threading.Event()  # set once a held stream is stopped at its first piece
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -50,6 +60,15 @@ class WireModel:
     def fail(self, status: int, times: int = 1) -> None:
         with self.lock:
             self.failures.extend([status] * times)
+
+    def hold(self) -> None:
+        self.released.clear()
+        self.paused.clear()
+        self.holding.set()
+
+    def release(self) -> None:
+        self.holding.clear()
+        self.released.set()
 
     def turns_asked(self) -> Counter[int]:
         """How often each turn (1, 2, …) was answered, transient errors not counted."""
@@ -182,6 +201,71 @@ def openai_completion(
     }
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*", text) or [text]
+
+
+def anthropic_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The Messages API's stream of ``message``: (event name, data) in order."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for i, block in enumerate(message["content"]):
+        opened: dict[str, Any]
+        deltas: list[dict[str, Any]]
+        if block["type"] == "text":
+            opened, deltas = (
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": w} for w in _words(block["text"])],
+            )
+        else:
+            opened = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": opened},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    end = {
+        "type": "message_delta",
+        "delta": stop,
+        "usage": {"output_tokens": usage["output_tokens"]},
+    }
+    events += [("message_delta", end), ("message_stop", {"type": "message_stop"})]
+    return events
+
+
+def openai_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
+    """Chat Completions' stream of ``completion``: its chunks in order (the usage last)."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {
+        "object": "chat.completion.chunk"
+    }
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": w}) for w in _words(message["content"] or "") if w]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": i, **call}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if usage:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
 def _handler(model: WireModel) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -193,6 +277,9 @@ def _handler(model: WireModel) -> type[BaseHTTPRequestHandler]:
                 status, payload = model.answer("openai", body)
             else:
                 status, payload = 404, {"error": {"message": f"no route {self.path}"}}
+            if status == 200 and body.get("stream"):
+                self.stream(body, payload)
+                return
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -201,6 +288,36 @@ def _handler(model: WireModel) -> type[BaseHTTPRequestHandler]:
                 self.send_header("retry-after-ms", "20")
             self.end_headers()
             self.wfile.write(data)
+
+        def stream(self, body: dict[str, Any], payload: dict[str, Any]) -> None:
+            with model.lock:
+                model.streamed += 1
+            if self.path == "/v1/messages":
+                lines = [
+                    f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                    for name, data in anthropic_events(payload)
+                ]
+                texts = [n == "content_block_delta" and d["delta"]["type"] == "text_delta"
+                         for n, d in anthropic_events(payload)]  # fmt: skip
+            else:
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                chunks = openai_chunks(payload, usage=usage)
+                lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+                texts = [bool(c["choices"] and c["choices"][0]["delta"].get("content"))
+                         for c in chunks] + [False]  # fmt: skip
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.end_headers()
+            held = model.holding.is_set()
+            for line, text in zip(lines, texts, strict=True):
+                self.wfile.write(line.encode())
+                self.wfile.flush()
+                if text and held:
+                    held = False
+                    model.paused.set()
+                    model.released.wait(timeout=300)
+            self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

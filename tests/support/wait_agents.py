@@ -125,3 +125,20 @@ async def asker_async(ctx: AsyncRunContext, inputs: dict[str, Any]) -> dict[str,
     )
     await ctx.call(mark, path=inputs["marks"], text="answered", step="after")
     return {"answer": answer}
+
+
+@agent("concierge", tools=[mark], max_resumes=2)
+def concierge(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Emits its progress, takes the customer's reply from its mailbox, then asks a person:
+    the run page's stream, mailbox and question at once."""
+    ctx.emit("progress", {"stage": "reading the ticket", "ticket": inputs["ticket"]})
+    reply = ctx.wait_for_event("customer_reply", timeout=inputs.get("timeout"), step="reply")
+    ctx.emit("progress", {"stage": "asking a person", "reply": reply})
+    answer = ctx.ask(
+        f"Refund {inputs['invoice']} for {inputs['customer']}?",
+        schema=DECISION,
+        role="operator",
+        step="ask",
+    )
+    ctx.emit("progress", {"stage": "done", "approved": answer["approve"]})
+    return {"reply": reply, "answer": answer}

@@ -33,10 +33,12 @@ from runledger_client._client import (
     SentEvent,
     Step,
     StreamEvent,
+    TextDelta,
     UnexpectedAnswer,
     Webhook,
     _batch_items,
     _batch_runs,
+    _delta,
     _error,
     _event,
     _json,
@@ -169,20 +171,20 @@ class AsyncClient:
         return await self.wait(run.run_id, timeout=left)
 
     async def stream(
-        self, run_id: str, last_event_id: int | None = None
-    ) -> AsyncIterator[StreamEvent]:
+        self, run_id: str, last_event_id: int | None = None, *, live: bool = False
+    ) -> AsyncIterator[StreamEvent | TextDelta]:
         """``Client.stream``: ``async for event in runledger.stream(run_id)``, each event once,
-        in order, reconnecting after the last one seen; ends when the run settles."""
+        in order, reconnecting after the last one seen; ends when the run settles. ``live``:
+        also the model's text as it arrives (``TextDelta``, live only)."""
         after = last_event_id
         attempt = 0
+        path = f"/runs/{_quote(run_id)}/stream" + ("?live=true" if live else "")
         while True:
             headers = {"Accept": "text/event-stream"}
             if after is not None:
                 headers["Last-Event-ID"] = str(after)
             try:
-                async with self._http.stream(
-                    "GET", f"/runs/{_quote(run_id)}/stream", headers=headers
-                ) as answer:
+                async with self._http.stream("GET", path, headers=headers) as answer:
                     if answer.status_code in RETRIED_STATUSES and attempt < self.retries:
                         await answer.aread()
                         await self._pause(attempt, answer.headers.get("Retry-After"))
@@ -197,6 +199,9 @@ class AsyncClient:
                         attempt = 0
                         if kind == "end":
                             return
+                        if kind == "delta":
+                            yield _delta(data)
+                            continue
                         event = _event(data)
                         after = event.id
                         yield event

@@ -70,6 +70,7 @@ __all__ = [
     "SentEvent",
     "Step",
     "StreamEvent",
+    "TextDelta",
     "Unauthorized",
     "UnexpectedAnswer",
     "Webhook",
@@ -147,6 +148,16 @@ class StreamEvent:
     data: Any = None
     step_id: str = ""
     at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of a model's answer as it arrives (``stream(run_id, live=True)``): live only —
+    not stored, no id, never seen again on a reconnect; the model step records the whole
+    answer."""
+
+    step_id: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -574,23 +585,26 @@ class Client:
             return run
         return self.wait(run.run_id, timeout=left)
 
-    def stream(self, run_id: str, last_event_id: int | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, run_id: str, last_event_id: int | None = None, *, live: bool = False
+    ) -> Iterator[StreamEvent | TextDelta]:
         """The events the run's agent emits (``ctx.emit``), each once and in order, as they
         come, after ``last_event_id`` (None: from the first); ends when the run settles.
+        ``live``: also the model's text as it arrives (``TextDelta``, live only: a piece sent
+        while no reader was connected is not seen again).
 
         Follows ``GET /runs/{run_id}/stream`` (Server-Sent Events) and reconnects after the
         last event seen when the server closes a long stream or the connection drops, so a
         reader sees every event exactly once. ``NotFound`` for an unknown run."""
         after = last_event_id
         attempt = 0
+        path = f"/runs/{_quote(run_id)}/stream" + ("?live=true" if live else "")
         while True:
             headers = {"Accept": "text/event-stream"}
             if after is not None:
                 headers["Last-Event-ID"] = str(after)
             try:
-                with self._http.stream(
-                    "GET", f"/runs/{_quote(run_id)}/stream", headers=headers
-                ) as answer:
+                with self._http.stream("GET", path, headers=headers) as answer:
                     if answer.status_code in RETRIED_STATUSES and attempt < self.retries:
                         answer.read()
                         self._pause(attempt, answer.headers.get("Retry-After"))
@@ -607,6 +621,9 @@ class Client:
                         attempt = 0
                         if kind == "end":
                             return
+                        if kind == "delta":
+                            yield _delta(data)
+                            continue
                         event = _event(data)
                         after = event.id
                         yield event
@@ -848,6 +865,12 @@ def _event(data: str) -> StreamEvent:
     import json
 
     return _parse(StreamEvent, json.loads(data))
+
+
+def _delta(data: str) -> TextDelta:
+    import json
+
+    return _parse(TextDelta, json.loads(data))
 
 
 def _step(data: dict[str, Any]) -> Step:

@@ -277,6 +277,13 @@ def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     return RunOut.of(run)
 
 
+class StreamQuery(Strict):
+    live: bool = Field(
+        default=False,
+        description="also the model's text as it arrives (`event: delta`, no id, not stored)",
+    )
+
+
 @router.get(
     "/runs/{run_id}/stream",
     response={200: None, **REFUSALS},
@@ -286,8 +293,11 @@ def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     '"at"}`. Resumable: send `Last-Event-ID` (the id of the last event seen) and the stream '
     'goes on after it. Ends with `event: end` (`data: {"status"}`) once the run settled '
     "(succeeded, failed, cancelled, needs attention); a stream open for 5 minutes closes "
-    "without it and the client reconnects. 503 when this web process serves its limit of "
-    "streams already (retry after the `Retry-After` seconds).",
+    "without it and the client reconnects. With `live=true`, also the model's text as it "
+    'arrives: `event: delta` and `data: {"step_id", "text"}`, without an id — live only, '
+    "never stored nor replayed (the model step records the whole answer; PostgreSQL only). "
+    "503 when this web process serves its limit of streams already (retry after the "
+    "`Retry-After` seconds).",
     openapi_extra={
         "responses": {
             200: {
@@ -300,10 +310,11 @@ def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
 def stream(
     request: HttpRequest,
     run_id: str,
+    q: Query[StreamQuery],
     last_event_id: str | None = Header(default=None, alias="Last-Event-ID", max_length=20),
 ) -> StreamingHttpResponse:
     require(request, "read")
-    refuse_unknown_query(request, Strict)
+    refuse_unknown_query(request, StreamQuery)
     after = 0
     if last_event_id:
         if not last_event_id.isascii() or not last_event_id.isdigit():
@@ -313,7 +324,7 @@ def stream(
         after = int(last_event_id)
     run = run_or_404(run_id)
     try:
-        return sse.response(run.run_id, after=after)
+        return sse.response(run.run_id, after=after, live=q.live)
     except sse.TooManyStreams:
         raise problems.Problem(
             503,

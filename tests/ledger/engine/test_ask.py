@@ -91,3 +91,39 @@ def test_an_application_cannot_send_an_answer_as_an_event(clock, tmp_path) -> No
     with pytest.raises(InvalidInput):
         api.send_event(run_id, "answer:ask", {"approve": True}, event_id="forged")
     assert not MailboxEvent.objects.exists()
+
+
+def test_the_person_is_told_once_though_the_run_stops_on_its_question_twice(
+    clock, tmp_path, settings
+) -> None:
+    from ledger.processes import delivery
+    from tests.support.receivers import Receiver
+
+    receiver = Receiver()
+    settings.RUNLEDGER_NOTIFY_WEBHOOK_URL = f"http://127.0.0.1:{receiver.port}/hook"
+    try:
+        run_id = ask(clock, tmp_path)
+        assert execute(run_id, clock).reason == "question"
+        delivery.deliver_due(clock=clock)
+        # Resumed by hand before anyone answered: the replay stops on the same question again.
+        transitions.run_resume(
+            run_id=run_id, by="op", reason="nudge", seen_version=None, anyway=True, stops_again=""
+        )
+        clock.advance(1)
+        assert execute(run_id, clock).reason == "question"
+        assert Run.objects.get(pk=run_id).status_changed_at == clock()  # a second stop
+        clock.advance(1)
+        delivery.deliver_due(clock=clock)
+        delivery.deliver_due(clock=clock)
+
+        told = [body for _key, body in receiver.requests if body.get("run_id") == run_id]
+        assert [(b["event"], b["reason"]) for b in told] == [("needs_attention", "question")]
+
+        # Its answer, then another run's question: each question is told once, its own.
+        transitions.question_answer(run_id=run_id, answer={"approve": True}, by="alice")
+        other = ask(clock, tmp_path, invoice="inv_2")
+        execute(other, clock)
+        delivery.deliver_due(clock=clock)
+        assert sorted(body["run_id"] for _key, body in receiver.requests) == sorted([run_id, other])
+    finally:
+        receiver.stop()

@@ -3,8 +3,9 @@
 1. a run sleeping an hour (on the workers' clock, which the test moves: ``harness.faults``'
    RUNLEDGER_CLOCK_OFFSET_FILE) is released: it holds no worker slot (a one-slot worker runs
    another run meanwhile), no lease and no connection; its worker is SIGKILLed during the sleep;
-   a new worker does not take it before it is due (not shortened) and takes it once the clock
-   reaches the due time the ledger holds (not repeated), costing no resume budget;
+   a new worker does not take it before it is due (not shortened), and once the clock reaches
+   the due time the ledger holds the periodic sweep (beat) wakes it with no message sent for
+   it (not repeated), costing no resume budget;
 2. three events, sent before, during and after the run's wait, with the worker SIGKILLed
    between the second event's arrival and its step's commit (``mailbox.before_commit``): each
    is taken exactly once, in order; the same event id sent twice is one event.
@@ -21,7 +22,7 @@ from django.db import connection
 from harness.cluster import Cluster, wait_for
 from harness.unannounced import start_unannounced
 from ledger import api
-from ledger.models import MailboxEvent, Run, Step
+from ledger.models import Beacon, MailboxEvent, Run, Step
 from runs.operations.tasks import resume_run, start_run
 from tests.support import wait_agents
 
@@ -103,8 +104,15 @@ def test_a_sleeping_run_holds_nothing_survives_a_sigkill_and_wakes_when_due(
     assert (early.status, early.wake_at, early.executions) == ("queued", released.wake_at, 1)
     assert wait_agents.marks(marks) == ["before"]
 
-    offset.write_text(str(HOUR + 1))  # the workers' clock passes the due time
-    cluster.send(resume_run, sleeper)
+    cluster.beat()  # the periodic sweep: it must not wake the run early either
+    assert wait_for(lambda: Beacon.objects.filter(name="sweep").exists(), timeout=WAIT)
+    Beacon.objects.all().delete()
+    assert wait_for(lambda: Beacon.objects.filter(name="sweep").exists(), timeout=WAIT)
+    assert (run_row(sleeper).status, run_row(sleeper).executions) == ("queued", 1)
+
+    # The workers' clock passes the due time. No message is sent: the early one was refused,
+    # the timed one (an hour of real time) is far off; the sweep wakes the run when it is due.
+    offset.write_text(str(HOUR + 1))
     assert wait_for(lambda: run_row(sleeper).status == "succeeded", timeout=WAIT), cluster.log("w2")
     done = run_row(sleeper)
     assert (done.resume_count, done.executions, done.wake_at) == (0, 2, None)
