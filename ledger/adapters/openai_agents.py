@@ -278,6 +278,10 @@ def _prepare(
 ) -> tuple[_Bridge, Agent[Any], RunConfig, dict[str, Any]]:
     """Check ``run``'s arguments (nothing runs before they pass) and build what the SDK's
     ``Runner`` takes: the durable clone of the agent graph, the run config, the session."""
+    if not isinstance(agent, Agent):
+        raise AgentDefinitionError(
+            f"openai_agents.run takes an OpenAI Agents SDK Agent, not {agent!r}"
+        )
     config = run_config or RunConfig()
     base = model_provider or config.model_provider
     declared = _check_effects(effects)
