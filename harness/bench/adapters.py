@@ -68,7 +68,7 @@ def _compare(
     print(
         f"{name}: {steps} steps; bare framework run {bare_s * 1000:.1f} ms, on the ledger "
         f"{ledger_s * 1000:.1f} ms (medians of {rounds}); the adapter adds "
-        f"{per_step_ms:.2f} ms per step"
+        f"{per_step_ms:.2f} ms per step; ratio {ledger_s / bare_s:.1f}x"
     )
     return {
         f"{name}_bare_run_ms": round(bare_s * 1000, 2),

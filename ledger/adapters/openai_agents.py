@@ -112,7 +112,7 @@ _ACTIVE: contextvars.ContextVar[_Bridge | None] = contextvars.ContextVar(
     "runledger_oa_bridge", default=None
 )
 #: The effect key and fencing token of the SDK tool running now as an effect step.
-_EFFECT: contextvars.ContextVar[tuple[str, int | None] | None] = contextvars.ContextVar(
+_EFFECT: contextvars.ContextVar[tuple[str | None, int | None] | None] = contextvars.ContextVar(
     "runledger_oa_effect", default=None
 )
 #: An effect's lookup: did the call with this key happen? (its result, or NOT_HAPPENED / None)
@@ -363,8 +363,9 @@ class _LedgerRunner(AgentRunner):
         self._inner = inner
 
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        return await self._inner.run(_durable_or_refused(starting_agent, "Runner.run"), input,
-                                     **kwargs)
+        return await self._inner.run(
+            _durable_or_refused(starting_agent, "Runner.run"), input, **kwargs
+        )
 
     def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         return self._inner.run_sync(
@@ -422,8 +423,7 @@ class LedgerSession:
     def __init__(self, session_id: str) -> None:
         if not isinstance(session_id, str) or not 1 <= len(session_id) <= 200:
             raise AgentDefinitionError(
-                f"LedgerSession(session_id) takes a text of 1 to 200 characters, not "
-                f"{session_id!r}"
+                f"LedgerSession(session_id) takes a text of 1 to 200 characters, not {session_id!r}"
             )
         self.session_id = session_id
         self._bridge: _Bridge | None = None

@@ -208,7 +208,10 @@ class FakeModel(Model):
 
         _turn, output = self._answer(input)
         text = "".join(
-            c.text for o in output if isinstance(o, ResponseOutputMessage) for c in o.content
+            getattr(c, "text", "")
+            for o in output
+            if isinstance(o, ResponseOutputMessage)
+            for c in o.content
         )
         for n, word in enumerate(text.split(" ") if text else []):
             yield ResponseTextDeltaEvent.model_construct(
@@ -228,8 +231,15 @@ class FakeModel(Model):
             output_tokens_details=OutputTokensDetails.model_construct(reasoning_tokens=0),
         )
         response = Response.model_construct(
-            id="resp", object="response", created_at=0.0, model=self.name, output=output,
-            parallel_tool_calls=True, tool_choice="auto", tools=[], usage=usage,
+            id="resp",
+            object="response",
+            created_at=0.0,
+            model=self.name,
+            output=output,
+            parallel_tool_calls=True,
+            tool_choice="auto",
+            tools=[],
+            usage=usage,
         )
         yield ResponseCompletedEvent.model_construct(
             type="response.completed", response=response, sequence_number=99
@@ -282,7 +292,7 @@ def oa_full(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """The refund desk, streamed, with its conversation in a LedgerSession."""
 
     def on_event(event: Any) -> None:  # the live stream: text deltas while a turn is live
-        data = getattr(event, "data", None)
+        data: Any = getattr(event, "data", None)
         if getattr(data, "type", None) == "response.output_text.delta":
             note(f"delta {data.delta}")
 
