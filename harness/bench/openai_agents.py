@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool
+from django.db import connection
 from django.utils import timezone
 
 from harness import openai_agents_agent as example
@@ -37,13 +38,19 @@ STEPS = 10
 @function_tool
 def plain_refund(customer: str, amount_cents: int) -> dict[str, Any]:
     """Refund (the same provider write, with a fresh key)."""
-    return refund_charge.fn(customer, amount_cents, idempotency_key=str(uuid.uuid4()))
+    try:
+        return refund_charge.fn(customer, amount_cents, idempotency_key=str(uuid.uuid4()))
+    finally:
+        connection.close()  # the SDK runs a sync tool on a thread: give its connection back
 
 
 @function_tool
 def plain_notify(channel: str, text: str) -> dict[str, Any]:
     """Tell the team (the same notifier write)."""
-    return notify_team.fn(channel=channel, text=text, idempotency_key=str(uuid.uuid4()))
+    try:
+        return notify_team.fn(channel=channel, text=text, idempotency_key=str(uuid.uuid4()))
+    finally:
+        connection.close()
 
 
 plain_refund.name, plain_notify.name = "refund_charge", "notify_team"

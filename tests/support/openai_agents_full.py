@@ -72,9 +72,14 @@ billing = FastMCP("billing")
 @billing.tool
 def post_entry(account: str, amount_cents: int) -> dict[str, Any]:
     """Append to the accounting ledger; the idempotency key comes in the request's _meta."""
-    meta = get_context().request_context.meta  # type: ignore[union-attr]
-    key = meta["idempotency_key"] if meta else None  # type: ignore[index]
-    return simulators.ledger_append(account=account, amount_cents=amount_cents, memo=str(key))
+    from django.db import connection
+
+    meta = get_context().request_context.meta or {}  # type: ignore[union-attr]
+    key = meta.get("idempotency_key")  # type: ignore[union-attr]
+    try:
+        return simulators.ledger_append(account=account, amount_cents=amount_cents, memo=str(key))
+    finally:
+        connection.close()  # FastMCP runs a sync tool on a thread of its own: give it back
 
 
 def find_entry(idempotency_key: str) -> Any:
