@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import logging
 import os
@@ -50,7 +51,7 @@ import threading
 import uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -377,6 +378,8 @@ class _Session:
         self.stopped: BaseException | None = None
         self.upstream_errors: list[str] = []
         self.lock = threading.Lock()
+        self.wire: dict[str, str] = {}  # an author's MCP tool: its wire name -> its name
+        self.loop: asyncio.AbstractEventLoop | None = None  # the session's (its handlers')
 
     # In the agent's thread.
 
@@ -455,7 +458,8 @@ class _Session:
             self.asking -= 1
 
     async def pre_tool_use(self, data: Any, tool_use_id: str | None, _ctx: Any) -> Any:
-        name = _declared_name(data.get("tool_name", ""))
+        wire_name = data.get("tool_name", "")
+        name = _declared_name(wire_name) or self.wire.get(wire_name, "")
         if not name or name not in self.tools:
             return {}
         if self.stopped is not None:
@@ -483,6 +487,7 @@ class _Session:
 
     def handler(self, tool: Tool) -> Callable[[dict[str, Any]], Any]:
         async def handle(args: dict[str, Any]) -> dict[str, Any]:
+            self.loop = asyncio.get_running_loop()
             signature = _signature(tool.name, canonical.normalize(args, step_id=tool.name))
             with self.lock:
                 pending = self.waiting.get(signature)
@@ -576,6 +581,7 @@ def run_session(
     tools: Sequence[Tool],
     options: Any = None,
     resume_prompt: str | None = None,
+    effects: Mapping[str, Lookup | None] | None = None,
 ) -> dict[str, Any]:
     """Run a Claude Agent SDK session as (part of) this run and return its outcome:
     ``{"text": <the final answer>, "session_id": <the run's session id>, "turns": ...}``.
@@ -587,6 +593,12 @@ def run_session(
     from the ledger, and only what the ledger does not hold is asked or done. A run that stops
     (a started effect without a lookup, a stale step) raises as ``ctx.call`` does, after the
     session ended.
+
+    The tools of the author's own in-process MCP servers (``create_sdk_mcp_server`` in
+    ``options.mcp_servers``) pass the same hooks: each call is a step ``claude.<n>.<tool>``, a
+    read, or an effect when ``effects={"<tool>": lookup}`` names it (intent row first, the key
+    as ``effect_key()`` inside the tool's handler, ``lookup(idempotency_key)`` after a crash
+    inside it; ``None``: a person decides).
     """
     if resume_prompt is not None:
         warnings.warn(
@@ -598,10 +610,13 @@ def run_session(
     check_tools(tools)
     opts = options if options is not None else sdk.ClaudeAgentOptions()
     _check_options(opts)
+    authors = _author_servers(opts, tools, _check_effects(effects))
     dry = ctx.fencing_token is None  # a dry replay (the run page's preview) writes nothing
     cwd = str(opts.cwd or tempfile.gettempdir())
     session_id = _dry_session(ctx.run_id) if dry else _execution_session(ctx.run_id)
-    bridge = _Session(ctx, tools, dry=dry, upstream=upstream_of(opts))
+    bridge = _Session(ctx, [*tools, *authors.tools], dry=dry, upstream=upstream_of(opts))
+    bridge.wire = dict(authors.wire)
+    authors.bridge = bridge
     model_proxy = proxy.ModelProxy(
         upstream=bridge.upstream,
         tool_prefix=f"mcp__{SERVER}__",
@@ -623,9 +638,13 @@ def run_session(
     base = dataclasses.replace(
         opts,
         cwd=cwd,
-        hooks=_hooks(opts, bridge, tools),
-        mcp_servers=_servers(opts, bridge, tools),
-        allowed_tools=[*opts.allowed_tools, *(f"mcp__{SERVER}__{t.name}" for t in tools)],
+        hooks=_hooks(opts, bridge, tools, list(authors.wire)),
+        mcp_servers={**_servers(opts, bridge, tools), **authors.servers(bridge)},
+        allowed_tools=[
+            *opts.allowed_tools,
+            *(f"mcp__{SERVER}__{t.name}" for t in tools),
+            *authors.wire,
+        ],
         session_store_flush="eager",
         session_id=session_id,
         **store,
@@ -676,9 +695,11 @@ def run_session(
     raise RuntimeError(f"the Claude session ended with an error: {outcome.get('subtype')}{why}")
 
 
-def _hooks(opts: Any, bridge: _Session, tools: Sequence[Tool]) -> dict[Any, Any]:
+def _hooks(
+    opts: Any, bridge: _Session, tools: Sequence[Tool], wire: Sequence[str] = ()
+) -> dict[Any, Any]:
     hooks = dict(opts.hooks or {})
-    matcher = "|".join(f"mcp__{SERVER}__{t.name}" for t in tools)
+    matcher = "|".join([*(f"mcp__{SERVER}__{t.name}" for t in tools), *wire])
     hooks["PreToolUse"] = [
         *hooks.get("PreToolUse", []),
         sdk.HookMatcher(matcher=matcher, hooks=[bridge.pre_tool_use]),
@@ -704,6 +725,196 @@ def _servers(opts: Any, bridge: _Session, tools: Sequence[Tool]) -> dict[str, An
         ],
     )
     return {**(opts.mcp_servers if isinstance(opts.mcp_servers, dict) else {}), SERVER: server}
+
+
+# --- the author's own in-process MCP servers --------------------------------------------------
+
+#: An effect's lookup: did the call with this key happen? (its result, or NOT_HAPPENED / None)
+Lookup = Callable[..., Any]
+#: The effect key and fencing token of the author's MCP tool running now as an effect step.
+_EFFECT: contextvars.ContextVar[tuple[str | None, int | None] | None] = contextvars.ContextVar(
+    "runledger_claude_effect", default=None
+)
+
+
+def effect_key() -> str:
+    """Inside the handler of an author's MCP tool that ``run_session(effects=...)`` names,
+    while it runs as its effect step: the effect's key (``<run id>:<step id>``), stable across
+    crashes and resumes. Send it as the downstream's idempotency key; the lookup receives it."""
+    current = _EFFECT.get()
+    if current is None or current[0] is None:
+        raise AgentDefinitionError(
+            "effect_key() is asked outside an effect: call it inside the handler of an MCP "
+            'tool that run_session(effects={"<tool>": lookup}) declares an effect'
+        )
+    return current[0]
+
+
+def _check_effects(effects: Any) -> dict[str, Lookup | None]:
+    if effects is None:
+        return {}
+    if not isinstance(effects, Mapping):
+        raise AgentDefinitionError(
+            "run_session(effects=...) maps the names of your MCP servers' tools to their "
+            f'lookups (or None), e.g. effects={{"post_entry": find_entry}}, not {effects!r}'
+        )
+    for name, lookup in effects.items():
+        if lookup is not None and not callable(lookup):
+            raise AgentDefinitionError(
+                f"run_session(effects={{{name!r}: ...}}) takes a lookup of the effect key "
+                f"(or None: a crash inside it stops the run for a person), not {lookup!r}"
+            )
+    return dict(effects)
+
+
+@dataclasses.dataclass
+class _Authors:
+    """The author's in-process MCP servers, their tools as ledger tools (``wire``: the CLI's
+    name of each, ``mcp__<server>__<tool>``, to its ledger name)."""
+
+    tools: list[Tool] = dataclasses.field(default_factory=list)
+    wire: dict[str, str] = dataclasses.field(default_factory=dict)
+    made: dict[str, tuple[str, list[Any], Any]] = dataclasses.field(default_factory=dict)
+    bridge: _Session | None = None
+
+    def servers(self, bridge: _Session) -> dict[str, Any]:
+        """Each server again, its calls through the ledger (the same hooks as runledger's)."""
+        from claude_agent_sdk._internal._mcp_compat import build_tool_server
+        from mcp.types import CallToolResult
+
+        out: dict[str, Any] = {}
+        for name, (version, listed, _call) in self.made.items():
+            by_name = {t.name: t for t in self.tools if f"mcp__{name}__{t.name}" in self.wire}
+
+            async def run_tool(
+                tool_name: str, arguments: dict[str, Any], by_name: dict[str, Tool] = by_name
+            ) -> Any:
+                tool = by_name.get(tool_name)
+                if tool is None:
+                    return CallToolResult.model_validate(
+                        {
+                            "content": [{"type": "text", "text": f"no tool {tool_name}"}],
+                            "isError": True,
+                        }
+                    )
+                got = await bridge.handler(tool)(arguments)
+                if got.get("is_error"):
+                    return CallToolResult.model_validate(
+                        {"content": got["content"], "isError": True}
+                    )
+                value = canonical.loads(got["content"][0]["text"])
+                return CallToolResult.model_validate(value)
+
+            server = build_tool_server(name, version, listed, run_tool)
+            out[name] = {"type": "sdk", "name": name, "instance": server}
+        return out
+
+
+def _author_servers(
+    opts: Any, tools: Sequence[Tool], effects: Mapping[str, Lookup | None]
+) -> _Authors:
+    """The tools of the author's in-process SDK MCP servers, each a ledger tool whose call runs
+    the server's own handler. A name in ``effects`` that none of them offers is refused."""
+    found = _Authors()
+    servers = opts.mcp_servers if isinstance(opts.mcp_servers, dict) else {}
+    taken = {t.name for t in tools}
+    for server_name, config in servers.items():
+        if not (isinstance(config, dict) and config.get("type") == "sdk"):
+            continue
+        instance = config.get("instance")
+        handlers = getattr(instance, "_request_handlers", None)
+        if not isinstance(handlers, dict) or "tools/call" not in handlers:
+            raise AgentDefinitionError(
+                f"MCP server {server_name!r}: its tools cannot be steps under this mcp version "
+                "(runledger's adapter reads an mcp 2 server's handlers)"
+            )
+        listing = asyncio.run(_list(handlers["tools/list"].handler))
+        call = handlers["tools/call"].handler
+        version = str(getattr(instance, "version", None) or "1.0.0")
+        found.made[server_name] = (version, list(listing.tools), call)
+        for listed in listing.tools:
+            if listed.name in taken:
+                raise AgentDefinitionError(
+                    f"tool {listed.name!r} of MCP server {server_name!r} has the name of "
+                    "another tool of the session: step ids name tools; rename one"
+                )
+            taken.add(listed.name)
+            found.wire[f"mcp__{server_name}__{listed.name}"] = listed.name
+            found.tools.append(_author_tool(listed, call, effects, found))
+    unknown = sorted(set(effects) - set(found.wire.values()))
+    if unknown:
+        raise AgentDefinitionError(
+            f"run_session(effects=...) names {', '.join(map(repr, unknown))}, which none of "
+            "the options' in-process MCP servers (create_sdk_mcp_server) offers: only their "
+            "tools' calls pass through runledger's hooks"
+        )
+    return found
+
+
+async def _list(handler: Any) -> Any:
+    from mcp.types import PaginatedRequestParams
+
+    return await handler(None, PaginatedRequestParams())
+
+
+def _author_tool(
+    listed: Any, call: Any, effects: Mapping[str, Lookup | None], authors: _Authors
+) -> Tool:
+    """An author's MCP tool as a ledger tool: its step runs the server's own handler (on the
+    session's loop) and records the MCP result as JSON."""
+    from mcp.types import CallToolRequestParams
+
+    effect = listed.name in effects
+
+    def fn(
+        *, idempotency_key: str | None = None, fencing_token: int | None = None, **args: Any
+    ) -> Any:
+        bridge = authors.bridge
+        assert bridge is not None
+
+        async def invoke() -> Any:
+            marked = _EFFECT.set((idempotency_key, fencing_token)) if effect else None
+            try:
+                params = CallToolRequestParams(name=listed.name, arguments=args)
+                return await call(None, params)
+            finally:
+                if marked is not None:
+                    _EFFECT.reset(marked)
+
+        assert bridge.loop is not None
+        result = asyncio.run_coroutine_threadsafe(invoke(), bridge.loop).result()
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    lookup = effects.get(listed.name)
+    return _AuthorTool(
+        name=listed.name,
+        kind="effect" if effect else "read",
+        fn=fn,
+        reconcile=lookup,
+        description=listed.description or "",
+        takes_fencing_token=effect,
+        schema_json=canonical.dumps(listed.input_schema or {}),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _AuthorTool(Tool):
+    """An author's MCP tool as the ledger sees it: parameters are its MCP input schema."""
+
+    schema_json: str = "{}"
+
+    def parameters(self) -> dict[str, Any]:
+        schema: dict[str, Any] = canonical.loads(self.schema_json)
+        return schema
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "parameters": self.parameters(),
+            "reconcile": self.reconcile is not None,
+            "description": self.description,
+        }
 
 
 def _execution_session(run_id: str) -> str:

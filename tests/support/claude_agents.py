@@ -9,10 +9,13 @@ as a deploy would).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, create_sdk_mcp_server
+from claude_agent_sdk import tool as sdk_tool
 
 from ledger.adapters.claude_agent_sdk import run_session
 from ledger.agents import RunContext, agent
@@ -29,3 +32,40 @@ def claude_refund(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
         model="claude-sonnet-4-5", system_prompt=system, tools=[], max_turns=12
     )
     return run_session(ctx, inputs["prompt"], tools=TOOLS, options=options)
+
+
+# --- the notification as the author's own in-process MCP server's tool -----------------------
+
+
+@sdk_tool("notify_team", "Post to the team's channel.", {"channel": str, "text": str})
+async def notify_by_mcp(args: dict[str, Any]) -> dict[str, Any]:
+    """The author's MCP tool, as the SDK's docs write one; the effect key from the adapter."""
+    from ledger.adapters.claude_agent_sdk import effect_key
+    from ledger.examples import simulators
+
+    sent = await asyncio.to_thread(  # the ORM is sync: off the session's event loop
+        simulators.notifier_send,
+        channel=args["channel"],
+        text=args["text"],
+        idempotency_key=effect_key(),
+    )
+    return {"content": [{"type": "text", "text": json.dumps(sent)}]}
+
+
+TEAM = create_sdk_mcp_server("team", tools=[notify_by_mcp])
+
+
+@agent("claude_refund_mcp", plan_version="1", tools=TOOLS[:2])
+def claude_refund_mcp(ctx: RunContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The refund session whose notification is a tool of the author's own MCP server,
+    declared an effect without a lookup."""
+    options = ClaudeAgentOptions(
+        model="claude-sonnet-4-5",
+        system_prompt=SYSTEM_PROMPT,
+        tools=[],
+        max_turns=12,
+        mcp_servers={"team": TEAM},
+    )
+    return run_session(
+        ctx, inputs["prompt"], tools=TOOLS[:2], options=options, effects={"notify_team": None}
+    )

@@ -56,9 +56,23 @@ class ClaudeWire(WireModel):
         if not calls:
             return "end_turn", [{"type": "text", "text": what_text(body)}]
         return "tool_use", [
-            {"type": "tool_use", "id": f"toolu_{turn}_{i}", "name": PREFIX + name, "input": args}
+            {
+                "type": "tool_use",
+                "id": f"toolu_{turn}_{i}",
+                "name": wire_name(body, name),
+                "input": args,
+            }
             for i, (name, args) in enumerate(calls)
         ]
+
+
+def wire_name(body: dict[str, Any], name: str) -> str:
+    """The name the CLI offers tool ``name`` under: runledger's server's, or an author's own
+    MCP server's (``mcp__<server>__<name>``)."""
+    for offered in body.get("tools") or []:
+        if str(offered.get("name", "")).endswith(f"__{name}"):
+            return str(offered["name"])
+    return PREFIX + name
 
 
 def seen(body: dict[str, Any]) -> dict[str, list[Any]]:
@@ -71,7 +85,7 @@ def seen(body: dict[str, Any]) -> dict[str, list[Any]]:
             continue
         for block in content:
             if block.get("type") == "tool_use":
-                names[block["id"]] = block["name"].removeprefix(PREFIX)
+                names[block["id"]] = block["name"].split("__")[-1]
             elif block.get("type") == "tool_result" and not block.get("is_error"):
                 # The CLI appends its reminders to a tool result as more text parts.
                 parts = block["content"]

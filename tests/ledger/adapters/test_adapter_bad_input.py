@@ -200,7 +200,7 @@ def test_bad_openai_declarations_are_refused_saying_what_to_do() -> None:
 
     with pytest.raises(AgentDefinitionError, match="'keyless' has no idempotency_key parameter"):
         openai_agents.function_tool(KEYLESS)
-    with pytest.raises(AgentDefinitionError, match="run_streamed is not durable"):
+    with pytest.raises(AgentDefinitionError, match="takes an OpenAI Agents SDK Agent"):
         openai_agents.run_streamed(None, None, "hi")  # type: ignore[arg-type]
     sdk_agent, provider = example.openai_agent()
     with pytest.raises(AgentDefinitionError, match="must be at least 1"):

@@ -387,6 +387,57 @@ def test_a_worker_killed_after_the_notification_was_sent_stops_the_run_for_a_per
     assert steps(run_id)["claude.3.notify_team"] == ("effect", "started")
 
 
+# --- the author's own MCP server's tool, declared an effect ------------------------------------
+
+
+def test_an_authors_mcp_tool_declared_an_effect_passes_the_same_hooks(
+    model: ClaudeWire, execute: Any
+) -> None:
+    """``run_session(effects={"notify_team": None})`` on a tool of the author's own in-process
+    MCP server: a step like runledger's own, intent first, the key inside its handler, and a
+    re-execution answers it from the ledger without calling the handler again."""
+    run = transitions.run_start(agent="claude_refund_mcp", inputs={"prompt": PROMPT})
+    outcome = execute(run.run_id)
+    assert outcome.status == "succeeded", outcome
+    assert steps(run.run_id) == EXPECTED and chain(run.run_id) == list(EXPECTED)
+    note = Step.objects.get(run=run.run_id, step_id="claude.3.notify_team")
+    assert note.effect_key == f"{run.run_id}:claude.3.notify_team"
+    assert note.inputs == {"channel": "#refunds", "text": note.inputs["text"]}
+    assert Notification.objects.count() == 1 and model.decisions() == ONCE
+    Run.objects.filter(pk=run.run_id).update(status="failed")
+    transitions.run_resume(
+        run_id=run.run_id, by="test", reason="replay", seen_version=None, anyway=True
+    )
+    again = execute(run.run_id, worker="worker-2")
+    assert again.status == "succeeded" and again.result["text"] == outcome.result["text"]
+    assert Notification.objects.count() == 1 and model.decisions() == ONCE  # nothing again
+    with pytest.raises(AgentDefinitionError, match="none of the options' in-process MCP"):
+        adapter.run_session(None, "hi", tools=[], effects={"wire_money": None})  # type: ignore[arg-type]
+    with pytest.raises(AgentDefinitionError, match="outside an effect"):
+        adapter.effect_key()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_worker_killed_inside_an_authors_mcp_effect_stops_the_run_for_a_person(
+    cluster: Cluster, model: ClaudeWire
+) -> None:
+    run = transitions.run_start(agent="claude_refund_mcp", inputs={"prompt": PROMPT})
+    victim = cluster.worker(
+        "victim", env={"RUNLEDGER_KILL_AT": "notify.before_effect", "RUNLEDGER_KILL_SCOPE": "group"}
+    )
+    cluster.send(start_run, run.run_id)
+    assert wait_for(lambda: victim.poll() is not None, timeout=WAIT), cluster.log("victim")
+    cluster.worker("rescuer")
+    cluster.beat()
+    assert wait_for(lambda: finished(run.run_id), timeout=WAIT), cluster.log("rescuer")
+    stopped = Run.objects.get(pk=run.run_id)
+    assert (stopped.status, stopped.reason) == ("needs_attention", "reconciliation")
+    assert stopped.blocked_step_id == "claude.3.notify_team"
+    assert ProviderCharge.objects.count() == 1 and Notification.objects.count() == 0
+    assert steps(run.run_id)["claude.3.notify_team"] == ("effect", "started")  # intent first
+
+
 # --- the docs page's example ----------------------------------------------------------------
 
 
