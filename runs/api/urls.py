@@ -20,6 +20,7 @@ from runs.api.routers import (
     pauses,
     root,
     runs,
+    schedules,
     settlements,
     webhooks,
 )
@@ -75,3 +76,4 @@ api.add_router("", approvals.router)
 api.add_router("", pauses.router)
 api.add_router("", webhooks.router)
 api.add_router("", handover.router)
+api.add_router("", schedules.router)

@@ -39,6 +39,7 @@ _SECTIONS = {
     "effect_audit_run": "effects",
     "deploy": "deploy",
     "pauses": "pauses",
+    "schedules": "schedules",
     "trends": "trends",
     "preferences": "preferences",
 }

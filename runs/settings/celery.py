@@ -100,7 +100,7 @@ CELERY_TASK_QUEUES = [
 ]
 CELERY_TASK_ROUTES = {
     name: {"queue": RUNLEDGER_CONTROL_QUEUE}
-    for name in ("runledger.sweep", "runledger.notifications")
+    for name in ("runledger.sweep", "runledger.notifications", "runledger.schedules")
 }
 # Retention (runledger.prune) stays on the runs' queue: a long pass must not hold the control
 # process while a sweep is due.
@@ -134,5 +134,8 @@ _NOTIFY = LEDGER["RUNLEDGER_NOTIFY_EVERY_SECONDS"]
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "runledger-sweep": {"task": "runledger.sweep", "schedule": _SWEEP},
     "runledger-notifications": {"task": "runledger.notifications", "schedule": _NOTIFY},
+    # Schedules' due ticks start their runs (ledger.processes.schedules): as often as the sweep;
+    # two beats, or a pass killed mid-way, still start one run per tick (the tick's key).
+    "runledger-schedules": {"task": "runledger.schedules", "schedule": _SWEEP},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
