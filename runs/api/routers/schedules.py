@@ -31,7 +31,7 @@ router = Router(tags=["schedules"])
 LISTED = 500
 
 
-class ListQuery(Strict):
+class ScheduleListQuery(Strict):
     removed: bool = Field(default=False, description="list removed schedules too")
 
 
@@ -43,11 +43,11 @@ def _found(ref: str) -> Schedule:
 
 
 @router.get("/schedules", response={200: list[ScheduleOut], **REFUSALS}, summary="List schedules")
-def schedules(request: HttpRequest, q: Query[ListQuery]) -> list[ScheduleOut]:
+def schedules(request: HttpRequest, q: Query[ScheduleListQuery]) -> list[ScheduleOut]:
     """The live schedules by name (``removed=true``: removed ones too, after them), at most
     500, each with its next tick and last run."""
     require(request, "read")
-    refuse_unknown_query(request, ListQuery)
+    refuse_unknown_query(request, ScheduleListQuery)
     return [ScheduleOut.of(s) for s in selectors.schedules_list(removed=q.removed)[:LISTED]]
 
 

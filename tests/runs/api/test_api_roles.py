@@ -60,6 +60,12 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     # An answer to ctx.ask is a person's (the approver's token here is one); the question's
     # role is checked against that person (tests/runs/api/test_api_answers.py).
     ("post", "/api/v1/runs/{run_id}/answer"): {"approver"},
+    ("get", "/api/v1/schedules"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/schedules"): {"operator"},
+    ("get", "/api/v1/schedules/{schedule}"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/schedules/{schedule}/pause"): {"operator"},
+    ("post", "/api/v1/schedules/{schedule}/resume"): {"operator"},
+    ("delete", "/api/v1/schedules/{schedule}"): {"operator"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -79,6 +85,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/notes": {"text": "looked at it", "key": "role-test"},
     "/events": {"name": "reply", "payload": 1, "event_id": "role-test"},
     "/answer": {"answer": {"approve": True}},
+    "/api/v1/schedules": {"name": "role-test", "agent": "refund", "interval": 3600,
+                          "inputs": {"invoice_id": "inv_1001"}},  # fmt: skip
 }
 
 
@@ -106,6 +114,9 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
     assert waiting.reason == "approval", waiting
     pause = transitions.pause_create(scope="agent", target="refund", by="ops", reason="down")
     hook, _ = events.subscribe("http://127.0.0.1:9/app", agent="payout")
+    nightly = transitions.schedule_add(
+        name="nightly", agent="refund", inputs={"invoice_id": "inv_1001"}, cron="0 3 * * *", by="ops"
+    )
     return {
         "run_id": run.run_id,
         "step": step.pk,
@@ -113,6 +124,7 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
         "gate_id": Gate.objects.get(run_id=gated.run_id).pk,
         "pause_id": pause.pk,
         "subscription_id": hook.pk,
+        "schedule": nightly.schedule_id,
     }
 
 
