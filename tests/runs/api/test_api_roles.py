@@ -85,8 +85,12 @@ BODIES: dict[str, dict[str, Any]] = {
     "/notes": {"text": "looked at it", "key": "role-test"},
     "/events": {"name": "reply", "payload": 1, "event_id": "role-test"},
     "/answer": {"answer": {"approve": True}},
-    "/api/v1/schedules": {"name": "role-test", "agent": "refund", "interval": 3600,
-                          "inputs": {"invoice_id": "inv_1001"}},  # fmt: skip
+    "/api/v1/schedules": {
+        "name": "role-test",
+        "agent": "refund",
+        "interval": 3600,
+        "inputs": {"invoice_id": "inv_1001"},
+    },
 }
 
 
@@ -115,7 +119,11 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
     pause = transitions.pause_create(scope="agent", target="refund", by="ops", reason="down")
     hook, _ = events.subscribe("http://127.0.0.1:9/app", agent="payout")
     nightly = transitions.schedule_add(
-        name="nightly", agent="refund", inputs={"invoice_id": "inv_1001"}, cron="0 3 * * *", by="ops"
+        name="nightly",
+        agent="refund",
+        inputs={"invoice_id": "inv_1001"},
+        cron="0 3 * * *",
+        by="ops",
     )
     return {
         "run_id": run.run_id,

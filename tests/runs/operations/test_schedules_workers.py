@@ -87,8 +87,8 @@ def test_two_beats_and_a_pass_killed_mid_tick_start_exactly_one_run_per_tick(
     cluster.beat("beat-1")
     cluster.beat("beat-2")
     clock.move_to(first + timedelta(seconds=1))  # the first tick is due
-    assert wait_for(lambda: mark.exists() and doomed.poll() is not None, timeout=WAIT), (
-        cluster.log("doomed")
+    assert wait_for(lambda: mark.exists() and doomed.poll() is not None, timeout=WAIT), cluster.log(
+        "doomed"
     )
     assert doomed.returncode == -signal.SIGKILL
     # Killed mid-tick: the first tick's run is in the ledger, the schedule did not move on.
@@ -98,9 +98,9 @@ def test_two_beats_and_a_pass_killed_mid_tick_start_exactly_one_run_per_tick(
     cluster.worker("second")
     for n in range(1, TICKS):
         tick = first + timedelta(minutes=n)
-        assert wait_for(lambda t=tick: _schedule(sid).next_at >= t, timeout=WAIT), (
-            cluster.log("restarted") + cluster.log("second")
-        )
+        assert wait_for(lambda t=tick: _schedule(sid).next_at >= t, timeout=WAIT), cluster.log(
+            "restarted"
+        ) + cluster.log("second")
         clock.move_to(tick + timedelta(seconds=1))
     last = first + timedelta(minutes=TICKS - 1)
     assert wait_for(lambda: _schedule(sid).next_at > last, timeout=WAIT), cluster.log("second")
@@ -109,6 +109,6 @@ def test_two_beats_and_a_pass_killed_mid_tick_start_exactly_one_run_per_tick(
     assert keys == Counter(schedules.tick_key(sid, t) for t in due), keys
     # Every tick's run was sent to a worker and finished (the killed pass's too).
     runs = Run.objects.filter(schedule=sid)
-    assert wait_for(lambda: runs.filter(status="succeeded").count() == TICKS, timeout=WAIT), (
-        list(runs.values_list("status", flat=True))
+    assert wait_for(lambda: runs.filter(status="succeeded").count() == TICKS, timeout=WAIT), list(
+        runs.values_list("status", flat=True)
     )
