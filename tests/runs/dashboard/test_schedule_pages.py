@@ -69,6 +69,8 @@ def test_an_operator_reads_pauses_and_resumes_a_schedule() -> None:
         ("schedule_resume", "operator-user", "schedule resumed"),
     ]
 
+    run_page = client.get(f"/runs/{run_id}/").content.decode()
+    assert 'id="run-schedule"' in run_page and every.schedule_id in run_page
     listing = client.get(f"/?schedule={every.schedule_id}").content.decode()
     assert run_id in listing and 'id="schedule-filter"' in listing
     assert run_id not in client.get(f"/?schedule={made.schedule_id}").content.decode()
