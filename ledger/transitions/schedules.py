@@ -215,7 +215,7 @@ def _change(
             raise NotAllowed(f"schedule {row.name}: {refused}")
         before = schedule_snapshot(row)
         new = changes(row, now, who)
-        assert Schedule.objects.filter(pk=row.pk, removed_at__isnull=True).update(**new) == 1
+        Schedule.objects.filter(pk=row.pk, removed_at__isnull=True).update(**new)  # locked
         for field, value in new.items():
             setattr(row, field, value)
         record(
