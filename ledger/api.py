@@ -125,6 +125,8 @@ class RunState:
     #: Not executed before this time: its ``start_at``, or a retry's back-off (None: now).
     not_before: datetime | None
     deadline_at: datetime | None
+    #: The schedule whose tick started the run (its id, ``sch_…``; "" for none).
+    schedule: str
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -162,6 +164,7 @@ class RunState:
             priority=run.priority,
             not_before=run.wake_at,
             deadline_at=run.deadline_at,
+            schedule=run.schedule,
             plan_version=run.plan_version,
             resume_count=run.resume_count,
             max_resumes=run.max_resumes,

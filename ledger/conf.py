@@ -308,6 +308,15 @@ SETTINGS: tuple[Setting, ...] = (
         RECOVERY,
     ),
     Setting(
+        "RUNLEDGER_SCHEDULE_GRACE_SECONDS",
+        120.0,
+        "float",
+        "A schedule's tick is on time when the schedules' pass (beat's `runledger.schedules`, "
+        "as often as the sweep) sees it within this many seconds; a later one is missed, and "
+        "the schedule's policy for missed ticks (skip, once, each) says what it starts.",
+        RECOVERY,
+    ),
+    Setting(
         "RUNLEDGER_SETTLEMENT_APPROVAL",
         True,
         "bool",

@@ -95,6 +95,9 @@ class Run(models.Model):
     priority = models.PositiveSmallIntegerField(default=0, db_default=0)
     # Past this time the run stops before its next step, failed with reason ``deadline``.
     deadline_at = models.DateTimeField(null=True, blank=True)
+    # The schedule whose tick started the run (its ``schedule_id``; "" for a run started
+    # otherwise): plain text, as the audit's run ids, so that a run holds no schedule in place.
+    schedule = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     # Bumped by every change of the run's state (claim, block, finish, resume, cancel, an
     # operator's action), not by heartbeats: an operator's form carries the version it showed,
@@ -138,6 +141,12 @@ class Run(models.Model):
                 include=["agent", "cause_step", "reason", "signature"],
                 name="run_incident",
                 condition=models.Q(status__in=("needs_attention", "failed")),
+            ),
+            # A schedule's runs, newest first (the runs list's ``?schedule=``, its last run).
+            models.Index(
+                fields=["schedule", "created_at"],
+                name="run_schedule",
+                condition=~models.Q(schedule=""),
             ),
             # Retention's walk over finished runs, oldest first (selectors.runs_to_prune).
             models.Index(
@@ -432,6 +441,11 @@ class AuditAction(models.TextChoices):
     RUN_RELEASE = "run_release"  # nobody is on it any more
     RUN_NOTE = "run_note"  # a note left on a run (the text is the event's reason)
     QUESTION_ANSWER = "question_answer"  # a person answered a run's ctx.ask
+
+    SCHEDULE_ADD = "schedule_add"  # a schedule made (its ticks start runs)
+    SCHEDULE_PAUSE = "schedule_pause"  # its ticks start nothing until resumed
+    SCHEDULE_RESUME = "schedule_resume"
+    SCHEDULE_REMOVE = "schedule_remove"
 
 
 class AppendOnly(Exception):
@@ -1030,3 +1044,79 @@ class RateHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.step_id} {self.key} at {self.slot_at}"
+# --- schedules (runs started by a clock) ------------------------------------------------------
+
+
+def new_schedule_id() -> str:
+    return "sch_" + secrets.token_hex(8)
+
+
+class Schedule(models.Model):
+    """Runs of ``agent`` with ``inputs`` started at each tick of a cron expression (in
+    ``timezone``) or of an interval (``ledger.schedules``).
+
+    ``next_at`` is the next tick due; the periodic pass (``ledger.processes.schedules``) starts
+    each due tick's run with the tick's idempotency key, then moves ``next_at`` on with a
+    compare-and-set, so that two passes at once, or a pass killed between the two, start one
+    run per tick. ``missed`` says what ticks missed while no pass ran start (skip, once, each).
+    A paused schedule's ticks start nothing (resumed, it ticks from then on); a removed one
+    keeps its row (its runs name it) and never ticks again. Written only by
+    ``ledger.transitions.schedules``.
+    """
+
+    schedule_id = models.CharField(primary_key=True, max_length=64, default=new_schedule_id)
+    name = models.CharField(max_length=100)
+    description = models.CharField(max_length=200, blank=True, default="")
+    agent = models.CharField(max_length=200)
+    inputs = models.JSONField(default=dict)
+    cron = models.CharField(max_length=200, blank=True, default="")
+    interval_seconds = models.PositiveIntegerField(default=0)
+    timezone = models.CharField(max_length=64, default="UTC")
+    missed = models.CharField(max_length=10, default="skip")
+    # The start options of each tick's run (None: the run's defaults, the agent's declaration).
+    priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    concurrency_key = models.CharField(max_length=200, blank=True, default="")
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    deadline_seconds = models.FloatField(null=True, blank=True)
+
+    next_at = models.DateTimeField()
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    last_run_id = models.CharField(max_length=64, blank=True, default="")
+    # What the last pass could not start (an agent no longer registered, inputs it refuses).
+    last_error = models.TextField(blank=True, default="")
+    # Due ticks that started no run (missed under ``skip``/``once``, beyond ``each``'s bound).
+    ticks_skipped = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(removed_at__isnull=True), name="schedule_name"
+            ),
+        ]
+        indexes = [
+            # The pass's question: which live, running schedules are due.
+            models.Index(
+                fields=["next_at"],
+                name="schedule_due",
+                condition=models.Q(removed_at__isnull=True, paused_at__isnull=True),
+            ),
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"schedule {self.name} ({self.schedule_id})"
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    @property
+    def removed(self) -> bool:
+        return self.removed_at is not None

@@ -12,6 +12,7 @@ action); one ``RunFilter`` serves the runs list, bulk actions and the commands.
 - ``failures``: each step's failed attempts (type, message, traceback, what came next);
 - ``gates``: approval gates (the engine's look-up, the Approvals queue);
 - ``pauses``: active pauses, the pauses list, what a lift would queue, a run's executions;
+- ``schedules``: the schedules, one by id or name, a schedule's runs;
 - ``retention``: finished runs whose steps can be archived, a run's archive;
 - ``stream``: the events a run's agent emitted, after the last one a client saw.
 
@@ -122,6 +123,7 @@ from ledger.selectors.runs import (
     steps_for_page,
     sweep_health,
 )
+from ledger.selectors.schedules import schedule_named, schedule_runs, schedules_list
 from ledger.selectors.stream import run_status, stream_after, stream_tail
 from ledger.selectors.timeline import WaterfallRow, step_waterfall
 
@@ -206,6 +208,9 @@ __all__ = [
     "runs_page",
     "runs_to_prune",
     "runs_with_expired_leases",
+    "schedule_named",
+    "schedule_runs",
+    "schedules_list",
     "search_condition",
     "search_words",
     "settlement_detail",

@@ -177,6 +177,8 @@ class RunFilter:
     # Who is on it (``selectors.handover``): "mine" (runs ``taker`` is on) or "nobody".
     taken: str = ""
     taker: str = ""
+    # The runs a schedule's ticks started (its id, ``sch_…``).
+    schedule: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,8 @@ def runs_filtered(*, flt: RunFilter, now: datetime, indexed_search: bool = True)
         qs = qs.filter(reason=flt.reason)
     if flt.agent:
         qs = qs.filter(agent=flt.agent)
+    if flt.schedule:
+        qs = qs.filter(schedule=flt.schedule)
     if flt.older_than is not None:
         cutoff = now - flt.older_than
         # A run is created before its status changes, so the second condition adds no

@@ -24,6 +24,8 @@ nothing.
 - ``pacing``: the claim of a run with a concurrency key, and the offer of a freed slot;
 - ``pauses``: an operator's pause of a tool, an agent or a run, its lift, and its expiry;
 - ``alerts``: alert rules' incidents opened, refreshed, resolved and acknowledged, with pages;
+- ``schedules``: a person's add, pause, resume and removal of a schedule; the schedules'
+  pass moving a schedule's next tick on (``schedule_advance``);
 - ``mailbox``: an event sent to a run, taken by the step that waits for it; a run released
   while it sleeps or waits for an event;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches;
@@ -121,6 +123,13 @@ from ledger.transitions.retention import (
     runs_archive_record,
     steps_delete_archived,
 )
+from ledger.transitions.schedules import (
+    schedule_add,
+    schedule_advance,
+    schedule_pause,
+    schedule_remove,
+    schedule_resume,
+)
 from ledger.transitions.settle import (
     ReconcileAnswer,
     settlement_approve,
@@ -215,6 +224,11 @@ __all__ = [
     "run_woke",
     "runs_archive_record",
     "runs_fail_past_deadline",
+    "schedule_add",
+    "schedule_advance",
+    "schedule_pause",
+    "schedule_remove",
+    "schedule_resume",
     "settlement_approve",
     "settlement_propose",
     "settlement_reject",

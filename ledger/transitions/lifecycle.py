@@ -272,6 +272,7 @@ def run_start_once(
     reason: str = "",
     webhooks: list[dict[str, Any]] | None = None,
     pace: Pace | None = None,
+    schedule: str = "",
     clock: Clock = timezone.now,
 ) -> Started:
     """Start a run, or answer the run an earlier identical start made.
@@ -286,6 +287,7 @@ def run_start_once(
     ``webhooks``: per-run subscriptions (``[{"url": …, "events": […]}]``, checked before
     anything is written) made in the run's own transaction; a repeat subscribes nothing again
     (its ``webhooks`` are not compared: the run's subscriptions are those of the first start).
+    ``schedule``: the id of the schedule whose tick starts the run (``ledger.schedules``).
     """
     specs = events.check_run_webhooks(webhooks)
     candidate = new_run(
@@ -302,6 +304,7 @@ def run_start_once(
         labels=labels,
         pace=pace,
     )
+    candidate.schedule = schedule
     existing = _earlier_start(candidate, chosen_id=run_id)
     if existing is not None:
         return Started(run=existing, created=False)

@@ -15,7 +15,7 @@ from pydantic import AwareDatetime, ConfigDict, Field
 
 from ledger.api import MAX_BATCH, RunState
 from ledger.inputs import RUN_ID_PATTERN
-from ledger.models import Gate, Pause, Run, Settlement, Step, WebhookSubscription
+from ledger.models import Gate, Pause, Run, Schedule, Settlement, Step, WebhookSubscription
 from ledger.selectors import AttemptFailure, ExecutionRow, attempt_failures
 
 RunStatusName = Literal[
@@ -259,6 +259,7 @@ class RunOut(Schema):
         description="not executed before this time: its start_at, or a retry's back-off"
     )
     deadline_at: datetime | None = Field(description="past it the run stops, failed (deadline)")
+    schedule: str = Field(description="the schedule whose tick started the run ('' for none)")
     plan_version: str
     resume_count: int
     max_resumes: int
@@ -609,3 +610,98 @@ class StartedBatchOut(Schema):
 class StaleAcceptedOut(Schema):
     run: RunOut
     step: StepOut
+
+
+class ScheduleIn(Strict):
+    """A schedule: exactly one of `cron` and `interval`."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        description="what commands and pages call it (letters, digits, '.', '_', '-')",
+    )
+    agent: str = Field(min_length=1, max_length=200, description="a registered agent's name")
+    inputs: Any = Field(default_factory=dict, description="each run's inputs (JSON)")
+    cron: str | None = Field(
+        default=None, max_length=200, description="five fields, e.g. `0 3 * * *`, or `@daily`"
+    )
+    interval: int | None = Field(
+        default=None, description="seconds (1 to a year), ticking on the Unix epoch's grid"
+    )
+    timezone: str = Field(default="UTC", max_length=64, description="the cron's IANA time zone")
+    missed: Literal["skip", "once", "each"] = Field(
+        default="skip",
+        description="ticks missed while no pass ran: start nothing for them, one run for the "
+        "latest, or one run each (at most 100, the newest)",
+    )
+    priority: int | None = Field(default=None, description="each run's priority (0 to 9)")
+    concurrency_key: str | None = Field(default=None, max_length=200)
+    concurrency_limit: int | None = Field(default=None)
+    deadline: float | None = Field(
+        default=None, description="each run stops, failed (deadline), this many seconds after it"
+    )
+    description: str = Field(default="", max_length=200)
+    reason: str = Field(default="", max_length=4000, description="why (audited)")
+
+
+class ScheduleChangeIn(Strict):
+    reason: str = Field(default="", max_length=4000, description="why (audited)")
+
+
+class ScheduleOut(Schema):
+    id: str = Field(description="`sch_…`: the runs it started hold it (`GET /runs?schedule=`)")
+    name: str
+    description: str
+    agent: str
+    inputs: Any
+    cron: str | None
+    interval: int | None
+    timezone: str
+    missed: Literal["skip", "once", "each"]
+    priority: int | None
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    deadline: float | None
+    next_at: datetime | None = Field(description="its next tick (None while paused or removed)")
+    paused: bool
+    paused_by: str
+    last_tick_at: datetime | None
+    last_run_id: str
+    last_error: str = Field(description="what the last pass could not start ('' for nothing)")
+    ticks_skipped: int = Field(description="due ticks that started no run (the missed policy)")
+    created_by: str
+    created_at: datetime
+    removed: bool
+    removed_by: str
+    removed_at: datetime | None
+
+    @staticmethod
+    def of(s: Schedule) -> ScheduleOut:
+        live = s.removed_at is None and s.paused_at is None
+        return ScheduleOut(
+            id=s.schedule_id,
+            name=s.name,
+            description=s.description,
+            agent=s.agent,
+            inputs=s.inputs,
+            cron=s.cron or None,
+            interval=s.interval_seconds or None,
+            timezone=s.timezone,
+            missed=s.missed,  # type: ignore[arg-type]
+            priority=s.priority,
+            concurrency_key=s.concurrency_key or None,
+            concurrency_limit=s.concurrency_limit,
+            deadline=s.deadline_seconds,
+            next_at=s.next_at if live else None,
+            paused=s.paused_at is not None,
+            paused_by=s.paused_by,
+            last_tick_at=s.last_tick_at,
+            last_run_id=s.last_run_id,
+            last_error=s.last_error,
+            ticks_skipped=s.ticks_skipped,
+            created_by=s.created_by,
+            created_at=s.created_at,
+            removed=s.removed_at is not None,
+            removed_by=s.removed_by,
+            removed_at=s.removed_at,
+        )

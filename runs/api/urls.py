@@ -21,6 +21,7 @@ from runs.api.routers import (
     pauses,
     root,
     runs,
+    schedules,
     settlements,
     webhooks,
 )
@@ -77,3 +78,4 @@ api.add_router("", pauses.router)
 api.add_router("", webhooks.router)
 api.add_router("", handover.router)
 api.add_router("", alerts.router)
+api.add_router("", schedules.router)

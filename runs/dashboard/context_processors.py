@@ -40,6 +40,7 @@ _SECTIONS = {
     "deploy": "deploy",
     "pauses": "pauses",
     "pacing": "pacing",
+    "schedules": "schedules",
     "trends": "trends",
     "alerts": "alerts",
     "incidents": "incidents",

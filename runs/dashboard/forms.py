@@ -49,6 +49,8 @@ class RunFilterForm(forms.Form):
     )
     order = forms.ChoiceField(choices=ORDER_CHOICES, required=False)
     taken = forms.ChoiceField(choices=TAKEN_CHOICES, required=False, label="on it")
+    # The runs a schedule started (``?schedule=sch_…``: the Schedules page links here).
+    schedule = forms.RegexField(regex=r"^sch_[0-9a-f]{1,60}$", required=False, max_length=64)
     after = forms.CharField(max_length=400, required=False)
 
     def clean_age(self) -> timedelta | None:
@@ -94,6 +96,7 @@ class RunFilterForm(forms.Form):
             order=order or "newest",
             taken=data.get("taken", ""),
             taker=taker,
+            schedule=data.get("schedule", ""),
         )
 
     def cursor(self) -> Cursor | None:
@@ -120,6 +123,7 @@ def filter_query(flt: RunFilter, age_text: str = "") -> dict[str, str]:
         "q": flt.search,
         "order": flt.order if flt.order != "newest" else "",
         "taken": flt.taken,
+        "schedule": flt.schedule,
     }
     return {k: v for k, v in params.items() if v}
 

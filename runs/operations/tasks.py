@@ -115,6 +115,15 @@ def sweep() -> list[str]:
     return sweeping.runs_sweep(clock=faultpoints.clock())
 
 
+@shared_task(name="runledger.schedules")
+def schedules() -> list[str]:
+    """Start the runs of the schedules' due ticks (each announced by its start, and sent to
+    the start task from there); the runs' ids. On the clock the equipment may have set."""
+    from ledger.processes import schedules as scheduling
+
+    return scheduling.schedules_tick(clock=faultpoints.clock())
+
+
 @shared_task(name="runledger.prune")
 def prune() -> int:
     """Retention on beat's schedule (RUNLEDGER_PRUNE_AFTER_DAYS): archive and delete the step

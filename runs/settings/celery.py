@@ -100,7 +100,12 @@ CELERY_TASK_QUEUES = [
 ]
 CELERY_TASK_ROUTES = {
     name: {"queue": RUNLEDGER_CONTROL_QUEUE}
-    for name in ("runledger.sweep", "runledger.notifications", "runledger.alerts")
+    for name in (
+        "runledger.sweep",
+        "runledger.notifications",
+        "runledger.alerts",
+        "runledger.schedules",
+    )
 }
 # Retention (runledger.prune) stays on the runs' queue: a long pass must not hold the control
 # process while a sweep is due.
@@ -136,5 +141,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "runledger-sweep": {"task": "runledger.sweep", "schedule": _SWEEP},
     "runledger-notifications": {"task": "runledger.notifications", "schedule": _NOTIFY},
     "runledger-alerts": {"task": "runledger.alerts", "schedule": _ALERTS},
+    # Schedules' due ticks start their runs (ledger.processes.schedules): as often as the sweep;
+    # two beats, or a pass killed mid-way, still start one run per tick (the tick's key).
+    "runledger-schedules": {"task": "runledger.schedules", "schedule": _SWEEP},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -109,3 +109,34 @@ def test_pauses_executions_and_webhooks_through_the_client(ops: rl.Client) -> No
     with pytest.raises(rl.Conflict, match="already removed"):
         ops.unsubscribe(hook.id)
     assert ops.webhooks() == [] and len(ops.webhooks(removed=True)) == 1
+
+
+def test_schedules_through_the_client(ops: rl.Client) -> None:
+    from datetime import timedelta
+
+    from ledger.processes.schedules import schedules_tick
+
+    made = ops.add_schedule(
+        "nightly", "refund", {"invoice_id": "inv_1001"}, cron="0 3 * * *",
+        timezone="Europe/Paris", missed="once", priority=2, description="the refunds",
+    )  # fmt: skip
+    assert isinstance(made, rl.Schedule) and made.id.startswith("sch_")
+    assert (made.cron, made.interval, made.missed, made.priority) == ("0 3 * * *", None, "once", 2)
+    assert isinstance(made.next_at, datetime)
+    with pytest.raises(rl.Conflict, match="exists"):
+        ops.add_schedule("nightly", "refund", {"invoice_id": "inv_1001"}, interval=60)
+    with pytest.raises(rl.InvalidRequest, match="interval: 0 s"):
+        ops.add_schedule("zero", "refund", {"invoice_id": "inv_1001"}, interval=0)
+    with pytest.raises(rl.InvalidRequest, match="needs inputs invoice_id"):
+        ops.add_schedule("empty", "refund", {}, interval=60)
+    assert [s.name for s in ops.schedules()] == ["nightly"]
+    assert ops.pause_schedule("nightly", "freeze").paused is True
+    assert ops.resume_schedule(made.id).next_at is not None
+    (run_id,) = schedules_tick(clock=lambda: made.next_at + timedelta(seconds=1))
+    assert ops.get(run_id).schedule == made.id
+    assert [r.run_id for r in ops.runs(schedule=made.id)] == [run_id]
+    assert ops.get_schedule("nightly").last_run_id == run_id
+    assert ops.remove_schedule("nightly").removed is True
+    assert ops.schedules() == [] and [s.id for s in ops.schedules(removed=True)] == [made.id]
+    with pytest.raises(rl.NotFound):
+        ops.get_schedule("nightly")

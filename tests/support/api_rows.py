@@ -1,6 +1,6 @@
 """What a refused API request must leave as it was: the ledger's row counts, how many runs left
 the queued state, and the versions of the rows a decision changes in place (gates, pauses,
-subscriptions, steps)."""
+subscriptions, steps, schedules)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ledger.models import (
     Notification,
     Pause,
     Run,
+    Schedule,
     Settlement,
     Step,
     WebhookSubscription,
@@ -37,8 +38,11 @@ def ledger_rows() -> tuple[object, ...]:
         WebhookSubscription.objects.filter(removed_at__isnull=False).count(),
         Notification.objects.count(),
         MailboxEvent.objects.count(),
+        Schedule.objects.count(),
+        Schedule.objects.filter(paused_at__isnull=False).count(),
+        Schedule.objects.filter(removed_at__isnull=False).count(),
     )
 
 
 #: ``ledger_rows()`` of an empty ledger.
-EMPTY = (0,) * 15
+EMPTY = (0,) * 18

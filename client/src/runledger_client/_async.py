@@ -30,6 +30,7 @@ from runledger_client._client import (
     Pause,
     Run,
     RunSummary,
+    Schedule,
     SentEvent,
     Step,
     StreamEvent,
@@ -45,6 +46,7 @@ from runledger_client._client import (
     _outcome,
     _parse,
     _quote,
+    _schedule_body,
     _step,
 )
 
@@ -325,6 +327,48 @@ class AsyncClient:
         body = {"reason": reason, "expected": expected}
         path = f"/pauses/{int(pause_id)}/lift"
         return _parse(Pause, _json(await self._send("POST", path, json=body, safe=False)))
+
+    # --- schedules -----------------------------------------------------------------------------
+
+    async def add_schedule(
+        self,
+        name: str,
+        agent: str,
+        inputs: Any = None,
+        *,
+        cron: str | None = None,
+        interval: int | None = None,
+        timezone: str = "UTC",
+        missed: str = "skip",
+        **options: Any,
+    ) -> Schedule:
+        body = _schedule_body(name, agent, inputs, cron, interval, timezone, missed, options)
+        answer = await self._send("POST", "/schedules", json=body, safe=False)
+        return _parse(Schedule, _json(answer))
+
+    async def schedules(self, *, removed: bool = False) -> list[Schedule]:
+        params = {"removed": str(removed).lower()}
+        return [
+            _parse(Schedule, s) for s in _json(await self._send("GET", "/schedules", params=params))
+        ]
+
+    async def get_schedule(self, schedule: str) -> Schedule:
+        answer = await self._send("GET", f"/schedules/{_quote(schedule)}")
+        return _parse(Schedule, _json(answer))
+
+    async def pause_schedule(self, schedule: str, reason: str = "") -> Schedule:
+        path = f"/schedules/{_quote(schedule)}/pause"
+        answer = await self._send("POST", path, json={"reason": reason}, safe=False)
+        return _parse(Schedule, _json(answer))
+
+    async def resume_schedule(self, schedule: str, reason: str = "") -> Schedule:
+        path = f"/schedules/{_quote(schedule)}/resume"
+        answer = await self._send("POST", path, json={"reason": reason}, safe=False)
+        return _parse(Schedule, _json(answer))
+
+    async def remove_schedule(self, schedule: str) -> Schedule:
+        path = f"/schedules/{_quote(schedule)}"
+        return _parse(Schedule, _json(await self._send("DELETE", path, safe=False)))
 
     # --- webhook subscriptions -----------------------------------------------------------------
 

@@ -121,6 +121,8 @@ class Run:
     priority: int = 0
     not_before: datetime | None = None
     deadline_at: datetime | None = None
+    #: The schedule whose tick started the run ("" for none).
+    schedule: str = ""
     plan_version: str = ""
     resume_count: int = 0
     max_resumes: int = 0
@@ -269,6 +271,38 @@ class Pause:
     lifted_at: datetime | None = None
     lift_reason: str = ""
     requeued: int = 0
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule: each tick of ``cron`` (in ``timezone``) or of ``interval`` seconds starts one
+    run of ``agent`` with ``inputs``; its runs answer ``schedule == id``."""
+
+    id: str
+    name: str
+    agent: str
+    inputs: Any = None
+    cron: str | None = None
+    interval: int | None = None
+    timezone: str = "UTC"
+    missed: str = "skip"
+    description: str = ""
+    priority: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    deadline: float | None = None
+    next_at: datetime | None = None
+    paused: bool = False
+    paused_by: str = ""
+    last_tick_at: datetime | None = None
+    last_run_id: str = ""
+    last_error: str = ""
+    ticks_skipped: int = 0
+    created_by: str = ""
+    created_at: datetime | None = None
+    removed: bool = False
+    removed_by: str = ""
+    removed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -662,7 +696,7 @@ class Client:
 
     def runs(self, *, limit: int = 50, **filters: Any) -> Iterator[RunSummary]:
         """Every run matching the dashboard's filters (status, reason, agent, older_than,
-        search, order), fetched a page at a time."""
+        search, order, schedule), fetched a page at a time."""
         params = {k: v for k, v in filters.items() if v is not None}
         params["limit"] = limit
         while True:
@@ -754,6 +788,49 @@ class Client:
         body = {"reason": reason, "expected": expected}
         path = f"/pauses/{int(pause_id)}/lift"
         return _parse(Pause, _json(self._send("POST", path, json=body, safe=False)))
+
+    # --- schedules -----------------------------------------------------------------------------
+
+    def add_schedule(
+        self,
+        name: str,
+        agent: str,
+        inputs: Any = None,
+        *,
+        cron: str | None = None,
+        interval: int | None = None,
+        timezone: str = "UTC",
+        missed: str = "skip",
+        **options: Any,
+    ) -> Schedule:
+        """Add a schedule: ``cron`` (five fields, in ``timezone``) or ``interval`` seconds;
+        ``missed`` is ``skip``, ``once`` or ``each``; ``options``: ``priority``,
+        ``concurrency_key``, ``concurrency_limit``, ``deadline``, ``description``, ``reason``.
+        Refused (nothing written): ``InvalidRequest`` (422), ``Conflict`` (a name in use)."""
+        body = _schedule_body(name, agent, inputs, cron, interval, timezone, missed, options)
+        return _parse(Schedule, _json(self._send("POST", "/schedules", json=body, safe=False)))
+
+    def schedules(self, *, removed: bool = False) -> list[Schedule]:
+        rows = _json(self._send("GET", "/schedules", params={"removed": str(removed).lower()}))
+        return [_parse(Schedule, s) for s in rows]
+
+    def get_schedule(self, schedule: str) -> Schedule:
+        """A schedule by its id (``sch_…``) or its live name."""
+        return _parse(Schedule, _json(self._send("GET", f"/schedules/{_quote(schedule)}")))
+
+    def pause_schedule(self, schedule: str, reason: str = "") -> Schedule:
+        path = f"/schedules/{_quote(schedule)}/pause"
+        answer = self._send("POST", path, json={"reason": reason}, safe=False)
+        return _parse(Schedule, _json(answer))
+
+    def resume_schedule(self, schedule: str, reason: str = "") -> Schedule:
+        path = f"/schedules/{_quote(schedule)}/resume"
+        answer = self._send("POST", path, json={"reason": reason}, safe=False)
+        return _parse(Schedule, _json(answer))
+
+    def remove_schedule(self, schedule: str) -> Schedule:
+        path = f"/schedules/{_quote(schedule)}"
+        return _parse(Schedule, _json(self._send("DELETE", path, safe=False)))
 
     # --- webhook subscriptions -----------------------------------------------------------------
 
@@ -942,3 +1019,21 @@ def _batch_runs(data: Mapping[str, Any]) -> list[Run]:
         hooks = [_parse(Webhook, w) for w in run.pop("webhooks", None) or []]
         out.append(_parse(Run, {**run, "webhooks": hooks}))
     return out
+
+
+def _schedule_body(
+    name: str,
+    agent: str,
+    inputs: Any,
+    cron: str | None,
+    interval: int | None,
+    timezone: str,
+    missed: str,
+    options: Mapping[str, Any],
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "agent": agent, "timezone": timezone, "missed": missed}
+    body["inputs"] = {} if inputs is None else inputs
+    for key, value in (("cron", cron), ("interval", interval), *options.items()):
+        if value is not None:
+            body[key] = value
+    return body

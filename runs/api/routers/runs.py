@@ -204,6 +204,9 @@ class ListQuery(Strict):
     status: RunStatusName | Literal["lease_expired"] | None = None
     reason: ReasonName | None = Field(default=None, description="why it needs attention")
     agent: str | None = Field(default=None, max_length=200)
+    schedule: str | None = Field(
+        default=None, max_length=64, description="the runs a schedule started (its id, sch_…)"
+    )
     older_than: int | None = Field(
         default=None, ge=0, le=10 * 365 * 86400, description="seconds in the current state"
     )
@@ -221,7 +224,7 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
     (keyset: a cursor, never an offset)."""
     require(request, "read")
     refuse_unknown_query(request, ListQuery)
-    for text in (q.agent, q.search):
+    for text in (q.agent, q.search, q.schedule):
         if text is not None and not queryable(text):
             raise problems.Problem(422, "invalid-input", "Invalid input", "no NUL bytes, please")
     after = None
@@ -236,6 +239,7 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
         status=q.status or "",
         reason=q.reason or "",
         agent=q.agent or "",
+        schedule=q.schedule or "",
         older_than=timedelta(seconds=q.older_than) if q.older_than is not None else None,
         search=q.search or "",
         order=q.order,

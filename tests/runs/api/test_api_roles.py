@@ -65,6 +65,12 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("get", "/api/v1/alerts/{alert_id}"): {"viewer", "operator", "approver"},
     ("post", "/api/v1/alerts/{alert_id}/ack"): {"operator"},
     ("get", "/api/v1/incidents"): {"viewer", "operator", "approver"},
+    ("get", "/api/v1/schedules"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/schedules"): {"operator"},
+    ("get", "/api/v1/schedules/{schedule}"): {"viewer", "operator", "approver"},
+    ("post", "/api/v1/schedules/{schedule}/pause"): {"operator"},
+    ("post", "/api/v1/schedules/{schedule}/resume"): {"operator"},
+    ("delete", "/api/v1/schedules/{schedule}"): {"operator"},
 }
 
 BODIES: dict[str, dict[str, Any]] = {
@@ -84,6 +90,12 @@ BODIES: dict[str, dict[str, Any]] = {
     "/notes": {"text": "looked at it", "key": "role-test"},
     "/events": {"name": "reply", "payload": 1, "event_id": "role-test"},
     "/answer": {"answer": {"approve": True}},
+    "/api/v1/schedules": {
+        "name": "role-test",
+        "agent": "refund",
+        "interval": 3600,
+        "inputs": {"invoice_id": "inv_1001"},
+    },
 }
 
 
@@ -113,6 +125,13 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
     hook, _ = events.subscribe("http://127.0.0.1:9/app", agent="payout")
     alert = Alert.objects.create(rule="stuck", dedup_key="runledger/stuck/all", summary="stuck",
                                  opened_at=timezone.now(), seen_at=timezone.now())  # fmt: skip
+    nightly = transitions.schedule_add(
+        name="nightly",
+        agent="refund",
+        inputs={"invoice_id": "inv_1001"},
+        cron="0 3 * * *",
+        by="ops",
+    )
     return {
         "alert_id": alert.pk,
         "run_id": run.run_id,
@@ -121,6 +140,7 @@ def world(caller: Any, blocked: Any) -> dict[str, Any]:
         "gate_id": Gate.objects.get(run_id=gated.run_id).pk,
         "pause_id": pause.pk,
         "subscription_id": hook.pk,
+        "schedule": nightly.schedule_id,
     }
 
 

@@ -102,6 +102,7 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     Preference.objects.create(
         user=admin, time_zone="America/Argentina/Buenos_Aires", updated_at=timezone.now()
     )
+    schedule = schedules_as_a_team_has_them(execute)
     model_step = Step.objects.get(run=stale, step_id=stale.blocked_step_id)
     alerts_evaluate(clock=lambda: timezone.now() + timedelta(hours=1))  # an open incident
     groups = incident_groups(failed_since=timezone.now() - timedelta(days=1))
@@ -126,6 +127,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         "/deploy/",
         "/pauses/",
         "/pacing/",
+        "/schedules/",
+        f"/?schedule={schedule}",
         *story,
         "/trends/",
         "/trends/?window=7d",
@@ -173,6 +176,36 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     found = {"broken words": broken, "off screen": off_screen, "too wide": too_wide, "axe": axe}
     if any(found.values()):
         pytest.fail(json.dumps(found, indent=1))
+
+
+def schedules_as_a_team_has_them(execute: Any) -> str:
+    """A nightly cron schedule in a far zone with a long description, one paused, and one
+    that ticked (its run executed); the id of the one that ticked."""
+    from ledger.processes.schedules import schedules_tick
+
+    transitions.schedule_add(
+        name="nightly-reconciliation-of-the-payment-providers-statements",
+        agent="refund",
+        inputs={"invoice_id": "inv_1001"},
+        cron="30 2 * * 1-5",
+        timezone_name="America/Argentina/Buenos_Aires",
+        missed="once",
+        description="Reconciles yesterday's statements from every payment provider before the "
+        "finance team starts its morning",
+        by="root",
+    )
+    paused = transitions.schedule_add(
+        name="hourly", agent="refund", inputs={"invoice_id": "inv_1002"}, interval=3600, by="root"
+    )
+    transitions.schedule_pause(schedule_id=paused.schedule_id, by="root", reason="quarter end")
+    ticked = transitions.schedule_add(
+        name="every-minute", agent="refund", inputs={"invoice_id": "inv_1003"}, interval=60,
+        by="root", clock=execute.clock,
+    )  # fmt: skip
+    execute.clock.now = ticked.next_at + timedelta(seconds=1)  # its first tick is due
+    (run_id,) = schedules_tick(clock=execute.clock)
+    execute(run_id)
+    return ticked.schedule_id
 
 
 def the_story_and_its_evidence(
