@@ -1044,6 +1044,8 @@ class RateHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.step_id} {self.key} at {self.slot_at}"
+
+
 # --- schedules (runs started by a clock) ------------------------------------------------------
 
 
