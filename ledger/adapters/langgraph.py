@@ -53,7 +53,7 @@ import contextvars
 import functools
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -552,7 +552,7 @@ def _question(value: Any) -> str:
     return canonical.dumps(_json(value))[:4000]
 
 
-async def run_graph(
+def run_graph(
     ctx: RunContext,
     graph: Any,
     inputs: Any,
@@ -562,9 +562,10 @@ async def run_graph(
     step: str = "graph",
     role: str = "operator",
     max_workers: int = 4,
-) -> Any:
+) -> Awaitable[Any]:
     """Run the compiled LangGraph ``graph`` on ``inputs`` durably, in an ``async def`` ledger
-    agent; the graph's final state as JSON (messages as LangChain's message dicts).
+    agent (``await run_graph(...)``; the arguments are checked when it is called, before
+    anything runs); the graph's final state as JSON (messages as LangChain's message dicts).
 
     Every chat-model call in its nodes is a model step and every ``ToolNode`` call a step: a
     read unless ``effects`` names the tool — ``effects={"tool name": lookup}`` makes it an effect
@@ -592,7 +593,7 @@ async def run_graph(
             f"run_graph takes a compiled LangGraph graph (builder.compile()), not {graph!r}"
         )
     declared = check_effects(graph, effects)
-    return await _run(ctx, graph, inputs, declared, dict(config or {}), step, role, max_workers)
+    return _run(ctx, graph, inputs, declared, dict(config or {}), step, role, max_workers)
 
 
 async def _run(

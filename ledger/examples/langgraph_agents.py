@@ -55,11 +55,12 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def _returns(messages: list[BaseMessage], name: str) -> list[Any]:
-    return [
-        json.loads(str(m.content))
-        for m in messages
-        if isinstance(m, ToolMessage) and m.name == name and m.status != "error"
-    ]
+    """The JSON results of the calls of ``name`` (a declined call's text is left out)."""
+    found = []
+    for m in messages:
+        if isinstance(m, ToolMessage) and m.name == name and str(m.content).startswith("{"):
+            found.append(json.loads(str(m.content)))
+    return found
 
 
 def answer(messages: list[BaseMessage]) -> AIMessage:
@@ -86,6 +87,8 @@ def answer(messages: list[BaseMessage]) -> AIMessage:
         ]
         return AIMessage(content="", tool_calls=calls)
     charges = _returns(messages, "refund_charge")
+    if not charges:
+        return AIMessage(content="No refund was sent: a person declined.")
     if turn == 3:
         text = "refunded " + ", ".join(c["charge_id"] for c in charges)
         call = {"name": "notify_team", "args": {"channel": "#billing", "text": text}, "id": "note"}
