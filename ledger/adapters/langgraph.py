@@ -345,6 +345,36 @@ def _takes_fencing_token(fn: Callable[..., Any] | None) -> bool:
         return False
 
 
+def _settled_as_message(lookup: Lookup | None, name: str, call_id: str) -> Lookup | None:
+    """The effect's lookup, its answer made the step's result: the ``ToolMessage`` the tool
+    would have handed on (its content the found value as LangChain writes a tool's dict, JSON),
+    so a settled effect replays as the same message. ``NOT_HAPPENED``/``None`` pass as they
+    are."""
+    if lookup is None:
+        return None
+    from langchain_core.messages import ToolMessage
+
+    from ledger.registry import NOT_HAPPENED
+
+    def message(found: Any) -> Any:
+        if found is None or found is NOT_HAPPENED:
+            return found
+        content = found if isinstance(found, str) else json.dumps(found, ensure_ascii=False)
+        return _message(ToolMessage(content=content, name=name, tool_call_id=call_id))
+
+    if inspect.iscoroutinefunction(lookup):
+
+        async def alookup(key: str, **kwargs: Any) -> Any:
+            return message(await lookup(key, **kwargs))
+
+        return alookup
+
+    def settle(key: str, **kwargs: Any) -> Any:
+        return message(lookup(key, **kwargs))
+
+    return settle
+
+
 def _tool_step(running: Running, call: Mapping[str, Any], run_one: Callable[[], Any]) -> Tool:
     """The ledger step of one ``ToolNode`` call: a read, or an effect when ``effects=`` names
     the tool. Its result is the ``ToolMessage`` as JSON."""
@@ -382,7 +412,7 @@ def _tool_step(running: Running, call: Mapping[str, Any], run_one: Callable[[], 
         name=name,
         kind="effect" if effect else "read",
         fn=invoke,
-        reconcile=lookup,
+        reconcile=_settled_as_message(lookup, name, str(call.get("id") or "")),
         takes_fencing_token=effect,
         reconcile_takes_fencing_token=_takes_fencing_token(lookup),
         is_async=True,

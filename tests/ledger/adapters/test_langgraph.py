@@ -196,6 +196,7 @@ def test_a_celery_worker_killed_mid_graph_resumes_asking_once_and_sending_once(
             transitions.question_answer(run_id=run_id, answer=APPROVE, by="alice")
             cluster.send(resume_run, run_id)
             assert wait_for(lambda: settled(run_id), timeout=120), cluster.log("rescuer")
+        rescued = cluster.log("rescuer", tail=60)
     run = Run.objects.get(pk=run_id)
     after = rows(run_id)
     for step_id, row in before.items():  # what had finished replayed untouched
@@ -209,7 +210,7 @@ def test_a_celery_worker_killed_mid_graph_resumes_asking_once_and_sending_once(
         assert asks(asked_log) == {1: 1, 2: 1, 3: 1}
         connection.close()
         return
-    assert run.status == "succeeded", run.detail
+    assert run.status == "succeeded", "\n".join([run.detail, rescued])
     assert run.result == ANSWER
     assert {k: r.kind for k, r in after.items()} == EXPECTED_STEPS
     # A model request killed in flight was never answered, so it is asked on the resume: once
