@@ -31,8 +31,10 @@ from ledger.selectors.failures import AttemptFailure, attempt_failures, run_fail
 from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.mailbox import (
+    CHECKPOINTS_SHOWN,
     MAILBOX_SHOWN,
     Question,
+    graph_checkpoints_of_run,
     mailbox_of_run,
     question_of,
     questions_timed_out,
@@ -118,6 +120,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
     "LEASE_EXPIRED",
+    "CHECKPOINTS_SHOWN",
     "MAILBOX_SHOWN",
     "NOTIFICATION_STATUSES",
     "ORDERS",
@@ -163,6 +166,7 @@ __all__ = [
     "gates_of_run",
     "ledger_export",
     "load_steps",
+    "graph_checkpoints_of_run",
     "mailbox_of_run",
     "notifications_of_run",
     "notifications_page",

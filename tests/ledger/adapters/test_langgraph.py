@@ -27,6 +27,7 @@ from ledger.examples import langgraph_agents
 from ledger.examples.models import Notification, ProviderCharge
 from ledger.models import GraphCheckpoint, Run, Step
 from runs.operations.tasks import resume_run, start_run
+from tests.support.dashboard_runs import restore_roles, signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,7 +84,7 @@ def effects_once() -> None:
 
 
 def test_a_graph_runs_each_model_call_and_tool_call_as_a_step_and_stops_for_a_person(
-    execute: Any, asked_log: Path, clock: Any
+    execute: Any, asked_log: Path, clock: Any, settings: Any
 ) -> None:
     run_id = start()
     first = execute(run_id)
@@ -112,6 +113,15 @@ def test_a_graph_runs_each_model_call_and_tool_call_as_a_step_and_stops_for_a_pe
     checkpoints = GraphCheckpoint.objects.filter(run_id=run_id)
     assert checkpoints.count() >= 9
     assert {c.thread_id for c in checkpoints} == {f"{run_id}/graph"}
+    # The run page lists them.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    restore_roles()
+    page = signed_in("viewer", "vera").get(f"/runs/{run_id}/").content.decode()
+    block = page[page.index('id="run-checkpoints"') :]
+    block = block[: block.index("</section>")].replace("<wbr>", "")
+    newest = checkpoints.order_by("-checkpoint_id").first()
+    assert newest is not None and newest.checkpoint_id in block
+    assert f"{run_id}/graph" in block and "loop" in block  # LangGraph's source of a step
 
 
 def test_a_finished_graph_replays_without_asking_or_sending_again(
