@@ -49,6 +49,7 @@ skip rows the ledger must walk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -159,9 +160,7 @@ def _result_of(data: Mapping[str, Any]) -> Any:
 
     return ChatResult(
         generations=[
-            ChatGeneration(
-                message=messages_from_dict([g["message"]])[0], generation_info=g["info"]
-            )
+            ChatGeneration(message=messages_from_dict([g["message"]])[0], generation_info=g["info"])
             for g in data["generations"]
         ],
         llm_output=data["llm_output"],
@@ -197,7 +196,7 @@ class Running:
         ns = str(meta.get("langgraph_checkpoint_ns") or "")
         parents = [part.split(":")[0] for part in ns.split("|")[:-1] if part]
         node = str(meta.get("langgraph_node") or "graph")
-        path = meta.get("langgraph_path") or ()
+        path: Any = meta.get("langgraph_path") or ()
         if len(path) >= 2 and path[0] == "__pregel_push":
             node = f"{node}.{path[1]}"
         superstep = meta.get("langgraph_step")
@@ -311,9 +310,10 @@ def _patched_generate(original: Callable[..., Any]) -> Callable[..., Any]:
         context = contextvars.copy_context()
 
         async def send() -> Any:
-            return await asyncio.to_thread(
-                context.run, original, self, messages, stop, run_manager, **kwargs
-            )
+            def call() -> Any:
+                return context.run(original, self, messages, stop, run_manager, **kwargs)
+
+            return await asyncio.to_thread(call)
 
         step = _model_step(running, self, request, send)
         return asyncio.run_coroutine_threadsafe(step, running.loop).result()
@@ -388,7 +388,9 @@ def _tool_step(running: Running, call: Mapping[str, Any], run_one: Callable[[], 
     async def invoke(
         *, idempotency_key: str | None = None, fencing_token: int | None = None, **_: Any
     ) -> Any:
-        marked = _EFFECT.set((idempotency_key, fencing_token)) if effect and idempotency_key else None
+        marked = (
+            _EFFECT.set((idempotency_key, fencing_token)) if effect and idempotency_key else None
+        )
         try:
             output = await run_one()
         except GraphBubbleUp as exc:
@@ -465,9 +467,7 @@ def _patched_arun_one(original: Callable[..., Any]) -> Callable[..., Any]:
         prefix, _task = running.where(tool_runtime.config)
         places = running.answers.setdefault(prefix, {})
         index = places.setdefault(str(call.get("id")), len(places))
-        tool = _tool_step(
-            running, call, lambda: original(self, call, input_type, tool_runtime)
-        )
+        tool = _tool_step(running, call, lambda: original(self, call, input_type, tool_runtime))
         arguments = _json(dict(call.get("args") or {}))
         data = await running.gather.call(prefix, index, ToolCall(tool, arguments))
         return messages_from_dict([data])[0]
@@ -508,6 +508,10 @@ def _guarded_graph(original: Callable[..., Any], how: str) -> Callable[..., Any]
     return guarded
 
 
+def _graph_guard(how: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return lambda original: _guarded_graph(original, how)
+
+
 def _install() -> None:
     """Wrap LangChain's model boundary and ``ToolNode``'s call runner (see the module's
     docstring), and refuse a graph run directly inside a runledger execution. Once per
@@ -526,7 +530,7 @@ def _install() -> None:
         (ToolNode, "_func", _patched_func),
     ]
     for how in ("invoke", "ainvoke", "stream", "astream"):
-        patches.append((Pregel, how, lambda f, how=how: _guarded_graph(f, how)))
+        patches.append((Pregel, how, _graph_guard(how)))
     for cls, name, wrap in patches:
         original = cls.__dict__[name]
         if not getattr(original, "__runledger_guard__", False):
@@ -643,7 +647,11 @@ async def _run(
     from ledger.transitions.checkpoints import Fence
 
     running = Running(
-        ctx=ctx, step=step, effects=effects, loop=asyncio.get_running_loop(), max_workers=max_workers
+        ctx=ctx,
+        step=step,
+        effects=effects,
+        loop=asyncio.get_running_loop(),
+        max_workers=max_workers,
     )
 
     async def dispatch(batch: list[Held]) -> dict[int, Any]:
@@ -716,14 +724,17 @@ def _said(message: Mapping[str, Any], step_id: str) -> list[dict[str, Any]]:
     for call in data.get("tool_calls") or []:
         args = canonical.dumps(call.get("args") or {})
         said.append(
-            {"role": role, "text": f"calls {call.get('name')}({args})", "time": "", "step_id": step_id}
+            {
+                "role": role,
+                "text": f"calls {call.get('name')}({args})",
+                "time": "",
+                "step_id": step_id,
+            }
         )
     return said
 
 
 register_transcript("langgraph", transcript)
 
-try:
+with contextlib.suppress(ImportError):  # without the extra, run_graph refuses on its own
     _install()
-except ImportError:  # without the extra, run_graph refuses on its own
-    pass

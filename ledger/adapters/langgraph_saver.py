@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -182,7 +182,7 @@ class RunledgerSaver(BaseCheckpointSaver[str]):
         address = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
         return CheckpointTuple(
             config={"configurable": {**address, "checkpoint_id": row.checkpoint_id}},
-            checkpoint={**checkpoint, "channel_values": values},
+            checkpoint=cast(Checkpoint, {**checkpoint, "channel_values": values}),
             metadata=row.metadata,
             parent_config=(
                 {"configurable": {**address, "checkpoint_id": row.parent_checkpoint_id}}

@@ -45,13 +45,23 @@ class ScriptedChatModel(BaseChatModel):
 
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=answer(messages))])
 
     async def _agenerate(
-        self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
     ) -> ChatResult:
-        return self._generate(messages, stop, **kwargs)
+        return self._generate(messages, stop)
 
 
 def _returns(messages: list[BaseMessage], name: str) -> list[Any]:
@@ -150,7 +160,9 @@ def build() -> Any:
     builder.add_node("review", review)
     builder.add_node("tools", ToolNode(tools))
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition, {"tools": "review", "__end__": "__end__"})
+    builder.add_conditional_edges(
+        "agent", tools_condition, {"tools": "review", "__end__": "__end__"}
+    )
     builder.add_edge("tools", "agent")
     return builder.compile()
 
@@ -175,7 +187,5 @@ def _prompt(inputs: dict[str, Any]) -> str:
 )
 async def refund_langgraph(ctx: AsyncRunContext, inputs: dict[str, Any]) -> dict[str, Any]:
     """The LangGraph refund desk (inputs: invoice_ids); a person approves the refunds."""
-    state = await run_graph(
-        ctx, graph, {"messages": [("user", _prompt(inputs))]}, effects=EFFECTS
-    )
+    state = await run_graph(ctx, graph, {"messages": [("user", _prompt(inputs))]}, effects=EFFECTS)
     return {"text": state["messages"][-1]["data"]["content"]}

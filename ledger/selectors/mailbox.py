@@ -66,7 +66,9 @@ def questions_timed_out(*, now: datetime, limit: int = 100) -> list[str]:
 CHECKPOINTS_SHOWN = 50
 
 
-def graph_checkpoints_of_run(*, run_id: str, limit: int = CHECKPOINTS_SHOWN) -> list[dict[str, Any]]:
+def graph_checkpoints_of_run(
+    *, run_id: str, limit: int = CHECKPOINTS_SHOWN
+) -> list[dict[str, Any]]:
     """The LangGraph checkpoints the run's graph wrote (``ledger.adapters.langgraph``), newest
     first: thread, namespace, id, parent, LangGraph's metadata (source, step) and how many
     pending writes each holds. Reads no checkpoint body."""

@@ -190,9 +190,9 @@ def test_a_celery_worker_killed_mid_graph_resumes_asking_once_and_sending_once(
         )
         cluster.send(start_run, run_id)
         # The person approves the refunds when the graph asks (unless the victim died first).
-        assert wait_for(
-            lambda: victim.poll() is not None or asking(run_id), timeout=90
-        ), cluster.log("victim")
+        assert wait_for(lambda: victim.poll() is not None or asking(run_id), timeout=90), (
+            cluster.log("victim")
+        )
         if victim.poll() is None:
             transitions.question_answer(run_id=run_id, answer=APPROVE, by="alice")
             cluster.send(resume_run, run_id)
