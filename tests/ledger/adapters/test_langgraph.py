@@ -234,7 +234,6 @@ def test_a_celery_worker_killed_mid_graph_resumes_asking_once_and_sending_once(
 
 
 def refused_run(execute: Any, body: Any) -> Any:
-    registry.register_agent if False else None  # noqa: B018 - the decorator registers
     from ledger.agents import agent
 
     agent("lg-bad")(body)
@@ -256,6 +255,17 @@ def test_a_graph_invoked_directly_inside_a_run_is_refused_before_anything_runs(
 
     outcome = refused_run(execute, body)
     assert "graph.ainvoke directly inside runledger run" in outcome.detail, outcome.detail
+    assert asks(asked_log) == {}
+
+
+def test_a_chat_model_called_outside_run_graph_inside_a_run_is_refused(
+    execute: Any, asked_log: Path
+) -> None:
+    async def body(ctx: Any, inputs: Any) -> Any:
+        return (await langgraph_agents.model.ainvoke("refund inv_1001")).content
+
+    outcome = refused_run(execute, body)
+    assert "a chat model directly inside runledger run" in outcome.detail, outcome.detail
     assert asks(asked_log) == {}
 
 
@@ -310,3 +320,45 @@ def test_a_langgraph_outside_the_pinned_range_is_refused() -> None:
     for version in ("0.6.11", "2.0.0", "dev"):
         with pytest.raises(AgentDefinitionError, match=r">=1,<2.*runledger\[langgraph\]"):
             check_version(version)
+
+
+def test_a_sync_node_calling_model_invoke_is_a_model_step_replayed_on_resume(
+    execute: Any, asked_log: Path
+) -> None:
+    """A plain ``def`` node (LangGraph runs it on a thread) calling ``model.invoke``: the call
+    crosses to the run's loop and is the same model step; a replay asks nothing."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from ledger.adapters.langgraph import run_graph
+    from ledger.agents import agent
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [langgraph_agents.model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", call_model)
+    builder.add_edge(START, "agent")
+    graph = builder.compile()
+
+    @agent("lg-sync-node")
+    async def body(ctx: Any, inputs: Any) -> Any:
+        state = await run_graph(ctx, graph, {"messages": [("user", "refund inv_1001")]})
+        return state["messages"][-1]["data"]["tool_calls"][0]["args"]
+
+    try:
+        run_id = transitions.run_start(agent="lg-sync-node", inputs={}).run_id
+        first = execute(run_id)
+        Run.objects.filter(pk=run_id).update(status="failed")
+        transitions.run_resume(
+            run_id=run_id, by="test", reason="replay", seen_version=None, anyway=True
+        )
+        again = execute(run_id, worker="worker-2")
+    finally:
+        registry.unregister_agent("lg-sync-node")
+    assert first.status == again.status == "succeeded", (first, again)
+    assert first.result == again.result == {"invoice_id": "inv_1001"}
+    assert dict(Step.objects.filter(run_id=run_id).values_list("step_id", "kind")) == {
+        "graph.1.agent.model.1": "model"
+    }
+    assert again.replayed == 1 and again.executed == 0
+    assert asks(asked_log) == {1: 1}
