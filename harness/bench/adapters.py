@@ -82,10 +82,10 @@ def _langgraph_loop() -> Any:
 
     model = Counting()
 
-    async def think(state: dict[str, Any]) -> dict[str, Any]:
+    async def think(state: Any) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
-    def more(state: dict[str, Any]) -> str:
+    def more(state: Any) -> str:
         return END if len(state["messages"]) > LANGGRAPH_STEPS else "think"
 
     builder = StateGraph(MessagesState)
