@@ -1122,3 +1122,88 @@ class Schedule(models.Model):
     @property
     def removed(self) -> bool:
         return self.removed_at is not None
+
+
+# --- LangGraph checkpoints (ledger.adapters.langgraph.RunledgerSaver) --------------------------
+
+
+class GraphCheckpoint(models.Model):
+    """One LangGraph checkpoint (``RunledgerSaver.put``): the checkpoint without its channel
+    values (those are ``GraphBlob`` rows, one per channel version, as LangGraph's PostgreSQL
+    saver keeps them, so an unchanged channel is not stored again), its metadata and parent.
+
+    Keyed by (thread_id, checkpoint_ns, checkpoint_id) as LangGraph addresses them. ``run``
+    binds the thread to the run whose graph wrote it (empty for a saver used outside a run);
+    deleting the run deletes its checkpoints. Written only by ``ledger.transitions.checkpoints``.
+    ``metadata`` is the checkpoint's metadata as JSON, for the run page and ``list(filter=)``.
+    """
+
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="graph_checkpoints"
+    )
+    thread_id = models.CharField(max_length=255)
+    checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
+    checkpoint_id = models.CharField(max_length=64)
+    parent_checkpoint_id = models.CharField(max_length=64, blank=True, default="")
+    type = models.CharField(max_length=32)
+    checkpoint = models.BinaryField()
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread_id", "checkpoint_ns", "checkpoint_id"], name="graph_checkpoint_key"
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "id"], name="graph_checkpoint_run")]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}/{self.checkpoint_ns or '-'}/{self.checkpoint_id}"
+
+
+class GraphBlob(models.Model):
+    """One channel's value at one version of a LangGraph thread (``RunledgerSaver.put``)."""
+
+    thread_id = models.CharField(max_length=255)
+    checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
+    channel = models.CharField(max_length=255)
+    version = models.CharField(max_length=64)
+    type = models.CharField(max_length=32)
+    blob = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread_id", "checkpoint_ns", "channel", "version"], name="graph_blob_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}/{self.channel}@{self.version}"
+
+
+class GraphWrite(models.Model):
+    """One pending write of a LangGraph task (``RunledgerSaver.put_writes``): what a finished
+    task of a superstep wrote, so a resumed superstep does not run that task again."""
+
+    thread_id = models.CharField(max_length=255)
+    checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
+    checkpoint_id = models.CharField(max_length=64)
+    task_id = models.CharField(max_length=255)
+    task_path = models.CharField(max_length=255, blank=True, default="")
+    idx = models.IntegerField()
+    channel = models.CharField(max_length=255)
+    type = models.CharField(max_length=32)
+    blob = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                name="graph_write_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}/{self.checkpoint_id} {self.task_id}[{self.idx}] {self.channel}"

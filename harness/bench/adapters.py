@@ -68,6 +68,77 @@ def pydantic_ai(rounds: int) -> dict[str, Any]:
     return _compare("pydantic_ai", bare, ledger, steps=steps, rounds=rounds)
 
 
+#: Model calls in the LangGraph bench's loop (each a model step on the ledger).
+LANGGRAPH_STEPS = 20
+
+
+def _langgraph_loop() -> Any:
+    """A LangGraph graph that loops ``LANGGRAPH_STEPS`` times through one node calling a fake
+    chat model (no network): the bench's graph, bare and on the ledger."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    class Counting(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "counting"
+
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
+            message = AIMessage(content=f"step {len(messages)}")
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    model = Counting()
+
+    async def think(state: Any) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def more(state: Any) -> str:
+        return END if len(state["messages"]) > LANGGRAPH_STEPS else "think"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("think", think)
+    builder.add_edge(START, "think")
+    builder.add_conditional_edges("think", more)
+    return builder.compile()
+
+
+def langgraph(rounds: int) -> dict[str, Any]:
+    """LangGraph: a loop of ``LANGGRAPH_STEPS`` model calls, the plain ``graph.ainvoke`` (no
+    checkpointer) against ``run_graph`` in an async ledger agent (a model step per call, the
+    graph's checkpoints in the ledger's database)."""
+    import asyncio
+
+    from ledger import registry
+    from ledger.adapters.langgraph import run_graph
+    from ledger.agents import agent
+
+    graph = _langgraph_loop()
+    inputs = {"messages": [("user", "count")]}
+    config = {"recursion_limit": LANGGRAPH_STEPS * 2 + 10}
+    if "bench_langgraph" not in registry.agents():
+
+        @agent("bench_langgraph")
+        async def bench_langgraph(ctx: Any, _inputs: Any) -> Any:
+            state = await run_graph(ctx, graph, inputs, config=config)
+            return len(state["messages"])
+
+    def bare() -> None:
+        asyncio.run(graph.ainvoke(inputs, config))
+
+    def ledger() -> None:
+        run = start_unannounced(agent="bench_langgraph", inputs={})
+        out = execute.run_execute(
+            run_id=run.run_id, worker="bench", clock=timezone.now, heartbeat=False
+        )
+        assert out is not None and out.status == "succeeded", out
+
+    return _compare("langgraph", bare, ledger, steps=LANGGRAPH_STEPS, rounds=rounds)
+
+
 def _compare(
     name: str, bare: Callable[[], None], ledger: Callable[[], None], *, steps: int, rounds: int
 ) -> dict[str, Any]:
@@ -95,4 +166,7 @@ def _time(fn: Callable[[], None]) -> float:
 
 
 #: Each adapter's bench: rounds -> figures (the other adapters add theirs here).
-BENCHES: dict[str, Callable[[int], dict[str, Any]]] = {"pydantic_ai": pydantic_ai}
+BENCHES: dict[str, Callable[[int], dict[str, Any]]] = {
+    "pydantic_ai": pydantic_ai,
+    "langgraph": langgraph,
+}

@@ -1,7 +1,8 @@
 """Framework adapters: agents written with an agent framework, run durably on the ledger.
 
 Each adapter module (``ledger.adapters.pydantic_ai``, ``ledger.adapters.openai_agents``,
-``ledger.adapters.claude_agent_sdk``) imports its framework only when used, and registers a
+``ledger.adapters.claude_agent_sdk``,
+``ledger.adapters.langgraph``) imports its framework only when used, and registers a
 transcript renderer here: ``transcript(run_id) -> list[dict]`` giving what was said in a run
 (each entry ``{"role", "text", "time", "step_id"}``, in order), built from the ledger alone.
 The run page shows the entries of every registered renderer beside the step chain.
@@ -31,6 +32,7 @@ KNOWN = (
     "ledger.adapters.pydantic_ai",
     "ledger.adapters.openai_agents",
     "ledger.adapters.claude_agent_sdk",
+    "ledger.adapters.langgraph",
 )
 
 

@@ -79,6 +79,14 @@ class RunContext:
         self._bytes = 0
 
     @property
+    def lease_token(self) -> str | None:
+        """This execution's lease token (None in a dry replay): an adapter that keeps rows of
+        its own beside the ledger (LangGraph's checkpoints) fences their writes with it, as the
+        engine fences its steps."""
+        token = getattr(self._steps, "lease_token", None)
+        return token if isinstance(token, str) else None
+
+    @property
     def replayed(self) -> int:
         return self._walk.replayed
 

@@ -196,6 +196,11 @@ class LiveSteps:
             else None
         )
 
+    @property
+    def lease_token(self) -> str:
+        """The lease token this execution's writes are fenced with."""
+        return self._token
+
     # --- one step -------------------------------------------------------------------------
 
     def step(self, call: Call) -> Any:

@@ -42,8 +42,10 @@ from ledger.selectors.failures import AttemptFailure, attempt_failures, run_fail
 from ledger.selectors.gates import gate_get, gate_latest, gate_queue, gates_of_run
 from ledger.selectors.ledger import StepRow, load_steps
 from ledger.selectors.mailbox import (
+    CHECKPOINTS_SHOWN,
     MAILBOX_SHOWN,
     Question,
+    graph_checkpoints_of_run,
     mailbox_of_run,
     question_of,
     questions_timed_out,
@@ -130,6 +132,7 @@ from ledger.selectors.timeline import WaterfallRow, step_waterfall
 __all__ = [
     "BULK_ACTIONS",
     "BULK_LIMIT",
+    "CHECKPOINTS_SHOWN",
     "GROUPS_SHOWN",
     "LEASE_EXPIRED",
     "MAILBOX_SHOWN",
@@ -178,6 +181,7 @@ __all__ = [
     "gate_latest",
     "gate_queue",
     "gates_of_run",
+    "graph_checkpoints_of_run",
     "incident_groups",
     "incident_runs",
     "ledger_export",

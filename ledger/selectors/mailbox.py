@@ -60,3 +60,52 @@ def questions_timed_out(*, now: datetime, limit: int = 100) -> list[str]:
         status=RunStatus.NEEDS_ATTENTION, reason=Reason.QUESTION, wake_at__lte=now
     ).values_list("run_id", flat=True)[:limit]
     return list(rows)
+
+
+#: The most LangGraph checkpoints the run page lists (the newest first).
+CHECKPOINTS_SHOWN = 50
+
+
+def graph_checkpoints_of_run(
+    *, run_id: str, limit: int = CHECKPOINTS_SHOWN
+) -> list[dict[str, Any]]:
+    """The LangGraph checkpoints the run's graph wrote (``ledger.adapters.langgraph``), newest
+    first: thread, namespace, id, parent, LangGraph's metadata (source, step) and how many
+    pending writes each holds. Reads no checkpoint body."""
+    from django.db.models import Count, OuterRef, Subquery
+
+    from ledger.models import GraphCheckpoint, GraphWrite
+
+    pending = (
+        GraphWrite.objects.filter(
+            thread_id=OuterRef("thread_id"),
+            checkpoint_ns=OuterRef("checkpoint_ns"),
+            checkpoint_id=OuterRef("checkpoint_id"),
+        )
+        .values("checkpoint_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    rows = (
+        GraphCheckpoint.objects.filter(run_id=run_id)
+        .annotate(writes=Subquery(pending))
+        .order_by("-checkpoint_id")
+        .values(
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "metadata",
+            "created_at",
+            "writes",
+        )[:limit]
+    )
+    return [
+        {
+            **row,
+            "source": (row["metadata"] or {}).get("source", ""),
+            "step": (row["metadata"] or {}).get("step"),
+            "writes": row["writes"] or 0,
+        }
+        for row in rows
+    ]

@@ -54,6 +54,21 @@ def pydantic_ai_turns(run_id: str) -> list[dict[str, Any]]:
     return found
 
 
+def langgraph_turns(run_id: str) -> list[dict[str, Any]]:
+    """The model steps of the run's LangGraph graphs (``ledger.adapters.langgraph``), in
+    execution order; the inputs only of the first (later ones repeat the conversation)."""
+    rows = Step.objects.filter(
+        run_id=run_id, kind="model", step_id__regex=r"\.model\.\d+$", result__has_key="generations"
+    ).order_by("seq")
+    found: list[dict[str, Any]] = [
+        dict(r) for r in rows.values("step_id", "result")[:TRANSCRIPT_ROWS]
+    ]
+    inputs = first_turn_inputs(run_id=run_id, step_ids=[r["step_id"] for r in found[:1]])
+    for row in found:
+        row["inputs"] = inputs.get(row["step_id"])
+    return found
+
+
 #: The ``adapter`` the OpenAI Agents SDK adapter writes into its model steps' inputs.
 OPENAI_AGENTS = "openai-agents"
 

@@ -190,6 +190,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "mailbox": list(selectors.mailbox_of_run(run_id=run.run_id)),
         **_question_context(request, run),
         "mailbox_shown": selectors.MAILBOX_SHOWN,
+        "checkpoints": selectors.graph_checkpoints_of_run(run_id=run.run_id),
+        "checkpoints_shown": selectors.CHECKPOINTS_SHOWN,
         "acts": story.run_acts(run_id=run.run_id),
         **presenting.waterfall(run, timezone.now()),
         **handover_context(request, run),
