@@ -1,7 +1,8 @@
 """Live model text: a model's answer as it arrives, to whoever reads the run's stream now.
 
 While a model step executes (never on a replay: a recorded step does not call its model), the
-model loops (``ledger.loops``) and the PydanticAI adapter ask the provider for a streamed answer
+model loops (``ledger.loops``), the PydanticAI adapter and the OpenAI Agents SDK adapter's
+streamed turns ask the provider for a streamed answer
 and hand each piece of text to ``delta``. The step itself is still recorded once, whole, when
 the answer is complete — the ledger holds answers, not pieces of them.
 

@@ -36,7 +36,7 @@ import json
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from ledger import canonical, faultpoints
+from ledger import canonical, faultpoints, live
 from ledger.adapters import register_transcript
 from ledger.adapters._bridge import Bridge
 from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
@@ -66,6 +66,7 @@ try:
         ResponseCompletedEvent,
         ResponseOutputItem,
         ResponseOutputItemDoneEvent,
+        ResponseTextDeltaEvent,
         ResponseUsage,
     )
     from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
@@ -758,7 +759,7 @@ class _DurableModel(Model):
         step_id, request = self._request(
             system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs
         )
-        live: asyncio.Queue[Any] = asyncio.Queue()
+        passed_on: asyncio.Queue[Any] = asyncio.Queue()
 
         async def stream() -> dict[str, Any]:
             completed: Any = None
@@ -778,7 +779,9 @@ class _DurableModel(Model):
                     continue  # the recorded answer's own completion is handed on below
                 if isinstance(event, ResponseOutputItemDoneEvent):
                     done_items.append(event.item)
-                live.put_nowait(event)
+                elif isinstance(event, ResponseTextDeltaEvent):
+                    live.delta(event.delta)  # the run's live readers (?live=true), never stored
+                passed_on.put_nowait(event)
             if completed is None:
                 raise sdk.ModelBehaviorError("the model's stream ended without a final response")
             output = list(completed.output or done_items)
@@ -797,7 +800,7 @@ class _DurableModel(Model):
             )
 
         def send(_request: dict[str, Any]) -> dict[str, Any]:
-            return self._bridge.on_loop(stream())  # type: ignore[no-any-return]
+            return self._bridge.on_loop(live.carry(stream)())  # type: ignore[arg-type,no-any-return]
 
         ctx = self._bridge.ctx
         recorded = asyncio.ensure_future(
@@ -805,8 +808,8 @@ class _DurableModel(Model):
                 lambda: ctx.model_request(request, send=send, model=self._name, step=step_id)
             )
         )
-        while not recorded.done() or not live.empty():
-            getting = asyncio.ensure_future(live.get())
+        while not recorded.done() or not passed_on.empty():
+            getting = asyncio.ensure_future(passed_on.get())
             await asyncio.wait({getting, recorded}, return_when=asyncio.FIRST_COMPLETED)
             if getting.done():
                 yield getting.result()

@@ -18,7 +18,7 @@ pytest.importorskip("agents")
 pytest.importorskip("fastmcp")
 
 from harness.cluster import Cluster, wait_for
-from ledger import registry, transitions
+from ledger import registry, transitions, waiting
 from ledger.adapters import openai_agents
 from ledger.agents import agent
 from ledger.errors import AgentDefinitionError
@@ -94,6 +94,8 @@ def test_the_agent_as_the_docs_write_it_is_steps_and_a_replay_asks_and_sends_not
     asks: Path, execute: Any
 ) -> None:
     run_id = start()
+    heard: list[tuple[str, str]] = []  # the run's live readers (?live=true): model text
+    stop = waiting.hear(run_id, lambda step_id, text: heard.append((step_id, text)))
     first = execute(run_id)
     assert (first.status, first.result) == ("succeeded", {"text": full.FINAL}), first
     assert tool_steps(run_id) == TOOL_STEPS
@@ -117,6 +119,13 @@ def test_the_agent_as_the_docs_write_it_is_steps_and_a_replay_asks_and_sends_not
         x.removeprefix("delta ") for x in asks.read_text().splitlines() if x.startswith("delta")
     )
     assert deltas.replace(" ", "") == full.FINAL.replace(" ", "")
+    # and the live readers heard them, from the final turn's model step, never stored
+    def final_text() -> str:
+        return "".join(t for step_id, t in heard if step_id == "openai.turn.6")
+
+    assert wait_for(lambda: final_text() == full.FINAL, timeout=60), heard
+    assert {TOOL_STEPS[step_id] for step_id, _t in heard} == {"model"}, heard
+    live_heard = list(heard)
     assert counted(asks) == ALL_ASKED
     effects_once()
 
@@ -127,6 +136,8 @@ def test_the_agent_as_the_docs_write_it_is_steps_and_a_replay_asks_and_sends_not
     again = execute(run_id, worker="worker-2")
     assert (again.status, again.result) == ("succeeded", first.result), again
     assert counted(asks) == ALL_ASKED  # nobody asked again
+    stop()
+    assert heard == live_heard  # a replayed turn sends no live text
     assert asks.read_text().splitlines().count("history") == 1  # the sub-agent's tool too
     assert list(rows(run_id)) == list(ledger)
     effects_once()
