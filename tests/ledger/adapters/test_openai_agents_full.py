@@ -119,6 +119,7 @@ def test_the_agent_as_the_docs_write_it_is_steps_and_a_replay_asks_and_sends_not
         x.removeprefix("delta ") for x in asks.read_text().splitlines() if x.startswith("delta")
     )
     assert deltas.replace(" ", "") == full.FINAL.replace(" ", "")
+
     # and the live readers heard them, from the final turn's model step, never stored
     def final_text() -> str:
         return "".join(t for step_id, t in heard if step_id == "openai.turn.6")
