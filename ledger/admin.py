@@ -286,6 +286,7 @@ class StepAdmin(LedgerAdmin):
         (None, ("run", "step_id", "seq", "kind", "tool", "status", "settled_by")),
         ("Result", ("result", "next_step_id", "attempt", "effect_key", "error", "errors")),
         ("Inputs", ("input_hash", "inputs", "inputs_truncated", "model_id", "prompt_hash")),
+        ("Model usage", ("tokens_in", "tokens_out", "cost_usd")),
         ("Run's worker lease", ("run_lease",)),
         ("Times", ("started_at", "finished_at", "expires_at", "updated_at", "version")),
     )

@@ -38,6 +38,7 @@ EXPECTED = {
     "recovered-before-charge": ("succeeded", ""),
     "recovered-after-email": ("succeeded", ""),
     "pydantic-ai-refund-recovered": ("succeeded", ""),
+    "payout-waiting-at-its-gate": ("needs_attention", "approval"),
 }
 ROW = re.compile(
     r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'
