@@ -11,10 +11,11 @@ when none has; ``unpriced`` says how many model steps have tokens but no price.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db.models import Count, Q, Sum
 
@@ -66,13 +67,13 @@ _SUMS = {
 }
 
 
-def _usage(row: dict[str, object]) -> Usage:
+def _usage(row: Mapping[str, Any]) -> Usage:
     return Usage(
-        tokens_in=int(row["tokens_in_sum"] or 0),  # type: ignore[call-overload]
-        tokens_out=int(row["tokens_out_sum"] or 0),  # type: ignore[call-overload]
-        cost_usd=row["cost_sum"],  # type: ignore[arg-type]
-        model_steps=int(row["steps"]),  # type: ignore[call-overload]
-        unpriced=int(row["unpriced"]),  # type: ignore[call-overload]
+        tokens_in=int(row["tokens_in_sum"] or 0),
+        tokens_out=int(row["tokens_out_sum"] or 0),
+        cost_usd=row["cost_sum"],
+        model_steps=int(row["steps"]),
+        unpriced=int(row["unpriced"]),
     )
 
 

@@ -230,7 +230,8 @@ def configure(mode: str, *, service_name: str = "runledger") -> RunTracer | None
             "pip install 'runledger[otel]'"
         ) from exc
     provider = TracerProvider(
-        resource=Resource.create({SERVICE_NAME: service_name}), id_generator=RunIdGenerator()
+        resource=Resource.create({SERVICE_NAME: service_name}),
+        id_generator=RunIdGenerator(),  # type: ignore[arg-type]  # the SDK's interface, duck-typed
     )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return RunTracer(provider.get_tracer(TRACER_NAME))

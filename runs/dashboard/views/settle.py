@@ -42,12 +42,12 @@ OPEN_THE_EVIDENCE = (
 EVIDENCE_SEEN_SECONDS = 12 * 3600
 
 
-def evidence_seen_token(*, settlement_pk: int, user_pk: int) -> str:
+def evidence_seen_token(*, settlement_pk: int, user_pk: int | None) -> str:
     """What the settle page's Approve carries: this person opened this proposal's evidence."""
     return signing.dumps([settlement_pk, user_pk], salt="runledger.evidence-seen")
 
 
-def evidence_was_seen(token: str, *, settlement_pk: int, user_pk: int) -> bool:
+def evidence_was_seen(token: str, *, settlement_pk: int, user_pk: int | None) -> bool:
     try:
         seen = signing.loads(token, salt="runledger.evidence-seen", max_age=EVIDENCE_SEEN_SECONDS)
     except signing.BadSignature:

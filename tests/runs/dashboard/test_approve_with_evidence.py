@@ -192,7 +192,7 @@ def test_the_placeholder_names_this_steps_amount_not_another(execute, crash_at) 
     assert ": 900," not in hint and ": 900}" not in hint
 
 
-def test_the_queue_shows_the_proposed_result_and_sends_a_flagged_one_to_review(
+def test_the_queue_shows_the_proposed_result_and_sends_every_approval_to_the_evidence(
     execute, crash_at
 ) -> None:
     flagged_run = renewal_run(execute, crash_at)
@@ -213,7 +213,8 @@ def test_the_queue_shows_the_proposed_result_and_sends_a_flagged_one_to_review(
     bad, good = rows[str(flagged.pk)], rows[str(fine.pk)]
     assert "&quot;amount_cents&quot;: 900" in bad and "Disagrees with its evidence" in bad
     assert "/approve/" not in bad and "review it with the evidence to approve" in bad
-    assert "&quot;gateway_ref&quot;: &quot;gw_b&quot;" in good and "/approve/" in good
+    assert "&quot;gateway_ref&quot;: &quot;gw_b&quot;" in good and "/approve/" not in good
+    assert "open the evidence to approve or reject" in good
     assert long_reason.strip() in htmllib.unescape(good)  # the whole reason, not 80 characters
     assert "Disagrees" not in good
 

@@ -118,8 +118,10 @@ def test_the_queue_lists_waiting_effects_oldest_first_with_read_path_and_proposa
     propose(olive, charge, outcome="abandon", reason="customer cancelled by phone")
     page = text(amy.get("/settlements/"))
     row = page[page.index(f'id="queue-{charge.pk}"') : page.index(f'id="queue-{pay.pk}"')]
-    assert "abandon" in row and "by olive" in row and "Approve" in row and "Reject" in row
-    assert "Approve</button>" not in text(olive.get("/settlements/"))  # not for an operator
+    assert "abandon" in row and "by olive" in row
+    # Approving is done beside the evidence (issue 35): the queue links there, no inline form.
+    assert "open the evidence to approve or reject" in row and "/approve/" not in row
+    assert "open the evidence to approve" not in text(olive.get("/settlements/"))  # an operator
 
 
 # --- settling: propose, approve --------------------------------------------------------------
