@@ -151,6 +151,17 @@ SCENARIOS = (
         resume_env={"RUNLEDGER_AGENT_MODULES": FRAMEWORK_MODULES},
     ),
     Scenario(
+        "payout-waiting-at-its-gate",
+        "payout",
+        {
+            "invoice_id": "inv_1004",
+            "story": "A payout of an invoice's total: its pay_out tool needs a person's approval "
+            "before anything is sent. The run waits at the gate, holding no worker; approve "
+            "(or reject) it on the Approvals page and a worker sends the payout once.",
+        },
+        expect=("needs_attention", "approval"),
+    ),
+    Scenario(
         "recovered-after-email",
         "refund",
         {

@@ -111,6 +111,19 @@ SETTINGS: tuple[Setting, ...] = (
         AGENTS,
     ),
     Setting(
+        "RUNLEDGER_MODEL_PRICES",
+        "",
+        "str",
+        "Prices of models in US dollars per million tokens, as a JSON object of model id to "
+        "`[input, output]` (an id ending in `*` matches by prefix, the longest first), e.g. "
+        '`{"claude-sonnet-4*": [3, 15], "my-finetune": [0.5, 1.5]}`. Laid over the shipped '
+        "table (`ledger.usage.DEFAULT_PRICES`: Claude and OpenAI models): a model step's cost is "
+        "its tokens at its model's price, worked out when it is recorded. A model the table does "
+        "not know keeps its tokens and has no cost.",
+        AGENTS,
+        default_text="(empty: the shipped table)",
+    ),
+    Setting(
         "RUNLEDGER_DEFAULT_MAX_RESUMES",
         10,
         "int",
@@ -542,6 +555,7 @@ def validate(values: Mapping[str, Any]) -> None:
             "effects that long before its lease ends"
         )
     from ledger.egress import parse_allowed
+    from ledger.usage import parse_prices
 
     parse_allowed(values["RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS"])
     from ledger.ratelimits import BadRate, configured
@@ -557,6 +571,7 @@ def validate(values: Mapping[str, Any]) -> None:
     parse_rules(
         values["RUNLEDGER_ALERT_RULES"], parse_receivers(values["RUNLEDGER_ALERT_RECEIVERS"])
     )
+    parse_prices(values["RUNLEDGER_MODEL_PRICES"])
     if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
         raise ValueError(
             "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"

@@ -186,6 +186,12 @@ class Step(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     model_id = models.CharField(max_length=200, blank=True, default="")
     prompt_hash = models.CharField(max_length=64, blank=True, default="")
+    # A model step's usage as its answer reports it, and its cost at the price table of the
+    # time it was recorded (ledger.usage); NULL on other steps and where unknown. Plain integers
+    # (never negative: ledger.usage drops such counts): a CHECK would make adding them scan.
+    tokens_in = models.IntegerField(null=True, blank=True)
+    tokens_out = models.IntegerField(null=True, blank=True)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     settled_by = models.CharField(
         max_length=150, blank=True, default="", help_text="Set when a person settled this step."
     )
@@ -207,6 +213,12 @@ class Step(models.Model):
                 fields=["status", "kind", "updated_at"],
                 name="step_started_effects",
                 condition=models.Q(status="started"),
+            ),
+            # Tokens and cost per agent over a window (migration 0031).
+            models.Index(
+                fields=["finished_at"],
+                name="step_model_usage",
+                condition=models.Q(kind="model", tokens_in__isnull=False),
             ),
         ]
 

@@ -57,7 +57,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from ledger import canonical, faultpoints, observe, ratelimits, transitions
+from ledger import canonical, faultpoints, observe, ratelimits, transitions, usage
 from ledger.conf import conf
 from ledger.engine import aio, drain, failures, gate, pooling
 from ledger.engine.batch import Batch, Flusher
@@ -501,6 +501,7 @@ class LiveSteps:
         if action == Action.REPLAY:
             assert row is not None
             self.walk.count(replayed=1)
+            self._replayed(call)
             return row.result
         self._holds.check_tool(call.step_id, call.tool)  # it would reach the tool
         if action == Action.RECONCILE:
@@ -534,6 +535,7 @@ class LiveSteps:
             raise StaleCheckpoint(call.step_id, _stale_detail(call, row))
         if row is not None and row.status == StepStatus.SUCCEEDED:
             self.walk.count(replayed=1)
+            self._replayed(call)
             return row.result
         if row is not None and isinstance(row.result, dict) and "due" in row.result:
             pk, due = row.pk, _due(row.result["due"])
@@ -788,6 +790,7 @@ class LiveSteps:
         while True:
             yield from self._paced(call)  # its rate limits' slot, before anything is written
             write = self._write(call, seq=seq, attempt=attempt, key=key, errors=errors)
+            began = write.now
             if first_write:
                 write.prev_step_id, write.abandon = prev, abandon
             if effect:
@@ -815,17 +818,19 @@ class LiveSteps:
                 bad_arguments = isinstance(exc, TypeError) and misfit(call)
             else:
                 self._charge(call, data)
-                self._finished(call, write, text)
+                self._finished(call, write, text, data)
                 if batchable and not effect and not abandon and not errors:
                     self._wait_in_batch(write)
                 else:
                     self._commit_success(call, write, pk)
                 self._remember(call, write, data, key, errors, prev=prev)
+                self._step_finished(call, write, began, write.now)
                 return data
             self._pace_failure(call, failure)
             record, wait = self._failure(call, failure, attempt, left, bad_arguments, error)
             errors.append(record)
             self._commit_failure(write, pk, error, errors)
+            self._step_finished(call, write, began, self._clock(), error=error)
             first_write = False
             self._remember(call, write, None, key, errors, prev=prev, status=StepStatus.FAILED)
             if wait is None:
@@ -1087,10 +1092,50 @@ class LiveSteps:
             next_step_id=call.next_step_id,
         )
 
-    def _finished(self, call: Call, write: StepWrite, text: str) -> None:
-        """The step succeeded with the result ``text``: its row as it is to be stored."""
+    def _replayed(self, call: Call) -> None:
+        """Report a step answered from the ledger (a trace marks it on its execution)."""
+        if observe.watched():
+            observe.emit(
+                "step_replayed", run_id=self.run_id, step_id=call.step_id, kind=str(call.kind)
+            )
+
+    def _step_finished(
+        self, call: Call, write: StepWrite, began: datetime, ended: datetime, error: str = ""
+    ) -> None:
+        """Report one executed attempt of a step (a trace's step span), after its write."""
+        if not observe.watched():
+            return
+        observe.emit(
+            "step_executed",
+            run_id=self.run_id,
+            step_id=call.step_id,
+            kind=str(call.kind),
+            tool=call.tool,
+            attempt=write.attempt,
+            status="failed" if error else "succeeded",
+            error=error,
+            began=began,
+            ended=ended,
+            model_id=call.model_id,
+            tokens_in=write.tokens_in,
+            tokens_out=write.tokens_out,
+            cost_usd=write.cost_usd,
+        )
+
+    def _finished(self, call: Call, write: StepWrite, text: str, data: Any) -> None:
+        """The step succeeded with the result ``text`` (``data``): its row as it is to be
+        stored, a model step's with the tokens its answer reports and their cost."""
         now = self._clock()
         write.status, write.result_json, write.finished = StepStatus.SUCCEEDED, text, True
+        if call.kind == StepKind.MODEL:
+            write.tokens_in, write.tokens_out = usage.tokens_of(data)
+            cost = usage.cost_of(
+                call.model_id,
+                write.tokens_in,
+                write.tokens_out,
+                usage.price_table(conf.RUNLEDGER_MODEL_PRICES),
+            )
+            write.cost_usd = str(cost) if cost is not None else None
         write.now = now
         write.expires_at = now + timedelta(seconds=call.ttl_seconds) if call.ttl_seconds else None
 
@@ -1259,6 +1304,7 @@ class LiveSteps:
                 assert row is not None
                 results[call.step_id] = row.result
                 walk.count(replayed=1)
+                self._replayed(call)
                 continue
             if row is None:
                 call.seq = walk.take_seq()

@@ -52,7 +52,7 @@ from ledger.errors import (
     StepFailed,
     Waiting,
 )
-from ledger.models import ExecutionEnding, Reason, Run, RunStatus
+from ledger.models import FINAL_STATUSES, ExecutionEnding, Reason, Run, RunStatus
 from ledger.processes import leases
 
 log = logging.getLogger(__name__)
@@ -253,6 +253,63 @@ def _execute_leased(
         clock=clock,
     )
     ex = _Execution(run=run, token=token)
+    _report_begun(ex, worker, clock)
+    outcome: Outcome | None = None
+    try:
+        outcome = _execute_fenced(ex, worker, clock, heartbeat, seconds, fence, holds, waits)
+        return outcome
+    finally:
+        _report_ended(ex, outcome, clock)
+
+
+def _report_begun(ex: _Execution, worker: str, clock: Clock) -> None:
+    """``execution_begun`` (ledger.observe): a trace opens the execution's span."""
+    if observe.watched():
+        run = ex.run
+        observe.emit(
+            "execution_begun",
+            run_id=run.run_id,
+            number=ex.number,
+            agent=run.agent,
+            worker=worker,
+            created_at=run.created_at,
+            at=clock(),
+        )
+
+
+def _report_ended(ex: _Execution, outcome: Outcome | None, clock: Clock) -> None:
+    """``execution_ended``: how it ended (``lost`` when it gave the run up unrecorded, or died
+    in this process), and the run's times when the run itself is over."""
+    if not observe.watched():
+        return
+    status = outcome.status if outcome is not None else "lost"
+    replayed, executed = ex.counts()
+    observe.emit(
+        "execution_ended",
+        run_id=ex.run.run_id,
+        number=ex.number,
+        agent=ex.run.agent,
+        status=status,
+        reason=outcome.reason if outcome is not None else "",
+        final=status in FINAL_STATUSES,
+        created_at=ex.run.created_at,
+        at=clock(),
+        replayed=replayed,
+        executed=executed,
+    )
+
+
+def _execute_fenced(
+    ex: _Execution,
+    worker: str,
+    clock: Clock,
+    heartbeat: bool,
+    seconds: float,
+    fence: LeaseFence,
+    holds: Holds,
+    waits: _Waits,
+) -> Outcome | None:
+    run, run_id, token = ex.run, ex.run.run_id, ex.token
     try:
         holds.refresh()  # one query at the claim; the process's lease renewer reads them again
         if heartbeat:

@@ -154,13 +154,15 @@ def sweep_health(*, now: datetime) -> SweepHealth:
 
 def _sweep_health(at: datetime | None, *, now: datetime) -> SweepHealth:
     every = float(conf.RUNLEDGER_SWEEP_SECONDS)
+    late = 3 * every + 60  # three intervals and a minute: the page's clock moves by minutes
     if at is None:
-        return SweepHealth(last=None, minutes_ago=None, ok=False, every_seconds=every)
+        # Never run: overdue only once the ledger's first run has waited that long for it. A
+        # fresh start (beat's first pass is a few seconds away) or an empty ledger is no alarm.
+        first = Run.objects.order_by("created_at").values_list("created_at", flat=True).first()
+        overdue = first is not None and (now - first).total_seconds() > late
+        return SweepHealth(last=None, minutes_ago=None, ok=not overdue, every_seconds=every)
     age = max((now - at).total_seconds(), 0.0)
-    # Late by three intervals and a minute: the dashboard's own clock moves by whole minutes.
-    return SweepHealth(
-        last=at, minutes_ago=int(age // 60), ok=age <= 3 * every + 60, every_seconds=every
-    )
+    return SweepHealth(last=at, minutes_ago=int(age // 60), ok=age <= late, every_seconds=every)
 
 
 # --- the runs list -------------------------------------------------------------------------

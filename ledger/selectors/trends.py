@@ -150,11 +150,17 @@ Series = list[tuple[datetime, str, int]]
 PerAgent = list[tuple[str, str, int, int]]
 
 
+def window_bounds(window: str, *, now: datetime) -> tuple[datetime, datetime]:
+    """[since, until) of a window (a key of ``WINDOWS``) ending with the bar holding ``now``."""
+    span, step = WINDOWS[window]
+    until = _floor(now, step) + step
+    return until - span, until
+
+
 def run_trends(*, window: str, now: datetime) -> Trend:
     """The figures of one window (a key of ``WINDOWS``) ending with the bar holding ``now``."""
     span, step = WINDOWS[window]
-    until = _floor(now, step) + step
-    since = until - span
+    since, until = window_bounds(window, now=now)
     if connection.vendor == "postgresql":
         series, per_agent = _from_rollup(since, until, step)
         source = "rollup"

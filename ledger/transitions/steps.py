@@ -71,6 +71,10 @@ class StepWrite:
     expires_at: datetime | None = None
     model_id: str = ""
     prompt_hash: str = ""
+    # A model step's usage and cost (ledger.usage); None where unknown or not a model step.
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: str | None = None  # a decimal's text, exact
     finished: bool = False
     prev_step_id: str | None = None
     abandon: Sequence[str] = ()
@@ -245,7 +249,7 @@ def _dt(value: datetime | None) -> Any:
 _INSERT = """INSERT INTO ledger_step (
     run_id, step_id, input_hash, status, result, next_step_id, attempt, effect_key, updated_at,
     kind, tool, seq, inputs, inputs_truncated, error, errors, started_at, finished_at,
-    expires_at, model_id, prompt_hash, settled_by
+    expires_at, model_id, prompt_hash, tokens_in, tokens_out, cost_usd, settled_by
 )"""
 # A step executed again over its old row (a retried failure, a replan's abandoned row) takes
 # the new execution's values; a stored link to the next step is kept unless a new one is given.
@@ -257,7 +261,9 @@ _ON_CONFLICT = """ON CONFLICT (run_id, step_id) DO UPDATE SET
     inputs = EXCLUDED.inputs, inputs_truncated = EXCLUDED.inputs_truncated,
     error = EXCLUDED.error, errors = EXCLUDED.errors, started_at = EXCLUDED.started_at,
     finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at,
-    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash, settled_by = '',
+    model_id = EXCLUDED.model_id, prompt_hash = EXCLUDED.prompt_hash,
+    tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+    cost_usd = EXCLUDED.cost_usd, settled_by = '',
     version = ledger_step.version + 1"""
 
 # --- PostgreSQL: one statement, one round trip, one commit --------------------------------
@@ -292,7 +298,8 @@ SELECT run_id, %(step_id)s, %(input_hash)s, %(status)s, %(result)s::jsonb, %(nex
     %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s::jsonb,
     %(inputs_truncated)s, %(error)s, %(errors)s::jsonb, %(now)s, %(finished_at)s,
-    %(expires_at)s, %(model_id)s, %(prompt_hash)s, ''
+    %(expires_at)s, %(model_id)s, %(prompt_hash)s, %(tokens_in)s::int, %(tokens_out)s::int,
+    %(cost_usd)s::numeric, ''
 FROM lease
 """
     + _ON_CONFLICT
@@ -342,7 +349,7 @@ _SQLITE_UPSERT = (
     %(run_id)s, %(step_id)s, %(input_hash)s, %(status)s, %(result)s, %(next_step_id)s, %(attempt)s,
     %(effect_key)s, %(now)s, %(kind)s, %(tool)s, %(seq)s, %(inputs)s, %(inputs_truncated)s,
     %(error)s, %(errors)s, %(now)s, %(finished_at)s, %(expires_at)s, %(model_id)s,
-    %(prompt_hash)s, ''
+    %(prompt_hash)s, %(tokens_in)s, %(tokens_out)s, %(cost_usd)s, ''
 )
 """
     + _ON_CONFLICT
@@ -404,6 +411,9 @@ def _step_write(w: StepWrite) -> int:
         "expires_at": w.expires_at if pg else _dt(w.expires_at),
         "model_id": w.model_id,
         "prompt_hash": w.prompt_hash,
+        "tokens_in": w.tokens_in,
+        "tokens_out": w.tokens_out,
+        "cost_usd": w.cost_usd,
         "prev_step_id": w.prev_step_id,
         "abandon": list(w.abandon),
         "next_step_id": w.next_step_id,
@@ -445,7 +455,8 @@ batch AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS b(
         step_id text, input_hash text, result jsonb, next_step_id text, attempt int,
         kind text, tool text, seq int, inputs jsonb, truncated bool, now timestamptz,
-        expires_at timestamptz, model_id text, prompt_hash text
+        expires_at timestamptz, model_id text, prompt_hash text, tokens_in int,
+        tokens_out int, cost_usd numeric
     )
 ),
 written AS (
@@ -454,7 +465,8 @@ written AS (
     + """
 SELECT lease.run_id, b.step_id, b.input_hash, 'succeeded', b.result, b.next_step_id,
     b.attempt, NULL, b.now, b.kind, b.tool, b.seq, b.inputs, b.truncated, '', '[]',
-    b.now, b.now, b.expires_at, b.model_id, b.prompt_hash, ''
+    b.now, b.now, b.expires_at, b.model_id, b.prompt_hash, b.tokens_in, b.tokens_out,
+    b.cost_usd, ''
 FROM lease, batch b
 """
     + _ON_CONFLICT
@@ -535,6 +547,9 @@ def _batch_row(w: StepWrite, next_step_id: str | None) -> str:
             "expires_at": w.expires_at.isoformat() if w.expires_at is not None else None,
             "model_id": w.model_id,
             "prompt_hash": w.prompt_hash,
+            "tokens_in": w.tokens_in,
+            "tokens_out": w.tokens_out,
+            "cost_usd": w.cost_usd,
         }
     )
     result = w.result_json if w.result_json is not None else "null"

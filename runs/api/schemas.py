@@ -17,6 +17,8 @@ from ledger.api import MAX_BATCH, RunState
 from ledger.inputs import RUN_ID_PATTERN
 from ledger.models import Gate, Pause, Run, Schedule, Settlement, Step, WebhookSubscription
 from ledger.selectors import AttemptFailure, ExecutionRow, attempt_failures
+from ledger.selectors.usage import NONE as NO_USAGE
+from ledger.selectors.usage import Usage, usage_of_run
 
 RunStatusName = Literal[
     "queued", "running", "needs_attention", "paused", "succeeded", "failed", "cancelled"
@@ -240,6 +242,23 @@ class RunLinks(Schema):
     dashboard: str
 
 
+class UsageOut(Schema):
+    """Tokens and cost of a run's (or an agent's) model steps (``ledger.usage``)."""
+
+    tokens_in: int = Field(description="input tokens, as the model's answers report them")
+    tokens_out: int = Field(description="output tokens")
+    cost_usd: float | None = Field(
+        description="US dollars at the price table (RUNLEDGER_MODEL_PRICES) when each step was "
+        "recorded; null when no step's model has a price"
+    )
+    model_steps: int
+    unpriced: int = Field(description="model steps with tokens whose model has no price")
+
+    @staticmethod
+    def of(usage: Usage) -> UsageOut:
+        return UsageOut(**usage.as_dict())  # type: ignore[arg-type]
+
+
 class RunOut(Schema):
     run_id: str
     agent: str
@@ -270,16 +289,19 @@ class RunOut(Schema):
     finished_at: datetime | None
     finished: bool
     settled: bool = Field(description="finished, or stopped until a person acts")
+    usage: UsageOut
     links: RunLinks
 
     @staticmethod
-    def of(run: Run) -> RunOut:
+    def of(run: Run, usage: Usage | None = None) -> RunOut:
+        """``usage``: the run's, when the caller read it with others' (else read here)."""
         state = RunState.of(run)
         base = f"/api/v1/runs/{run.run_id}"
         return RunOut(
             **{f.name: getattr(state, f.name) for f in fields(state)},
             finished=state.finished,
             settled=state.settled,
+            usage=UsageOut.of(usage if usage is not None else usage_of_run(run_id=run.run_id)),
             links=RunLinks(
                 self=base,
                 wait=f"{base}/wait",
@@ -299,9 +321,10 @@ class RunSummary(Schema):
     labels: dict[str, str]
     created_at: datetime
     status_changed_at: datetime
+    usage: UsageOut
 
     @staticmethod
-    def of(run: Run) -> RunSummary:
+    def of(run: Run, usage: Usage = NO_USAGE) -> RunSummary:
         return RunSummary(
             run_id=run.run_id,
             agent=run.agent,
@@ -311,6 +334,7 @@ class RunSummary(Schema):
             labels=dict(run.labels or {}),
             created_at=run.created_at,
             status_changed_at=run.status_changed_at,
+            usage=UsageOut.of(usage),
         )
 
 
@@ -352,6 +376,10 @@ class StepOut(Schema):
     error: str
     started_at: datetime | None
     finished_at: datetime | None
+    model_id: str = Field(description="a model step's model ('' otherwise)")
+    tokens_in: int | None = Field(description="a model step's input tokens, if reported")
+    tokens_out: int | None
+    cost_usd: float | None = Field(description="a model step's cost, if its model has a price")
     failures: list[AttemptFailureOut] = Field(description="its failed attempts, oldest first")
 
     @staticmethod
@@ -370,6 +398,10 @@ class StepOut(Schema):
             error=step.error,
             started_at=step.started_at,
             finished_at=step.finished_at,
+            model_id=step.model_id,
+            tokens_in=step.tokens_in,
+            tokens_out=step.tokens_out,
+            cost_usd=float(step.cost_usd) if step.cost_usd is not None else None,
             failures=[AttemptFailureOut.of(f) for f in attempt_failures(step.step_id, step.errors)],
         )
 
@@ -386,6 +418,20 @@ class AgentOut(Schema):
     plan_version: str
     divergence: str
     tools: list[str]
+
+
+class AgentUsageOut(Schema):
+    agent: str
+    runs: int = Field(description="runs with model steps recorded in the window")
+    usage: UsageOut
+
+
+class AgentUsagePageOut(Schema):
+    window: str
+    since: datetime
+    until: datetime
+    agents: list[AgentUsageOut] = Field(description="most costly first")
+    total: AgentUsageOut
 
 
 class SettlementOut(Schema):

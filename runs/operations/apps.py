@@ -37,6 +37,24 @@ class OperationsConfig(AppConfig):
         from runs.operations import metrics
 
         observe.subscribe(metrics.observe)
+        _trace()
+
+
+def _trace() -> None:
+    """Traces of runs (RUNLEDGER_TRACES, runs.operations.tracing), set up once per process."""
+    from django.conf import settings
+
+    from ledger import observe
+    from runs.operations import tracing
+
+    global _tracer
+    if _tracer is None:
+        _tracer = tracing.configure(settings.RUNLEDGER_TRACES)
+        if _tracer is not None:
+            observe.subscribe(_tracer)
+
+
+_tracer: Any = None
 
 
 #: The psycopg connections already given SESSION_SETTINGS: a pooled connection is "created"

@@ -97,6 +97,19 @@ RUNLEDGER_METRICS_NETWORKS = parse_networks(
     ),
     name="RUNLEDGER_METRICS_NETWORKS",
 )
+# Traces: one OpenTelemetry trace per run (runs.operations.tracing), exported by every process
+# that executes runs; the exporter reads the standard OTEL_EXPORTER_OTLP_* variables itself.
+RUNLEDGER_TRACES = env.str(
+    "RUNLEDGER_TRACES",
+    "off",
+    section=sections.OBSERVE,
+    doc="`off`, `otlp` (OpenTelemetry traces of runs, executions and steps sent over OTLP/HTTP "
+    "to `OTEL_EXPORTER_OTLP_ENDPOINT`, default `http://localhost:4318`; needs the `otel` "
+    "extra) or `global` (spans go to the tracer provider the process already has, e.g. "
+    "`opentelemetry-instrument`'s). Traces are made where runs execute: set it on the workers.",
+)
+if RUNLEDGER_TRACES not in ("off", "otlp", "global"):
+    raise ValueError(f"RUNLEDGER_TRACES={RUNLEDGER_TRACES!r}: say off, otlp or global")
 env.declare(
     "PROMETHEUS_MULTIPROC_DIR",
     section=sections.OBSERVE,

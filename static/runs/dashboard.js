@@ -208,6 +208,10 @@
   function ready() {
     var summary = document.getElementById("error-summary");
     if (summary) summary.focus();
+    // The messages a submit left (Django's messages, after its redirect): a live region's
+    // content at load is not read out, so they are said once through the status region.
+    var flash = document.getElementById("flash");
+    if (flash && !summary && flash.textContent.trim()) announce(flash.textContent.trim().replace(/\s+/g, " "));
     label(document);
     hints(document);
     showLive();

@@ -40,6 +40,7 @@ EXPECTED = {
     "recovered-after-email": ("succeeded", ""),
     "pydantic-ai-refund-recovered": ("succeeded", ""),
     "asking-a-person": ("needs_attention", "question"),
+    "payout-waiting-at-its-gate": ("needs_attention", "approval"),
 }
 ROW = re.compile(
     r'<a class="[^"]*" href="/runs/(?P<run>[^/]+)/">(?P<title>[^<]*)</a>'

@@ -6,6 +6,7 @@ and named crash points, so the ledger is what a crashed worker leaves behind.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import import_module
@@ -19,7 +20,7 @@ from harness.unannounced import start_unannounced
 from ledger import faultpoints, registry
 from ledger.agents import agent, tool
 from ledger.examples import agents as examples
-from ledger.models import Run
+from ledger.models import Run, Step
 from runs.dashboard.roles import user_set_role
 
 PASSWORD = "correct horse battery"
@@ -244,3 +245,12 @@ def wait_for_held_polls(page: Any, selector: str, count: int) -> None:
         arg=[selector, target],
         timeout=120_000,
     )
+
+
+def evidence_seen(client: Client, step: Step) -> str:
+    """The token the settle page's Approve carries (this person opened the evidence): read
+    from the page as a person's browser would send it."""
+    page = client.get(f"/runs/{step.run_id}/steps/{step.pk}/settle/").content.decode()
+    found = re.search(r'name="evidence_seen" value="([^"]+)"', page)
+    assert found is not None, "the settle page offers no Approve"
+    return found.group(1)

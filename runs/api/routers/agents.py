@@ -1,14 +1,27 @@
-"""The agents registered in this process: what they require, their plan version, their tools."""
+"""The agents registered in this process: what they require, their plan version, their tools;
+and what each agent's model steps used and cost over a window."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from django.http import HttpRequest
-from ninja import Router
+from django.utils import timezone
+from ninja import Query, Router
 
 from ledger import registry
+from ledger.selectors.trends import WINDOWS, window_bounds
+from ledger.selectors.usage import usage_by_agent
 from runs.api.auth import require
 from runs.api.routers.runs import REFUSALS
-from runs.api.schemas import AgentOut
+from runs.api.schemas import (
+    AgentOut,
+    AgentUsageOut,
+    AgentUsagePageOut,
+    Strict,
+    UsageOut,
+    refuse_unknown_query,
+)
 
 router = Router(tags=["agents"])
 
@@ -27,3 +40,33 @@ def agents(request: HttpRequest) -> list[AgentOut]:
         )
         for _, a in sorted(registry.agents().items())
     ]
+
+
+class UsageQuery(Strict):
+    window: Literal["24h", "7d"] = "24h"
+
+
+@router.get(
+    "/agents/usage",
+    response={200: AgentUsagePageOut, **REFUSALS},
+    summary="Tokens and cost per agent",
+)
+def agents_usage(request: HttpRequest, q: Query[UsageQuery]) -> AgentUsagePageOut:
+    """The tokens and cost of each agent's model steps recorded in the window (the Trends
+    page's windows, ending with the current bar), most costly first, and their total."""
+    require(request, "read")
+    refuse_unknown_query(request, UsageQuery)
+    since, until = window_bounds(q.window, now=timezone.now())
+    rows, total = usage_by_agent(since=since, until=until)
+    return AgentUsagePageOut(
+        window=q.window,
+        since=since,
+        until=until,
+        agents=[
+            AgentUsageOut(agent=a.agent, runs=a.runs, usage=UsageOut.of(a.usage)) for a in rows
+        ],
+        total=AgentUsageOut(agent=total.agent, runs=total.runs, usage=UsageOut.of(total.usage)),
+    )
+
+
+assert set(WINDOWS) == {"24h", "7d"}  # UsageQuery's windows are Trends'

@@ -20,6 +20,8 @@ from ledger.inputs import queryable
 from ledger.models import Run, Step
 from ledger.processes import resume as resume_process
 from ledger.processes import stale
+from ledger.selectors.usage import NONE as NO_USAGE
+from ledger.selectors.usage import usage_of_runs
 from ledger.waiting import SETTLED
 from runs.api import problems, sse
 from runs.api.auth import actor, require
@@ -185,9 +187,10 @@ def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatch
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc
     rows = {r.run_id: r for r in selectors.runs_by_ids(run_ids=[h.run_id for h in handles])}
+    used = usage_of_runs(run_ids=rows)
     answer = [
         StartedOut(
-            **RunOut.of(rows[h.run_id]).model_dump(),
+            **RunOut.of(rows[h.run_id], used.get(h.run_id, NO_USAGE)).model_dump(),
             created=h.created,
             webhooks=[
                 WebhookCreatedOut(**WebhookOut.of(sub).model_dump(), secret=secret)
@@ -245,8 +248,9 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
         order=q.order,
     )
     page = selectors.runs_page(flt=flt, now=timezone.now(), after=after, limit=q.limit)
+    used = usage_of_runs(run_ids=[r.run_id for r in page.runs])
     return RunPageOut(
-        runs=[RunSummary.of(r) for r in page.runs],
+        runs=[RunSummary.of(r, used.get(r.run_id, NO_USAGE)) for r in page.runs],
         next_cursor=page.next_cursor.encode() if page.next_cursor else None,
     )
 

@@ -138,3 +138,24 @@ def item(mapping: Any, key: Any) -> Any:
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+@register.filter
+def usd(value: Any) -> str:
+    """A cost in US dollars: '$0.0123' (4 decimals below a dollar, 2 above); '—' unknown."""
+    if value is None:
+        return "—"
+    amount = float(value)
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
+@register.filter
+def tokens(value: int | None) -> str:
+    """A token count, short: '812', '12.3k', '4.56M'."""
+    if value is None:
+        return "—"
+    if value < 1000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.2f}M"

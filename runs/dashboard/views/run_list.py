@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET
 
 from ledger import registry, selectors
 from ledger.selectors.handover import handovers_for
+from ledger.selectors.usage import usage_of_runs
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
 from runs.dashboard.http import HtmxHttpRequest
 from runs.dashboard.models import VIEW_DASHBOARD
@@ -116,6 +117,8 @@ def _table_fragment(
         "first_page": cursor is None,
         # Who is on each run of the page (one query by primary key).
         "on_it": handovers_for(run_ids=[run.run_id for run in page.runs]),
+        # Tokens and cost of the page's runs (one query on the model steps' index).
+        "usage": usage_of_runs(run_ids=[run.run_id for run in page.runs]),
     }
     return _polled(request, "runs/partials/run_table.html", context, dom_id="run-table")
 

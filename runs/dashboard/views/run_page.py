@@ -29,6 +29,7 @@ from ledger.inputs import queryable
 from ledger.loops import transcript
 from ledger.models import ACTIVE_STATUSES, FINAL_STATUSES, Reason, Run
 from ledger.selectors import story
+from ledger.selectors.usage import usage_of_run
 from runs.dashboard import presenting
 from runs.dashboard.handover import handover_context
 from runs.dashboard.http import HtmxHttpRequest, run_for, step_for
@@ -149,6 +150,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         "active": active,
         "batched": presenting.batched_note(run) if active else "",
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
+        "usage": usage_of_run(run_id=run.run_id),
         "inputs_text": presenting.pretty_capped(run.inputs),
         "result_text": presenting.pretty_capped(run.result),
         **_story_context(run),

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core import signing
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -34,6 +35,26 @@ from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBO
 from runs.dashboard.operator_forms import DecideForm, RejectForm, SettleForm
 
 #: The refusal of an approval whose value disagrees with its evidence, unacknowledged.
+OPEN_THE_EVIDENCE = (
+    "approve from this page, with the evidence in front of you: read it, then approve again"
+)
+#: How long the settle page's approval stays good: a page left open overnight is read again.
+EVIDENCE_SEEN_SECONDS = 12 * 3600
+
+
+def evidence_seen_token(*, settlement_pk: int, user_pk: int | None) -> str:
+    """What the settle page's Approve carries: this person opened this proposal's evidence."""
+    return signing.dumps([settlement_pk, user_pk], salt="runledger.evidence-seen")
+
+
+def evidence_was_seen(token: str, *, settlement_pk: int, user_pk: int | None) -> bool:
+    try:
+        seen = signing.loads(token, salt="runledger.evidence-seen", max_age=EVIDENCE_SEEN_SECONDS)
+    except signing.BadSignature:
+        return False
+    return bool(seen == [settlement_pk, user_pk])
+
+
 ACKNOWLEDGE_FIRST = (
     "the proposed result disagrees with the evidence (see the warning above): "
     "check it, tick “I checked”, and approve again"
@@ -97,6 +118,11 @@ def _settle_context(
         "waiting": (timezone.now() - row.updated_at).total_seconds(),
         "form": form,
         "decide_form": DecideForm(),
+        "evidence_seen": (
+            evidence_seen_token(settlement_pk=proposal.pk, user_pk=user.pk)
+            if proposal is not None
+            else ""
+        ),
         "reject_form": RejectForm(),
         "can_operate": user.has_perm(OPERATE_RUNS),
         "can_approve": user.has_perm(APPROVE_SETTLEMENTS),
@@ -225,6 +251,14 @@ def settlement_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = DecideForm(request.POST)
     if not form.is_valid():
         return _render_settle(request, settlement.step_row, status=400, decide_errors=form.errors)
+    if settlement.status == SettlementStatus.PROPOSED and not evidence_was_seen(
+        str(request.POST.get("evidence_seen", "")), settlement_pk=pk, user_pk=request.user.pk
+    ):
+        # Approving is a decision on the evidence: only the settle page, which shows it, can
+        # send one (the queue links there). A bare POST lands on that page, nothing decided.
+        return _render_settle(
+            request, settlement.step_row, status=400, decide_errors=OPEN_THE_EVIDENCE
+        )
     flagged = presenting.settlement_contradictions(
         result=settlement.result,
         step=settlement.step_row,

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger.selectors.trends import BUCKET_EDGES, STOPS, WINDOWS, Trend, run_trends
+from ledger.selectors.usage import usage_by_agent
 from runs.dashboard.http import HtmxHttpRequest
 from runs.dashboard.models import VIEW_DASHBOARD
 
@@ -89,7 +90,10 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         refused = f"There is no window {window[:40]!r}: the windows are 24h and 7d."
         window = "24h"
     trend = run_trends(window=window, now=timezone.now())
+    usage, usage_total = usage_by_agent(since=trend.since, until=trend.until)
     context = {
+        "usage": usage,
+        "usage_total": usage_total,
         "trend": trend,
         "chart": chart(trend),
         "windows": list(WINDOWS),

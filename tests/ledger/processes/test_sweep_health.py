@@ -9,7 +9,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import Beacon
+from ledger import transitions
+from ledger.models import Beacon, Run
 from ledger.processes import sweep
 from tests.support.dashboard_runs import restore_roles, user_in
 
@@ -24,7 +25,15 @@ def viewer() -> Client:
     return client
 
 
-def test_the_list_warns_when_the_sweep_has_never_run(viewer) -> None:
+def test_the_list_warns_when_the_sweep_has_never_run_and_is_overdue(viewer, settings) -> None:
+    settings.RUNLEDGER_SWEEP_SECONDS = 10
+    # A fresh start: beat's first pass is seconds away; no banner (issue 35, item 7) ...
+    assert 'class="sweep' not in viewer.get("/").content.decode()
+    run = transitions.run_start(agent="refund", inputs={"invoice_id": "inv_1001"})
+    page = viewer.get("/").content.decode()
+    assert "recovery sweep has never run" not in page and 'class="sweep' not in page
+    # ... until the first run has waited three intervals and a minute for it.
+    Run.objects.filter(pk=run.run_id).update(created_at=timezone.now() - timedelta(seconds=91))
     page = viewer.get("/").content.decode()
     assert "recovery sweep has never run" in page
     assert 'class="sweep warn"' in page

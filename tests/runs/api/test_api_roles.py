@@ -33,6 +33,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("post", "/api/v1/runs/{run_id}/retry"): {"operator"},
     ("post", "/api/v1/runs/{run_id}/cancel"): {"operator"},
     ("get", "/api/v1/agents"): {"viewer", "operator", "approver"},
+    ("get", "/api/v1/agents/usage"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/settlements"): {"viewer", "operator", "approver"},
     ("get", "/api/v1/settlements/{pk}"): {"viewer", "operator", "approver"},
     ("post", "/api/v1/runs/{run_id}/steps/{step}/settlements"): {"operator"},

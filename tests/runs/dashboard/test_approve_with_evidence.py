@@ -2,8 +2,8 @@
 arguments are shown beside the step's inputs, the lookup's answer and the run's reads; a value
 that contradicts what it can be checked against (an amount, a customer, an id) is flagged
 before anyone approves it, and approving it needs the approver's acknowledgement — on the page
-and again on the server. The queue's inline Approve shows the proposed result; the settle form's
-placeholder names this step's own amount."""
+and again on the server. The queue shows the proposed result and links to the evidence, where
+alone it is approved; the settle form's placeholder names this step's own amount."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ledger import transitions
 from ledger.models import AuditEvent, Gate, Run, Settlement, Step
 from ledger.selectors import evidence
 from tests.support.dashboard_runs import (
+    evidence_seen,
     lookup_down_run,
     renewal_run,
     signed_in,
@@ -127,14 +128,18 @@ def test_a_result_that_contradicts_the_inputs_is_flagged_and_needs_acknowledging
 
     # Approving without acknowledging is refused on the server, and changes nothing.
     before = (Step.objects.get(pk=step.pk).version, AuditEvent.objects.count())
-    response = amy.post(f"/settlements/{proposal.pk}/approve/", {"reason": "ok"})
+    seen = evidence_seen(amy, step)
+    response = amy.post(
+        f"/settlements/{proposal.pk}/approve/", {"reason": "ok", "evidence_seen": seen}
+    )
     assert response.status_code == 400
     assert "tick “I checked”" in text(response)
     assert (Step.objects.get(pk=step.pk).version, AuditEvent.objects.count()) == before
     assert Settlement.objects.get().status == "proposed" and broker.published() == []
 
     response = amy.post(
-        f"/settlements/{proposal.pk}/approve/", {"reason": "partial", "acknowledge": "on"}
+        f"/settlements/{proposal.pk}/approve/",
+        {"reason": "partial", "acknowledge": "on", "evidence_seen": seen},
     )
     assert response.status_code == 302
     assert Step.objects.get(pk=step.pk).status == "succeeded"
@@ -154,7 +159,8 @@ def test_a_result_that_agrees_is_said_to_agree_and_approved_without_the_box(
     assert flag_of(page) == "" and 'id="evidence-ok"' in page
     assert 'name="acknowledge"' not in page
     proposal = Settlement.objects.get()
-    assert amy.post(f"/settlements/{proposal.pk}/approve/", {}).status_code == 302
+    seen = {"evidence_seen": evidence_seen(amy, step)}
+    assert amy.post(f"/settlements/{proposal.pk}/approve/", seen).status_code == 302
     assert Step.objects.get(pk=step.pk).status == "succeeded"
 
 
@@ -186,7 +192,7 @@ def test_the_placeholder_names_this_steps_amount_not_another(execute, crash_at) 
     assert ": 900," not in hint and ": 900}" not in hint
 
 
-def test_the_queue_shows_the_proposed_result_and_sends_a_flagged_one_to_review(
+def test_the_queue_shows_the_proposed_result_and_sends_every_approval_to_the_evidence(
     execute, crash_at
 ) -> None:
     flagged_run = renewal_run(execute, crash_at)
@@ -207,7 +213,8 @@ def test_the_queue_shows_the_proposed_result_and_sends_a_flagged_one_to_review(
     bad, good = rows[str(flagged.pk)], rows[str(fine.pk)]
     assert "&quot;amount_cents&quot;: 900" in bad and "Disagrees with its evidence" in bad
     assert "/approve/" not in bad and "review it with the evidence to approve" in bad
-    assert "&quot;gateway_ref&quot;: &quot;gw_b&quot;" in good and "/approve/" in good
+    assert "&quot;gateway_ref&quot;: &quot;gw_b&quot;" in good and "/approve/" not in good
+    assert "open the evidence to approve or reject" in good
     assert long_reason.strip() in htmllib.unescape(good)  # the whole reason, not 80 characters
     assert "Disagrees" not in good
 

@@ -46,6 +46,9 @@ def test_the_run_page_shows_the_framework_agents_transcript_beside_the_steps(
     client.force_login(user_in("viewer"))
     page = unescape(client.get(reverse("runs:detail", args=[run.run_id])).content.decode())
     panel = page.split('id="framework-transcript"', 1)[1].split("</section>", 1)[0]
+    # Arguments wrap at their joints on a phone, never mid-word (issue 35): <wbr> after each.
+    assert 'calls fetch_<wbr>invoice({"invoice_<wbr>id":<wbr>"inv_<wbr>1001"})' in panel
+    panel = panel.replace("<wbr>", "")
     assert 'calls fetch_invoice({"invoice_id":"inv_1001"})' in panel
     assert "?step=agent.turn.2" in panel and "Refunded 2 invoices and told #billing." in panel
     beside = page.split('<div class="beside">', 1)[1]  # the panel, then the step chain

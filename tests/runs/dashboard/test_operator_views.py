@@ -22,6 +22,7 @@ from ledger.models import AuditEvent, Run, Settlement, Step
 from tests.support.dashboard_runs import (
     budget_run,
     client_for,
+    evidence_seen,
     html_run,
     lookup_down_run,
     renewal_run,
@@ -117,8 +118,10 @@ def test_the_queue_lists_waiting_effects_oldest_first_with_read_path_and_proposa
     propose(olive, charge, outcome="abandon", reason="customer cancelled by phone")
     page = text(amy.get("/settlements/"))
     row = page[page.index(f'id="queue-{charge.pk}"') : page.index(f'id="queue-{pay.pk}"')]
-    assert "abandon" in row and "by olive" in row and "Approve" in row and "Reject" in row
-    assert "Approve</button>" not in text(olive.get("/settlements/"))  # not for an operator
+    assert "abandon" in row and "by olive" in row
+    # Approving is done beside the evidence (issue 35): the queue links there, no inline form.
+    assert "open the evidence to approve or reject" in row and "/approve/" not in row
+    assert "open the evidence to approve" not in text(olive.get("/settlements/"))  # an operator
 
 
 # --- settling: propose, approve --------------------------------------------------------------
@@ -147,7 +150,10 @@ def test_it_happened_is_proposed_by_an_operator_and_approved_by_an_approver(
 
     page = text(amy.get(f"/runs/{run.run_id}/steps/{step.pk}/settle/"))
     assert "Approve and resume the run" in page and charge.gateway_ref in page
-    response = amy.post(f"/settlements/{proposal.pk}/approve/", {"reason": "matches"})
+    seen = evidence_seen(amy, step)
+    response = amy.post(
+        f"/settlements/{proposal.pk}/approve/", {"reason": "matches", "evidence_seen": seen}
+    )
     assert response.status_code == 302 and response.url == f"/runs/{run.run_id}/"
 
     settled = step_of(run, "charge")
@@ -194,7 +200,10 @@ def test_the_proposer_cannot_approve_their_own_settlement(execute, crash_at) -> 
     page = text(admin.get(f"/runs/{run.run_id}/steps/{step.pk}/settle/"))
     assert "You proposed this: a different person must approve it." in page
     before = ledger_state()
-    response = admin.post(f"/settlements/{proposal.pk}/approve/", {"reason": "me"})
+    seen = evidence_seen(admin, step)
+    response = admin.post(
+        f"/settlements/{proposal.pk}/approve/", {"reason": "me", "evidence_seen": seen}
+    )
     assert response.status_code == 409
     assert "a different person must approve" in text(response)
     assert "Nothing was changed." in text(response)
@@ -336,7 +345,8 @@ def test_approving_twice_is_refused_the_second_time(execute, crash_at, olive, am
     propose(olive, step, outcome="not_happened", reason="absent from the gateway log")
     proposal = Settlement.objects.get()
     other = client_for(user_in("approver", name="abe"))
-    assert amy.post(f"/settlements/{proposal.pk}/approve/", {}).status_code == 302
+    seen = {"evidence_seen": evidence_seen(amy, step)}
+    assert amy.post(f"/settlements/{proposal.pk}/approve/", seen).status_code == 302
     after = ledger_state()
     response = other.post(f"/settlements/{proposal.pk}/approve/", {})
     assert response.status_code == 409 and "already applied by amy" in text(response)
