@@ -214,7 +214,7 @@ class Step(models.Model):
                 name="step_started_effects",
                 condition=models.Q(status="started"),
             ),
-            # Tokens and cost per agent over a window (migration 0031).
+            # Tokens and cost per agent over a window (migration 0030).
             models.Index(
                 fields=["finished_at"],
                 name="step_model_usage",

@@ -153,6 +153,12 @@
     var active = document.activeElement;
     var polled = evt.detail.requestConfig && evt.detail.requestConfig.elt && evt.detail.requestConfig.elt.hasAttribute("data-poll");
     if (!evt.detail.xhr) return;
+    // A refresh already in flight when rows were ticked does not swap: it would drop the ticks
+    // (a poll is held only while they are ticked when it comes due).
+    if (polled && target && target.querySelector("input[data-pick]:checked")) {
+      evt.detail.shouldSwap = false;
+      return;
+    }
     pending.set(evt.detail.xhr, {
       focus: target && active && target.contains(active) ? focusKey(active) : null,
       before: statuses(target),

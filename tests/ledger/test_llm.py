@@ -12,6 +12,7 @@ import pytest
 from ledger import transitions
 from ledger.examples import agents as examples
 from ledger.models import Step
+from tests.support.llm_wire import anthropic_events
 
 pytestmark = [pytest.mark.sqlite_ok, pytest.mark.django_db(transaction=True)]
 
@@ -23,10 +24,22 @@ class _Messages(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         _Messages.seen.append({"body": body, "key": self.headers["x-api-key"]})
         answer = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
             "model": body["model"],
             "content": [{"type": "text", "text": "I approve this refund of 4200 cents."}],
+            "stop_reason": "end_turn",
             "usage": {"input_tokens": 40, "output_tokens": 9},
         }
+        if body.get("stream"):  # asked while a live reader may follow (ledger.live), as the API
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for name, data in anthropic_events(answer):
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.close_connection = True
+            return
         payload = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")

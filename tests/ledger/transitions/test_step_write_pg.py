@@ -97,9 +97,10 @@ def test_ledger_step_has_no_index_the_unique_one_covers() -> None:
     with connection.cursor() as cur:
         cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'ledger_step'")
         names = {r[0] for r in cur.fetchall()}
-    # step_run_model is partial: only model steps (seconds-long calls) maintain it.
+    # step_run_model and step_model_usage (Trends' tokens and cost) are partial: only model
+    # steps (seconds-long calls) maintain them.
     assert names == {"ledger_step_pkey", "step_unique_per_run", "step_run_seq",
-                     "step_started_effects", "step_run_model"}  # fmt: skip
+                     "step_started_effects", "step_run_model", "step_model_usage"}  # fmt: skip
 
 
 def _plan(sql: str, params: list[Any]) -> str:

@@ -207,7 +207,11 @@ def _route_values(world: dict[str, Any]) -> st.SearchStrategy[dict[str, str]]:
         VALUE.filter(bool),
     )
     token = VALUE.filter(bool)  # an approval link's token (never a valid signature here)
-    return st.fixed_dictionaries({"run_id": run_id, "pk": pk, "token": token})
+    # A schedule's id: none exists here, so a pause or resume finds nothing to act on.
+    schedule = st.one_of(st.just("sch_0000"), VALUE.filter(bool))
+    return st.fixed_dictionaries(
+        {"run_id": run_id, "pk": pk, "token": token, "schedule_id": schedule}
+    )
 
 
 def _send(client: Client, method: str, url: str, params: dict[str, Any]) -> None:
@@ -227,7 +231,12 @@ def test_every_hostile_value_in_every_field_of_every_view_is_refused_cleanly(
     parses its budget)."""
     route = str(pattern.pattern)
     client = world["clients"]["admin"]
-    parts = {"run_id": world["run_ids"][1], "pk": world["step_pks"][-1], "token": "not-a-link"}
+    parts = {
+        "run_id": world["run_ids"][1],
+        "pk": world["step_pks"][-1],
+        "token": "not-a-link",
+        "schedule_id": "sch_0000",
+    }
     url = _url(route, parts)
     for value in SWEEP:
         params: dict[str, Any] = dict.fromkeys(FIELDS, value)

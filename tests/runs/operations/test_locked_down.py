@@ -21,6 +21,7 @@ from django.utils import timezone
 from ledger import transitions
 from ledger.processes import retention
 from runs.operations.proxies import parse_networks
+from tests.support.dashboard_runs import restore_roles
 from tests.support.processes import deployment_env, manage
 
 pytestmark = pytest.mark.django_db
@@ -124,6 +125,7 @@ def test_check_deploy_errs_when_secret_key_is_not_set(tmp_path) -> None:
 
 
 def test_createroleuser_reads_the_password_from_a_file_or_a_prompt(tmp_path, monkeypatch) -> None:
+    restore_roles()  # an earlier transactional test in this process may have flushed them
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
     call_command("createroleuser", "ann", "--role", "viewer", "--password-file", str(secret))
@@ -153,6 +155,7 @@ def test_createroleuser_refuses_a_missing_file_or_differing_answers_and_writes_n
 
 
 def test_createroleuser_password_argument_still_works_deprecated() -> None:
+    restore_roles()
     with pytest.warns(DeprecationWarning, match="--password is deprecated"):
         call_command("createroleuser", "di", "--role", "viewer", "--password", PASSWORD)
     assert User.objects.get(username="di").check_password(PASSWORD)
