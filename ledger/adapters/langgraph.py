@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger import canonical, faultpoints
 from ledger.adapters import register_transcript
+from ledger.adapters._effect import CurrentEffect
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
 from ledger.registry import Tool
@@ -214,8 +215,9 @@ _RUNNING: contextvars.ContextVar[Running | None] = contextvars.ContextVar(
     "runledger_langgraph_running", default=None
 )
 #: The effect key and fencing token of the tool running now as an effect step.
-_EFFECT: contextvars.ContextVar[tuple[str, int | None] | None] = contextvars.ContextVar(
-    "runledger_langgraph_effect", default=None
+_EFFECT = CurrentEffect(
+    "runledger_langgraph_effect",
+    'a LangGraph tool that run_graph(effects={"<tool name>": lookup}) declares an effect',
 )
 
 
@@ -223,21 +225,12 @@ def effect_key() -> str:
     """Inside a tool that ``run_graph(effects=...)`` names, while it runs as its effect step:
     the effect's key (``<run id>:<step id>``), stable across crashes and resumes. Send it as the
     downstream's idempotency key; the effect's lookup receives the same key."""
-    current = _EFFECT.get()
-    if current is None:
-        raise AgentDefinitionError(
-            "effect_key() is asked outside an effect: call it inside a LangGraph tool that "
-            'run_graph(effects={"<tool name>": lookup}) declares an effect, while it runs'
-        )
-    return current[0]
+    return _EFFECT.key()
 
 
 def fencing_token() -> int | None:
     """Inside an effect tool (as ``effect_key``): this execution's fencing token."""
-    current = _EFFECT.get()
-    if current is None:
-        raise AgentDefinitionError("fencing_token() is asked outside an effect (see effect_key)")
-    return current[1]
+    return _EFFECT.token()
 
 
 # --- the model --------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger import canonical, faultpoints, live
 from ledger.adapters import _bridge, register_transcript
+from ledger.adapters._effect import CurrentEffect
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
 from ledger.registry import Tool, require_idempotency_key
@@ -614,8 +615,9 @@ def check_effects(tools: Sequence[Tool], effects: Any) -> dict[str, Lookup | Non
 # --- what an effect tool reads ------------------------------------------------------------------
 
 #: The effect key and fencing token of the framework tool running now as an effect step.
-_EFFECT: contextvars.ContextVar[tuple[str, int | None] | None] = contextvars.ContextVar(
-    "runledger_pydantic_ai_effect", default=None
+_EFFECT = CurrentEffect(
+    "runledger_pydantic_ai_effect",
+    'a PydanticAI tool that run_agent(effects={"<tool name>": lookup}) declares an effect',
 )
 #: Set while ``run_agent`` drives a PydanticAI run (the guard lets that one through).
 _DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -627,22 +629,13 @@ def effect_key() -> str:
     """Inside a tool that ``run_agent(effects=...)`` names, while it runs as its effect step:
     the effect's key (``<run id>:<step id>``), stable across crashes and resumes. Send it as the
     downstream's idempotency key; the effect's lookup receives the same key."""
-    current = _EFFECT.get()
-    if current is None:
-        raise AgentDefinitionError(
-            "effect_key() is asked outside an effect: call it inside a PydanticAI tool that "
-            'run_agent(effects={"<tool name>": lookup}) declares an effect, while it runs'
-        )
-    return current[0]
+    return _EFFECT.key()
 
 
 def fencing_token() -> int | None:
     """Inside an effect tool (as ``effect_key``): this execution's fencing token, which grows
     with every takeover of the run (for a downstream that refuses a stale writer)."""
-    current = _EFFECT.get()
-    if current is None:
-        raise AgentDefinitionError("fencing_token() is asked outside an effect (see effect_key)")
-    return current[1]
+    return _EFFECT.token()
 
 
 async def send_effect_key(
