@@ -244,6 +244,7 @@ def start_run(
     priority: int | None = None,
     start_at: datetime | None = None,
     deadline: float | datetime | None = None,
+    team: str | None = None,
 ) -> RunHandle:
     """Start a run of ``agent`` (see the module docstring); the run's handle.
 
@@ -264,7 +265,9 @@ def start_run(
     ``RUNLEDGER_MAX_START_DELAY_DAYS`` ahead): the run is queued now and not executed before
     then, holding no worker. ``deadline`` (seconds from the start, or an aware datetime; the
     agent's declared ``deadline`` otherwise): past it the run stops before its next step, failed
-    with reason ``deadline``. None of these is compared on a repeat: the first start's hold.
+    with reason ``deadline``. ``team``: the team the run belongs to (``ledger.teams``; default:
+    the agent's declared team, else RUNLEDGER_DEFAULT_TEAM). None of these is compared on a
+    repeat: the first start's hold.
     """
     if registry.get_agent(agent) is None:
         known = ", ".join(sorted(registry.agents())) or "none"
@@ -287,6 +290,7 @@ def start_run(
             start_at=start_at,
             deadline=deadline,
         ),
+        team=team,
     )
     return RunHandle(
         started.run.run_id, created=started.created, subscriptions=started.subscriptions

@@ -124,6 +124,15 @@ SETTINGS: tuple[Setting, ...] = (
         default_text="(empty: the shipped table)",
     ),
     Setting(
+        "RUNLEDGER_DEFAULT_TEAM",
+        "default",
+        "str",
+        "The team of a run whose agent declares none (`@agent(team=...)`) and whose start names "
+        "none. Roles, tokens and every page and API answer are scoped by team "
+        "(`runs.dashboard.teams`).",
+        AGENTS,
+    ),
+    Setting(
         "RUNLEDGER_DEFAULT_MAX_RESUMES",
         10,
         "int",
@@ -572,6 +581,13 @@ def validate(values: Mapping[str, Any]) -> None:
         values["RUNLEDGER_ALERT_RULES"], parse_receivers(values["RUNLEDGER_ALERT_RECEIVERS"])
     )
     parse_prices(values["RUNLEDGER_MODEL_PRICES"])
+    from ledger.teams import is_team
+
+    if not is_team(values["RUNLEDGER_DEFAULT_TEAM"]):
+        raise ValueError(
+            f"RUNLEDGER_DEFAULT_TEAM={values['RUNLEDGER_DEFAULT_TEAM']!r} is not a team: 1 to 63 "
+            "characters from a-z 0-9 _ - starting with a letter or a digit"
+        )
     if values["RUNLEDGER_BATCH_MAX_STEPS"] < 1 or values["RUNLEDGER_BATCH_MAX_MS"] < 0:
         raise ValueError(
             "RUNLEDGER_BATCH_MAX_STEPS must be at least 1 and RUNLEDGER_BATCH_MAX_MS at least 0"

@@ -25,6 +25,8 @@ def new_run_id() -> str:
 class Run(models.Model):
     run_id = models.CharField(primary_key=True, max_length=64, default=new_run_id)
     agent = models.CharField(max_length=200, db_index=True)
+    #: Who may see and act on the run (``ledger.teams``): its start's, its agent's, or the default.
+    team = models.CharField(max_length=63, default="default", db_default="default")
     inputs = models.JSONField(default=dict)
     # One line an operator recognises, and searchable key/value labels: both made from the
     # inputs by the agent's declaration when the run starts (``registry.agent(title=, labels=)``).
@@ -122,6 +124,7 @@ class Run(models.Model):
             models.Index(fields=["status", "reason", "status_changed_at"], name="run_reason_age"),
             models.Index(fields=["agent", "status_changed_at"], name="run_agent_age"),
             models.Index(fields=["created_at", "run_id"], name="run_created"),
+            models.Index(fields=["team", "status", "status_changed_at"], name="run_team_status"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
             # A keyed claim counts the key's running runs; a freed slot finds its queued ones.
             models.Index(

@@ -14,6 +14,7 @@ from ledger.errors import AgentDefinitionError, InvalidInput
 from ledger.ratelimits import Rate
 from ledger.retry import RetryPolicy
 from ledger.schemas import HIDDEN_PARAMS, parameters_schema
+from ledger.teams import is_team
 
 
 class _NotHappened:
@@ -161,6 +162,8 @@ class Agent:
     concurrency: pacing.Concurrency | None = None
     #: Seconds from a run's start to its deadline; None: no deadline.
     deadline: float | None = None
+    #: The team its runs belong to (``ledger.teams``); "" takes RUNLEDGER_DEFAULT_TEAM.
+    team: str = ""
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ``InvalidInput`` unless ``inputs`` suits this agent: a JSON object holding
@@ -354,6 +357,7 @@ def agent(
     batch_ms: float | None = None,
     concurrency: dict[str, Any] | None = None,
     deadline: float | None = None,
+    team: str = "",
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register ``fn(ctx, inputs) -> result`` as an agent.
 
@@ -379,6 +383,9 @@ def agent(
 
     ``deadline``: seconds from a run's start after which it stops before its next step, failed
     with reason ``deadline`` (a start's own ``deadline`` wins).
+
+    ``team``: the team its runs belong to (``ledger.teams``): who may see and act on them. A
+    start's own ``team`` wins; none at all takes RUNLEDGER_DEFAULT_TEAM.
     """
     if divergence not in ("refuse", "replan"):
         raise AgentDefinitionError(
@@ -398,6 +405,11 @@ def agent(
         raise AgentDefinitionError(f"agent {name!r}: deadline is seconds (> 0), not {deadline!r}")
     if callable(title):
         _refuse_async(title, f"agent {name!r}: title (called when a run starts)")
+    if team and not is_team(team):
+        raise AgentDefinitionError(
+            f"agent {name!r}: team {team!r} is not a team: 1 to 63 characters from a-z 0-9 _ - "
+            "starting with a letter or a digit"
+        )
 
     def register(fn: Callable[..., Any]) -> Agent:
         if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
@@ -429,6 +441,7 @@ def agent(
             is_async=asynchronous,
             concurrency=paced,
             deadline=float(deadline) if deadline is not None else None,
+            team=team,
         )
         _agents[name] = registered
         return registered

@@ -45,6 +45,7 @@ from ledger.models import (
 )
 from ledger.registry import LABEL_CHARS, TITLE_CHARS
 from ledger.selectors import ExpiredLease
+from ledger.teams import check_team, default_team
 from ledger.transitions import events, gates, notify
 from ledger.transitions import pacing as paced_claims
 from ledger.transitions._common import (
@@ -83,6 +84,7 @@ def run_start(
     idempotency_key: str | None = None,
     title: str | None = None,
     labels: dict[str, str] | None = None,
+    team: str | None = None,
 ) -> Run:
     """Create a queued run of a registered agent. Inputs must be JSON and hold what the agent
     ``requires``; a chosen ``run_id`` must match ``ledger.inputs.RUN_ID_PATTERN``
@@ -116,6 +118,7 @@ def run_start(
         idempotency_key=idempotency_key,
         title=title,
         labels=labels,
+        team=team,
     )
     _save_new(run, by=by, reason=reason)
     return run
@@ -170,8 +173,10 @@ def new_run(
     title: str | None,
     labels: dict[str, str] | None,
     pace: Pace | None = None,
+    team: str | None = None,
 ) -> Run:
-    """The unsaved run, every input checked (``InvalidInput``, ``LookupError``)."""
+    """The unsaved run, every input checked (``InvalidInput``, ``LookupError``). Its team:
+    ``team``, else its parent's, else its agent's declared one, else RUNLEDGER_DEFAULT_TEAM."""
     definition = registry.get_agent(agent)
     if definition is None:
         raise LookupError(f"no agent named {agent!r} is registered")
@@ -199,6 +204,12 @@ def new_run(
         parent_kind=parent_kind,
         forked_from_step_id=forked_from_step_id,
     )
+    if team is not None:
+        run.team = check_team(team)
+    elif parent is not None:
+        run.team = parent.team
+    else:
+        run.team = definition.team or default_team()
     if run_id is not None:
         run.run_id = check_run_id(run_id)  # InvalidInput: the documented set only
     (pace or Pace()).apply(run, definition, data)
@@ -273,6 +284,7 @@ def run_start_once(
     webhooks: list[dict[str, Any]] | None = None,
     pace: Pace | None = None,
     schedule: str = "",
+    team: str | None = None,
     clock: Clock = timezone.now,
 ) -> Started:
     """Start a run, or answer the run an earlier identical start made.
@@ -288,6 +300,8 @@ def run_start_once(
     anything is written) made in the run's own transaction; a repeat subscribes nothing again
     (its ``webhooks`` are not compared: the run's subscriptions are those of the first start).
     ``schedule``: the id of the schedule whose tick starts the run (``ledger.schedules``).
+    ``team``: the run's team (``ledger.teams``; default: the agent's, else the default team);
+    not compared on a repeat.
     """
     specs = events.check_run_webhooks(webhooks)
     candidate = new_run(
@@ -303,6 +317,7 @@ def run_start_once(
         title=title,
         labels=labels,
         pace=pace,
+        team=team,
     )
     candidate.schedule = schedule
     existing = _earlier_start(candidate, chosen_id=run_id)

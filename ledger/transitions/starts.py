@@ -50,6 +50,7 @@ ITEM_FIELDS = frozenset(
         "priority",
         "start_at",
         "deadline",
+        "team",
     }
 )
 #: How often a batch that lost a race (a concurrent start took one of its ids or keys between
@@ -157,6 +158,7 @@ def _checked_item(index: int, item: Any, *, reason: str, now: Any) -> _Item:
         idempotency_key=item.get("idempotency_key"),
         title=item.get("title"),
         labels=item.get("labels"),
+        team=item.get("team"),
         pace=Pace(
             concurrency_key=item.get("concurrency_key"),
             concurrency_limit=item.get("concurrency_limit"),

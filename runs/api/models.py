@@ -43,6 +43,9 @@ class ApiToken(models.Model):
         related_name="api_tokens",
         help_text="The person this token acts as; empty for a service.",
     )
+    #: The team the token acts in (``ledger.teams``): it sees and acts on that team's runs only.
+    #: Empty: every team (made by an admin, or a person's token acting as far as its person may).
+    team = models.CharField(max_length=63, blank=True, default="", db_default="")
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -53,3 +53,27 @@ class Preference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.time_zone}"
+
+
+class TeamRole(models.Model):
+    """A person's role in one team (``runs.dashboard.teams``): they see that team's runs and act
+    on them as ``role`` allows, and nothing of other teams. A person's role groups (and
+    superuser) hold in every team; a team role adds to them, it never takes away."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_roles"
+    )
+    team = models.CharField(max_length=63)
+    role = models.CharField(max_length=20, choices=[(r, r) for r in ROLE_PERMISSIONS])
+    #: Where it came from: "" set by hand (admin, ``createroleuser --team``), "sso" from the
+    #: identity provider's groups at the person's last sign-in (replaced at each sign-in).
+    source = models.CharField(max_length=10, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="dashboard_teamrole_one_per_team")
+        ]
+        ordering = ["team", "user_id"]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.team}: {self.role}"

@@ -1,0 +1,39 @@
+"""Teams: every run belongs to one (``Run.team``), and who may see or act on it is decided per
+team (``runs.dashboard.teams`` for people, ``ApiToken.team`` for tokens).
+
+A team is a slug: 1 to 63 characters from ``a-z 0-9 _ -``, starting with a letter or a digit.
+A run's team is the one its start names (``start_run(team=...)``, the API's ``team``), else its
+agent's declaration (``@agent(team=...)``), else ``RUNLEDGER_DEFAULT_TEAM``; a run made from
+another (a fork, a continuation) keeps its parent's team.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ledger.errors import InvalidInput
+
+MAX_TEAM_CHARS = 63
+_TEAM = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+def is_team(value: object) -> bool:
+    return isinstance(value, str) and _TEAM.fullmatch(value) is not None
+
+
+def check_team(value: object) -> str:
+    """``value`` when it is a team's slug, else ``InvalidInput`` saying what one is."""
+    if not is_team(value):
+        shown = value[:80] if isinstance(value, str) else value
+        raise InvalidInput(
+            f"the team {shown!r} is not allowed: use 1 to {MAX_TEAM_CHARS} characters from "
+            "a-z 0-9 _ - starting with a letter or a digit"
+        )
+    assert isinstance(value, str)
+    return value
+
+
+def default_team() -> str:
+    from ledger.conf import conf
+
+    return str(conf.RUNLEDGER_DEFAULT_TEAM)

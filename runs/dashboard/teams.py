@@ -1,0 +1,136 @@
+"""Who may see and act on which team's runs (``ledger.teams``).
+
+A person holds roles two ways: a role group (``viewer``, ``operator``, ``approver``) or
+superuser, which hold in **every** team; and ``TeamRole`` rows, a role in **one** team. A token
+(``ApiToken.team``) is bound to one team or to none (every team its person or role reaches).
+
+The rule every page, list, count, search, trend, export, admin view and API operation keeps:
+
+* ``teams_for(user, perm)`` is the set of teams where ``user`` holds ``perm`` (None: every team);
+  a list is filtered by it on the server (``scope_runs``), never by hiding rows in a template;
+* an object of a team the person may not see answers **404** (not 403: its existence is not
+  told); one they may see but not act on answers 403, as before;
+* ``user.has_perm(perm)`` (no object) is true when the person holds ``perm`` in some team — it
+  lets them onto a page; ``user.has_perm(perm, run)`` (or a team's slug as the object) decides
+  for that run. ``TeamRoleBackend`` is the Django authentication backend that answers both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, TypeVar
+
+from django.contrib.auth.backends import BaseBackend, ModelBackend
+from django.db.models import Model, QuerySet
+
+from runs.dashboard.models import ROLE_PERMISSIONS, TeamRole
+
+_Q = TypeVar("_Q", bound=Model)
+_APP = "runs."
+
+
+def team_roles(user: Any) -> dict[str, str]:
+    """``{team: role}`` of the person's team roles (one query per request, cached on the user)."""
+    cached: dict[str, str] | None = getattr(user, "_runledger_team_roles", None)
+    if cached is not None:
+        return cached
+    roles: dict[str, str] = {}
+    if getattr(user, "is_authenticated", False) and getattr(user, "pk", None) is not None:
+        roles = dict(TeamRole.objects.filter(user_id=user.pk).values_list("team", "role"))
+    user._runledger_team_roles = roles
+    return roles
+
+
+def forget(user: Any) -> None:
+    """Drop what this request cached of the person's roles (after changing them)."""
+    for name in (
+        "_runledger_team_roles",
+        "_runledger_role",
+        "_perm_cache",
+        "_group_perm_cache",
+        "_user_perm_cache",
+    ):
+        if hasattr(user, name):
+            delattr(user, name)
+
+
+def _codename(perm: str) -> str:
+    return perm[len(_APP) :] if perm.startswith(_APP) else ""
+
+
+def _global_perms(user: Any) -> set[str]:
+    """The permissions the person holds in every team (their groups'; all for a superuser)."""
+    if not getattr(user, "is_active", False):
+        return set()
+    if user.is_superuser:
+        return {_APP + p for perms in ROLE_PERMISSIONS.values() for p in perms}
+    return set(ModelBackend().get_all_permissions(user))
+
+
+def teams_for(user: Any, perm: str) -> frozenset[str] | None:
+    """The teams where ``user`` holds ``perm`` (``runs.view_dashboard`` …); None: every team."""
+    if perm in _global_perms(user):
+        return None
+    if not getattr(user, "is_active", False):
+        return frozenset()
+    codename = _codename(perm)
+    return frozenset(
+        team
+        for team, role in team_roles(user).items()
+        if codename in ROLE_PERMISSIONS.get(role, ())
+    )
+
+
+def team_of(obj: Any) -> str | None:
+    """The team of a run, or of anything holding one (``.team`` or ``.run.team``), or a slug."""
+    if isinstance(obj, str):
+        return obj
+    team = getattr(obj, "team", None)
+    if isinstance(team, str):
+        return team
+    run = getattr(obj, "run", None)
+    team = getattr(run, "team", None)
+    return team if isinstance(team, str) else None
+
+
+def may(user: Any, perm: str, obj: Any) -> bool:
+    """Whether ``user`` holds ``perm`` in the team of ``obj`` (a run, a row of a run, a slug)."""
+    teams = teams_for(user, perm)
+    if teams is None:
+        return True
+    team = team_of(obj)
+    return team is not None and team in teams
+
+
+def scope_runs(
+    queryset: QuerySet[_Q], teams: Collection[str] | None, *, field: str = "team"
+) -> QuerySet[_Q]:
+    """``queryset`` narrowed to runs (or rows of runs: ``field="run__team"``) of ``teams``;
+    unchanged for None (every team)."""
+    if teams is None:
+        return queryset
+    return queryset.filter(**{f"{field}__in": list(teams)})
+
+
+class TeamRoleBackend(BaseBackend):
+    """Answers ``has_perm`` from team roles (after Django's ``ModelBackend``, which answers the
+    role groups without an object and nothing with one).
+
+    Without an object: true when some team role grants the permission (the page lets the person
+    in; what it lists is scoped). With an object (a run, a row of a run, a team's slug): true
+    when the person's groups grant it, or their role in that object's team does."""
+
+    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
+        if not getattr(user_obj, "is_active", False) or getattr(user_obj, "is_anonymous", True):
+            return set()
+        roles = team_roles(user_obj)
+        if obj is None:
+            return {_APP + p for role in roles.values() for p in ROLE_PERMISSIONS.get(role, ())}
+        perms = _global_perms(user_obj)
+        team = team_of(obj)
+        if team is not None and team in roles:
+            perms |= {_APP + p for p in ROLE_PERMISSIONS.get(roles[team], ())}
+        return perms
+
+    def has_perm(self, user_obj: Any, perm: str, obj: Any = None) -> bool:
+        return perm in self.get_all_permissions(user_obj, obj)
