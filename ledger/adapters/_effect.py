@@ -7,8 +7,8 @@ import contextvars
 
 from ledger.errors import AgentDefinitionError
 
-#: (effect key, fencing token), or None outside an effect step.
-Held = tuple[str, int | None] | None
+#: (effect key, fencing token), or None outside an effect step (a key of None: not an effect).
+Held = tuple[str | None, int | None] | None
 
 
 class CurrentEffect:
@@ -17,17 +17,13 @@ class CurrentEffect:
     <where>, while it runs")."""
 
     def __init__(self, name: str, where: str) -> None:
-        self._var: contextvars.ContextVar[tuple[str, int | None] | None] = contextvars.ContextVar(
-            name, default=None
-        )
+        self._var: contextvars.ContextVar[Held] = contextvars.ContextVar(name, default=None)
         self._where = where
 
     def get(self) -> Held:
         return self._var.get()
 
-    def set(
-        self, value: tuple[str, int | None]
-    ) -> contextvars.Token[tuple[str, int | None] | None]:
+    def set(self, value: tuple[str | None, int | None]) -> contextvars.Token[Held]:
         return self._var.set(value)
 
     def reset(self, token: contextvars.Token[Held]) -> None:
@@ -35,7 +31,7 @@ class CurrentEffect:
 
     def key(self) -> str:
         current = self._var.get()
-        if current is None:
+        if current is None or current[0] is None:
             raise AgentDefinitionError(
                 f"effect_key() is asked outside an effect: call it inside {self._where}, while "
                 "it runs"

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import dataclasses
 import logging
 import os
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from ledger import canonical, faultpoints
 from ledger.adapters import claude_model_proxy as proxy
 from ledger.adapters import register_transcript
+from ledger.adapters._effect import CurrentEffect
 from ledger.errors import AgentDefinitionError, NotJSON
 from ledger.registry import Tool, require_idempotency_key
 from ledger.states import StepKind
@@ -732,8 +732,9 @@ def _servers(opts: Any, bridge: _Session, tools: Sequence[Tool]) -> dict[str, An
 #: An effect's lookup: did the call with this key happen? (its result, or NOT_HAPPENED / None)
 Lookup = Callable[..., Any]
 #: The effect key and fencing token of the author's MCP tool running now as an effect step.
-_EFFECT: contextvars.ContextVar[tuple[str | None, int | None] | None] = contextvars.ContextVar(
-    "runledger_claude_effect", default=None
+_EFFECT = CurrentEffect(
+    "runledger_claude_effect",
+    'the handler of an MCP tool that run_session(effects={"<tool>": lookup}) declares an effect',
 )
 
 
@@ -741,13 +742,7 @@ def effect_key() -> str:
     """Inside the handler of an author's MCP tool that ``run_session(effects=...)`` names,
     while it runs as its effect step: the effect's key (``<run id>:<step id>``), stable across
     crashes and resumes. Send it as the downstream's idempotency key; the lookup receives it."""
-    current = _EFFECT.get()
-    if current is None or current[0] is None:
-        raise AgentDefinitionError(
-            "effect_key() is asked outside an effect: call it inside the handler of an MCP "
-            'tool that run_session(effects={"<tool>": lookup}) declares an effect'
-        )
-    return current[0]
+    return _EFFECT.key()
 
 
 def _check_effects(effects: Any) -> dict[str, Lookup | None]:

@@ -39,6 +39,7 @@ from typing import Any
 from ledger import canonical, faultpoints, live
 from ledger.adapters import register_transcript
 from ledger.adapters._bridge import Bridge
+from ledger.adapters._effect import CurrentEffect
 from ledger.adapters._gather import Gather, Held, ToolCall, run_calls
 from ledger.engine import RunContext
 from ledger.errors import AgentDefinitionError
@@ -113,8 +114,9 @@ _ACTIVE: contextvars.ContextVar[_Bridge | None] = contextvars.ContextVar(
     "runledger_oa_bridge", default=None
 )
 #: The effect key and fencing token of the SDK tool running now as an effect step.
-_EFFECT: contextvars.ContextVar[tuple[str | None, int | None] | None] = contextvars.ContextVar(
-    "runledger_oa_effect", default=None
+_EFFECT = CurrentEffect(
+    "runledger_oa_effect",
+    'an SDK tool that run(effects={"<tool name>": lookup}) declares an effect',
 )
 #: An effect's lookup: did the call with this key happen? (its result, or NOT_HAPPENED / None)
 Lookup = Callable[..., Any]
@@ -315,22 +317,13 @@ def effect_key() -> str:
     """Inside an SDK tool that ``run(effects=...)`` names, while it runs as its effect step:
     the effect's key (``<run id>:<step id>``), stable across crashes and resumes. Send it as the
     downstream's idempotency key; the effect's lookup receives the same key."""
-    current = _EFFECT.get()
-    if current is None or current[0] is None:
-        raise AgentDefinitionError(
-            "effect_key() is asked outside an effect: call it inside an SDK tool that "
-            'run(effects={"<tool name>": lookup}) declares an effect, while it runs'
-        )
-    return current[0]
+    return _EFFECT.key()
 
 
 def fencing_token() -> int | None:
     """Inside an effect tool (as ``effect_key``): this execution's fencing token, which grows
     with every takeover of the run (for a downstream that refuses a stale writer)."""
-    current = _EFFECT.get()
-    if current is None:
-        raise AgentDefinitionError("fencing_token() is asked outside an effect (see effect_key)")
-    return current[1]
+    return _EFFECT.token()
 
 
 def send_effect_key(_context: Any) -> dict[str, Any] | None:
