@@ -98,6 +98,9 @@ class Receiver:
     routing_key: str = ""  # pagerduty
     api_key: str = ""  # opsgenie
     secret: str = ""  # webhook (whsec_…)
+    #: pagerduty/opsgenie: the secret their webhooks back to us carry (an acknowledgement made
+    #: in the pager acknowledges the incident here: ``runs.operations.alert_inbound``).
+    inbound_secret: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,8 +138,17 @@ def parse_receivers(text: str) -> dict[str, Receiver]:
             raise ValueError(f"{where}: a {kind} receiver needs {need!r}")
         if kind == "webhook" and not str(spec["secret"]).startswith("whsec_"):
             raise ValueError(f"{where}: 'secret' is a Standard Webhooks secret (whsec_…)")
+        inbound = spec.get("inbound_secret") or ""
+        if inbound and (kind not in ("pagerduty", "opsgenie") or not isinstance(inbound, str)):
+            raise ValueError(
+                f"{where}: 'inbound_secret' is for pagerduty and opsgenie receivers (the secret "
+                "of their webhooks back to runledger), a string"
+            )
+        if inbound and len(inbound) < 16:
+            raise ValueError(f"{where}: 'inbound_secret' must be at least 16 characters")
         out[name] = Receiver(
             name=name,
+            inbound_secret=str(inbound),
             type=kind,
             url=url,
             routing_key=str(spec.get("routing_key") or ""),

@@ -508,7 +508,9 @@ SETTINGS: tuple[Setting, ...] = (
         '"routing_key": …}` (Events API v2), `{"type": "opsgenie", "api_key": …, '
         '"url": …}`, `{"type": "slack", "url": …}` (an incoming webhook), or '
         '`{"type": "webhook", "url": …, "secret": "whsec_…"}` (signed as '
-        "Standard Webhooks). Keep it in a secret store: it holds keys.",
+        "Standard Webhooks). A pagerduty or opsgenie receiver's `inbound_secret` lets the pager "
+        "acknowledge back at `POST /hooks/alerts/<name>`. Keep it in a secret store: it holds "
+        "keys.",
         ALERTS,
     ),
     Setting(

@@ -13,6 +13,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from runs.api.urls import api
+from runs.operations import alert_inbound
 
 urlpatterns = [
     # RUNLEDGER_ADMIN_URL moves the admin or, `off`, leaves it unmounted.
@@ -22,6 +23,8 @@ urlpatterns = [
         else []
     ),
     path("api/v1/", api.urls),
+    # A pager's acknowledgement back (RUNLEDGER_ALERT_RECEIVERS' inbound_secret).
+    path("hooks/alerts/<slug:receiver>", alert_inbound.alert_hook, name="alert-hook"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("runs.dashboard.urls")),
