@@ -7,8 +7,9 @@ A rule::
      "to": ["pagerduty", "slack"], "severity": "critical"}
 
 ``kind`` is one of ``KINDS``; ``per`` splits the rule into one incident per agent (``agent``),
-per gated tool (``tool``, gate rules only) or one for everything (``""``, the default); ``to``
-names receivers (default: every receiver). A receiver::
+per team (``team``), per gated tool (``tool``, gate rules only) or one for everything (``""``,
+the default); ``teams`` restricts it to the runs of those teams (``["payments"]``: that team's
+rule, paging that team's receivers); ``to`` names receivers (default: every receiver). A receiver::
 
     {"pagerduty": {"type": "pagerduty", "routing_key": "…"},
      "opsgenie": {"type": "opsgenie", "api_key": "…", "url": "https://api.eu.opsgenie.com"},
@@ -27,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.teams import is_team
+
 __all__ = [
     "KINDS",
     "RECEIVER_TYPES",
@@ -44,8 +47,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "gate_waiting": ("minutes",),  # an approval gate waiting longer than N minutes
     "recovery_lagging": ("seconds",),  # the sweep silent, or an expired lease left, N s
 }
-PER = {"blocked_longer": ("", "agent"), "blocked_rate": ("", "agent"),
-       "gate_waiting": ("", "agent", "tool"), "recovery_lagging": ("",)}  # fmt: skip
+PER = {"blocked_longer": ("", "agent", "team"), "blocked_rate": ("", "agent", "team"),
+       "gate_waiting": ("", "agent", "tool", "team"), "recovery_lagging": ("",)}  # fmt: skip
 SEVERITIES = ("critical", "error", "warning", "info")
 RECEIVER_TYPES = ("pagerduty", "opsgenie", "slack", "webhook")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
@@ -64,6 +67,15 @@ class Rule:
     per: str = ""
     to: tuple[str, ...] = ()
     severity: str = "error"
+    #: The teams whose runs it watches (``ledger.teams``); empty: every team's.
+    teams: tuple[str, ...] = ()
+
+    def teams_of(self, scope: str) -> tuple[str, ...] | None:
+        """The teams whose runs an incident of this rule in ``scope`` covers; None: any team's
+        (a person of one team does not see it, an every-team role does)."""
+        if self.per == "team":
+            return (scope,)
+        return self.teams or None
 
     def describe(self) -> str:
         """The condition in words."""
@@ -189,7 +201,8 @@ def _rule(spec: Any, where: str, receivers: dict[str, Receiver]) -> Rule:
         raise ValueError(f"{where}: 'name' is 1-40 of a-z, 0-9, '_', '.', '-'")
     if kind not in KINDS:
         raise ValueError(f"{where}: 'kind' must be one of {', '.join(KINDS)}")
-    unknown = set(spec) - {"name", "kind", "per", "to", "severity", "min_runs", *KINDS[kind]}
+    fields = {"name", "kind", "per", "to", "severity", "min_runs", "teams", *KINDS[kind]}
+    unknown = set(spec) - fields
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     values = {key: _number(spec, key, where) for key in KINDS[kind]}
@@ -207,5 +220,10 @@ def _rule(spec: Any, where: str, receivers: dict[str, Receiver]) -> Rule:
     min_runs = spec.get("min_runs", 10)
     if isinstance(min_runs, bool) or not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"{where}: 'min_runs' is a whole number, 1 or more")
+    teams = spec.get("teams", [])
+    if not isinstance(teams, list) or not all(is_team(t) for t in teams):
+        raise ValueError(f"{where}: 'teams' is a list of teams (a-z 0-9 _ -, up to 63)")
+    if teams and kind == "recovery_lagging":
+        raise ValueError(f"{where}: a recovery_lagging rule watches the fleet, not teams")
     return Rule(name=name, kind=kind, per=per, to=tuple(to), severity=severity,
-                min_runs=min_runs, **values)  # fmt: skip
+                min_runs=min_runs, teams=tuple(teams), **values)  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet
 
@@ -46,9 +47,15 @@ def condition(rule: Rule, *, now: datetime, listed: int) -> dict[str, Finding]:
     return _recovery_lagging(rule, now, listed)
 
 
+def _of_teams(rule: Rule, qs: QuerySet[Any], field: str = "team") -> QuerySet[Any]:
+    """``qs`` narrowed to the rule's teams (every team when it names none)."""
+    return qs.filter(**{f"{field}__in": list(rule.teams)}) if rule.teams else qs
+
+
 def _blocked(rule: Rule, cutoff: datetime) -> QuerySet[Run]:
     # run_status_age: (status, status_changed_at)
-    return Run.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_changed_at__lte=cutoff)
+    blocked = Run.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_changed_at__lte=cutoff)
+    return _of_teams(rule, blocked)
 
 
 def _run_ids(qs: QuerySet[Run], listed: int) -> list[str]:
@@ -59,7 +66,7 @@ def _run_ids(qs: QuerySet[Run], listed: int) -> list[str]:
 
 def _blocked_longer(rule: Rule, now: datetime, listed: int) -> dict[str, Finding]:
     cutoff = now - timedelta(minutes=rule.minutes)
-    key = "agent" if rule.per == "agent" else None
+    key = rule.per if rule.per in ("agent", "team") else None
     rows = (
         _blocked(rule, cutoff)
         .values(*([key] if key else []))
@@ -80,8 +87,10 @@ def _blocked_longer(rule: Rule, now: datetime, listed: int) -> dict[str, Finding
 
 def _blocked_rate(rule: Rule, now: datetime, listed: int) -> dict[str, Finding]:
     since = now - timedelta(minutes=rule.minutes)
-    window = Run.objects.filter(status__in=STOPPED_IN_WINDOW, status_changed_at__gte=since)
-    key = "agent" if rule.per == "agent" else None
+    window = _of_teams(
+        rule, Run.objects.filter(status__in=STOPPED_IN_WINDOW, status_changed_at__gte=since)
+    )
+    key = rule.per if rule.per in ("agent", "team") else None
     rows = window.values(*([key] if key else [])).annotate(
         total=Count("run_id"), blocked=Count("run_id", filter=Q(status=RunStatus.NEEDS_ATTENTION))
     )
@@ -107,8 +116,10 @@ def _blocked_rate(rule: Rule, now: datetime, listed: int) -> dict[str, Finding]:
 def _gate_waiting(rule: Rule, now: datetime, listed: int) -> dict[str, Finding]:
     cutoff = now - timedelta(minutes=rule.minutes)
     # gate_status_age: (status, created_at)
-    waiting = Gate.objects.filter(status=GateStatus.WAITING, created_at__lte=cutoff)
-    key = {"agent": "run__agent", "tool": "tool"}.get(rule.per)
+    waiting = _of_teams(
+        rule, Gate.objects.filter(status=GateStatus.WAITING, created_at__lte=cutoff), "run__team"
+    )
+    key = {"agent": "run__agent", "tool": "tool", "team": "run__team"}.get(rule.per)
     rows = waiting.values(*([key] if key else [])).annotate(n=Count("id"), oldest=Min("created_at"))
     found = {}
     for row in rows.order_by():

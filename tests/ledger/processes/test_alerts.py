@@ -250,3 +250,34 @@ def test_an_incident_of_a_rule_taken_out_of_the_settings_is_resolved_and_paged(
     assert _deliver(at) == [True] * 5  # the trigger, then the resolve to every receiver
     assert [e["event_action"] for e in pagers.pagerduty] == ["trigger", "resolve"]
     assert Alert.objects.get().status == "resolved"
+
+
+def test_a_rule_per_team_and_a_teams_own_rule_page_for_their_teams_runs_only(
+    pagers: PagingReceivers, blocked: Any, clock: Any, settings: Any
+) -> None:
+    from ledger.models import Run
+
+    runs = [_renewal(blocked, n) for n in range(3)]
+    Run.objects.filter(pk=runs[0].run_id).update(team="payments")
+    Run.objects.filter(pk__in=[r.run_id for r in runs[1:]]).update(team="search")
+    settings.RUNLEDGER_ALERT_RULES = json.dumps([
+        {"name": "per-team", "kind": "blocked_longer", "minutes": 15, "per": "team", "to": ["pd"]},
+        {"name": "payments-own", "kind": "blocked_longer", "minutes": 15, "teams": ["payments"],
+         "to": ["slack"]},
+    ])  # fmt: skip
+    done = alerting.alerts_evaluate(clock=lambda: clock() + timedelta(minutes=16))
+    assert sorted(done.opened) == [
+        "runledger/payments-own/all",
+        "runledger/per-team/payments",
+        "runledger/per-team/search",
+    ]
+    by_key = {a.dedup_key: a for a in Alert.objects.all()}
+    assert by_key["runledger/per-team/search"].detail["count"] == 2
+    assert by_key["runledger/payments-own/all"].run_ids == [runs[0].run_id]
+    rules = {r.name: r for r in alerting.configured().rules}
+    assert rules["per-team"].teams_of("search") == ("search",)
+    assert rules["payments-own"].teams_of("") == ("payments",)
+    with pytest.raises(ValueError, match="'teams'"):
+        parse_rules('[{"name": "x", "kind": "blocked_longer", "minutes": 1, "teams": ["A B"]}]', {})
+    with pytest.raises(ValueError, match="fleet"):
+        parse_rules('[{"name": "x", "kind": "recovery_lagging", "seconds": 1, "teams": ["a"]}]', {})
