@@ -29,15 +29,19 @@ serve: $(STAMP)
 	$(PY) manage.py serve
 
 ## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
+## TEST_JOBS pytest-xdist processes (default 2), a test file's tests all in one of them; each
+## has its own test database (test_<name>_gw0 …). TEST_JOBS=0 runs the suite in this process.
+TEST_JOBS ?= 2
+TEST_XDIST := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loadfile)
 test: $(STAMP)
 	harness/ensure_chromium.sh
-	$(PY) harness/with_postgres.py $(PY) -m pytest -q $(PYTEST_ARGS)
-	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(PYTEST_ARGS)
+	$(PY) harness/with_postgres.py $(PY) -m pytest -q $(TEST_XDIST) $(PYTEST_ARGS)
+	env -u DATABASE_URL RUNLEDGER_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q -m sqlite_ok $(TEST_XDIST) $(PYTEST_ARGS)
 
 ## The whole `make test` while a CPU hog keeps every core busy (stress-ng from Debian, or a
 ## Python busy loop per core); the hog is stopped when the suite ends or fails.
 test-under-load: $(STAMP)
-	$(PY) harness/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
+	$(PY) harness/under_load.py $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)" TEST_JOBS="$(TEST_JOBS)"
 
 PEERS := .venv-peers/bin/python
 $(PEERS):

@@ -8,6 +8,7 @@ starts (``manage.py`` …, Celery workers) inherits the same choice.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("RUNLEDGER_AGENT_MODULES", "ledger.examples.agents")
 # The receivers of the webhook tests listen on loopback, which the SSRF policy refuses unless
@@ -17,5 +18,22 @@ os.environ.setdefault("RUNLEDGER_SILENCED_CHECKS", "runledger.E001,runledger.W00
 # Workers, beat and gunicorn that tests start with DEBUG off may use the SQLite ledger and the
 # filesystem broker (a test of the refusal unsets it).
 os.environ.setdefault("RUNLEDGER_ALLOW_EMBEDDED", "1")
+
+
+def _var_dir_of_this_xdist_worker() -> None:
+    """Under pytest-xdist (``make test``) each worker process has a RUNLEDGER_VAR_DIR of its
+    own, inside the one given (else ./var): the filesystem broker's messages that a test reads
+    back (tests/runs/operations/test_batch_start_publish.py) are only its process's, as the
+    test database is (pytest-django's test_<name>_gw0 …). Its children inherit it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    root = Path(__file__).resolve().parents[2]
+    base = Path(os.environ.get("RUNLEDGER_VAR_DIR") or root / "var")
+    if base.name != f"xdist-{worker}":  # not again in a child that imports these settings
+        os.environ["RUNLEDGER_VAR_DIR"] = str(base / f"xdist-{worker}")
+
+
+_var_dir_of_this_xdist_worker()
 
 from runs.settings import *  # noqa: F403
