@@ -12,7 +12,7 @@ from ledger import selectors, transitions
 from ledger.models import Pause, PauseScope
 from runs.api import problems
 from runs.api.auth import actor, reach, require, whole_reach
-from runs.api.routers.runs import REFUSALS, run_or_404
+from runs.api.routers.runs import REFUSALS, named_run
 from runs.api.schemas import LiftIn, PauseIn, PauseOut, Strict, refuse_unknown_query
 
 router = Router(tags=["pauses"])
@@ -38,7 +38,7 @@ def _check_target(request: HttpRequest, scope: str, target: str) -> None:
     without operate there); a tool's or agent's, which holds every team's runs, a token that
     reaches every team (403)."""
     if scope == PauseScope.RUN:
-        run_or_404(request, target, "operate")
+        named_run(request, target, "operate", f"no run {target!r}")
     else:
         whole_reach(request, "operate", f"a pause of a{'n' if scope == 'agent' else ''} {scope}")
 
@@ -65,7 +65,8 @@ def read(request: HttpRequest, pause_id: int) -> PauseOut:
     summary="Pause a tool, an agent or a run",
     description="A run reaching a step of a paused tool (or any step of a paused agent or run) "
     "stops `paused`, costing no resume budget, until the pause is lifted. A run's pause needs "
-    "the run's team in reach (404 otherwise); a tool's or agent's holds every team's runs and "
+    "the run's team in reach (a run of another team is refused as one that does not exist, "
+    "422); a tool's or agent's holds every team's runs and "
     "needs a token that reaches every team (403 otherwise).",
 )
 def create(request: HttpRequest, body: PauseIn) -> Status[PauseOut]:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from ledger import api as ledger_api
 from ledger import registry, selectors, transitions
+from ledger.errors import InvalidInput
 from ledger.inputs import queryable
 from ledger.models import Run, Step
 from ledger.processes import resume as resume_process
@@ -83,6 +84,20 @@ def run_or_404(request: HttpRequest, run_id: str, action: str = "read") -> Run:
         raise problems.not_found(f"no run {run_id!r}") from None
     check_reach(request, run, action, f"no run {run_id!r}")
     return run
+
+
+def named_run(request: HttpRequest, run_id: str, action: str, missing: str) -> None:
+    """A run a body names (a run's pause, a run's subscription): when it exists but is out of
+    the token's reach, the very refusal the transition gives a run that does not exist (422
+    ``missing``: its existence is not told); 403 when readable but ``action`` is not allowed
+    there. A run that does not exist is left to the transition to refuse."""
+    run = Run.objects.filter(pk=run_id).only("team").first() if queryable(run_id) else None
+    if run is None:
+        return
+    token = token_of(request)
+    if not token.may("read", run):
+        raise problems.refusal(InvalidInput(missing))
+    check_reach(request, run, action, missing)
 
 
 def start_team(request: HttpRequest, team: str | None) -> str | None:

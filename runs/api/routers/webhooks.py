@@ -16,7 +16,7 @@ from ledger.inputs import queryable
 from ledger.models import Run, WebhookSubscription
 from runs.api import problems
 from runs.api.auth import actor, check_reach, reach, require, whole_reach
-from runs.api.routers.runs import REFUSALS, check_team_or_422, run_or_404
+from runs.api.routers.runs import REFUSALS, check_team_or_422, named_run
 from runs.api.schemas import (
     Strict,
     WebhookCreatedOut,
@@ -42,7 +42,8 @@ class ListQuery(Strict):
     description="Of every run of `agent`, or of the one run `run_id` (exactly one of them). "
     "An agent's subscription is of one team's runs (`team`, default the token's team) or, "
     "made by a token that reaches every team and naming none, of every team's; a run of "
-    "another team answers 404, a team the token may not subscribe in 403. "
+    "another team is refused as one that does not exist (422), a team the token may not "
+    "subscribe in is a 403. "
     "Deliveries are signed as Standard Webhooks with the `secret` of this answer, shown once "
     "(verify them with `ledger.client.verify_webhook`).",
 )
@@ -50,7 +51,7 @@ def subscribe(request: HttpRequest, body: WebhookIn) -> Status[WebhookCreatedOut
     token = require(request, "subscribe")
     team = ""
     if body.run_id is not None:
-        run_or_404(request, body.run_id, "subscribe")
+        named_run(request, body.run_id, "subscribe", f"there is no run {body.run_id!r}")
         if body.team is not None:
             raise problems.Problem(
                 422, "invalid-input", "Invalid input", "team: only with agent (a run has its own)"

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: What an operation that is not about an object in its path sends: beta's team, or a run of
 #: beta's, in its body — and the answer expected (403: the team is the caller's own input;
-#: 404: a run of another team is not told). Every such operation has a row (see the test).
+#: 422: a run of another team named in a body is refused exactly as a run that does not exist
+#: is). Every such operation has a row (see the test).
 BODIES: dict[tuple[str, str], tuple[int, Callable[[dict[str, Any]], Any]]] = {
     ("post", "/api/v1/runs"): (
         403,
@@ -47,11 +48,11 @@ BODIES: dict[tuple[str, str], tuple[int, Callable[[dict[str, Any]], Any]]] = {
         lambda w: {"runs": [{"agent": "refund", "inputs": {"invoice_id": "i"}, "team": "beta"}]},
     ),
     ("post", "/api/v1/pauses"): (
-        404,
+        422,
         lambda w: {"scope": "run", "target": w["run_id"], "reason": "mine now"},
     ),
     ("post", "/api/v1/webhooks"): (
-        404,
+        422,
         lambda w: {"url": "https://app.example.org/hooks", "run_id": w["run_id"]},
     ),
     ("post", "/api/v1/schedules"): (
@@ -386,3 +387,36 @@ def test_a_schedule_is_its_teams_and_starts_its_runs_there(alpha: dict[str, Call
     schedules_tick()
     started = Run.objects.filter(schedule=made.json()["id"])
     assert started.exists() and {r.team for r in started} == {"alpha"}
+
+
+def test_the_commands_make_team_tokens_and_start_and_list_runs_by_team() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from runs.api.models import ApiToken
+
+    out, err = StringIO(), StringIO()
+    call_command("create_api_token", "--name=pay", "--role=operator", "--team=payments",
+                 stdout=out, stderr=err)  # fmt: skip
+    assert ApiToken.objects.get(name="pay").team == "payments"
+    assert "team payments" in err.getvalue()
+    call_command("create_api_token", "--name=all", "--role=viewer", stdout=out, stderr=err)
+    assert ApiToken.objects.get(name="all").team == ""
+    person("ann", {"search": "operator"})
+    with pytest.raises(CommandError, match="payments"):
+        call_command("create_api_token", "--name=ann", "--role=operator", "--user=ann",
+                     "--team=payments", stdout=out, stderr=err)  # fmt: skip
+    assert not ApiToken.objects.filter(name="ann").exists()
+
+    started = StringIO()
+    call_command("start_run", "refund", '--inputs={"invoice_id": "inv_1"}', "--team=payments",
+                 stdout=started)  # fmt: skip
+    run = Run.objects.get()
+    assert run.team == "payments" and run.run_id in started.getvalue()
+    start_unannounced(agent="refund", inputs={"invoice_id": "inv_2"}, team="search")
+    listed = StringIO()
+    call_command("list_runs", "--team=payments", stdout=listed)
+    assert run.run_id in listed.getvalue() and "payments" in listed.getvalue()
+    assert "1 run(s)" in listed.getvalue()
