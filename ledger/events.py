@@ -19,6 +19,8 @@ dashboard's Notifications page.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ledger.models import WebhookSubscription
 from ledger.selectors import webhook_subscriptions
 from ledger.transitions.events import subscribe, unsubscribe
@@ -36,7 +38,12 @@ __all__ = [
 
 
 def subscriptions(
-    *, agent: str = "", run_id: str = "", removed: bool = False
+    *,
+    agent: str = "",
+    run_id: str = "",
+    removed: bool = False,
+    teams: Collection[str] | None = None,
 ) -> list[WebhookSubscription]:
-    """The live subscriptions (and removed ones with ``removed``), of one agent or run."""
-    return webhook_subscriptions(agent=agent, run_id=run_id, removed=removed)
+    """The live subscriptions (and removed ones with ``removed``), of one agent or run;
+    ``teams``: only those teams' (None: every team)."""
+    return webhook_subscriptions(agent=agent, run_id=run_id, removed=removed, teams=teams)

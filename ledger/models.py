@@ -565,6 +565,9 @@ class WebhookSubscription(models.Model):
     url = models.CharField(max_length=2000)  # http(s), checked by ledger.transitions.events
     agent = models.CharField(max_length=200, blank=True, default="", db_index=True)
     run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    #: For an agent's subscription: only that team's runs of the agent ("" every team's); made
+    #: by a team's API token. A run's subscription is of the run's team.
+    team = models.CharField(max_length=63, blank=True, default="", db_default="")
     events = models.JSONField(default=list)
     secret = models.CharField(max_length=200)
     description = models.CharField(max_length=200, blank=True, default="")
@@ -1085,6 +1088,8 @@ class Schedule(models.Model):
     name = models.CharField(max_length=100)
     description = models.CharField(max_length=200, blank=True, default="")
     agent = models.CharField(max_length=200)
+    #: The team of the runs it starts (``ledger.teams``): who may see and manage it.
+    team = models.CharField(max_length=63, default="default", db_default="default")
     inputs = models.JSONField(default=dict)
     cron = models.CharField(max_length=200, blank=True, default="")
     interval_seconds = models.PositiveIntegerField(default=0)

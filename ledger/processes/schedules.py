@@ -98,6 +98,7 @@ def _start(schedule: Schedule, tick: datetime, *, clock: Clock) -> str:
             deadline=schedule.deadline_seconds,
         ),
         schedule=schedule.schedule_id,
+        team=schedule.team,
         clock=clock,
     )
     return started.run.run_id

@@ -7,6 +7,7 @@ empty mapping is "all clear". Imports models only.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -190,12 +191,20 @@ class CauseGroup:
 GROUPS_SHOWN = 200
 
 
-def incident_groups(*, failed_since: datetime, limit: int = GROUPS_SHOWN) -> list[CauseGroup]:
+def incident_groups(
+    *,
+    failed_since: datetime,
+    limit: int = GROUPS_SHOWN,
+    teams: Collection[str] | None = None,
+) -> list[CauseGroup]:
     """The runs needing attention (all) and failed (since ``failed_since``) grouped by cause,
-    largest first: one GROUP BY over the partial index ``run_incident``."""
+    largest first: one GROUP BY over the partial index ``run_incident``. ``teams``: only those
+    teams' runs (None: every team)."""
+    runs = Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
+    if teams is not None:
+        runs = runs.filter(team__in=list(teams))
     rows = (
-        Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
-        .filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
+        runs.filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
         .values("status", "agent", "cause_step", "reason", "signature")
         .annotate(n=Count("*"), first=Min("status_changed_at"), last=Max("status_changed_at"))
         .order_by("-n", "-last")[:limit]

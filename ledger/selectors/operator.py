@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ledger import registry
@@ -74,11 +75,19 @@ def settlement_queue_steps() -> QuerySet[Step]:
 
 
 def settlement_queue(
-    *, limit: int = 100, offset: int = 0, now: datetime | None = None
+    *,
+    limit: int = 100,
+    offset: int = 0,
+    now: datetime | None = None,
+    teams: Collection[str] | None = None,
 ) -> list[QueueItem]:
-    """One page of the settlement queue, with each tool's read path and any open proposal."""
+    """One page of the settlement queue, with each tool's read path and any open proposal;
+    ``teams``: only those teams' runs' (None: every team)."""
     moment = now or timezone.now()
-    steps = list(settlement_queue_steps()[offset : offset + limit])
+    queue = settlement_queue_steps()
+    if teams is not None:
+        queue = queue.filter(run__team__in=list(teams))
+    steps = list(queue[offset : offset + limit])
     proposals = {
         s.step_row_id: s
         for s in Settlement.objects.filter(
@@ -271,11 +280,21 @@ def notifications_of_run(*, run_id: str, limit: int = 20) -> list[Notification]:
 
 
 def webhook_subscriptions(
-    *, agent: str = "", run_id: str = "", removed: bool = False
+    *,
+    agent: str = "",
+    run_id: str = "",
+    removed: bool = False,
+    teams: Collection[str] | None = None,
 ) -> list[WebhookSubscription]:
     """Applications' subscriptions to completion events, oldest first: the live ones (and the
-    removed ones too with ``removed``), optionally of one agent or one run."""
+    removed ones too with ``removed``), optionally of one agent or one run. ``teams`` (None:
+    every team): only those teams' — an agent's subscription made for one of them, or a
+    subscription of one of their runs (an agent's subscription for every team is none's)."""
     qs = WebhookSubscription.objects.order_by("id")
+    if teams is not None:
+        chosen = list(teams)
+        runs = Run.objects.filter(team__in=chosen).values("run_id")
+        qs = qs.filter((~Q(agent="") & Q(team__in=chosen)) | Q(run_id__in=runs))
     if not removed:
         qs = qs.filter(removed_at__isnull=True)
     if agent:

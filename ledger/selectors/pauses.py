@@ -3,6 +3,7 @@ would queue, and a run's executions (claim to end)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from datetime import datetime
 
@@ -61,10 +62,18 @@ def active_pauses_of(*, runs: list[tuple[str, str]]) -> dict[str, ActivePauses]:
     }
 
 
-def pauses_list(*, active: bool = True) -> QuerySet[Pause]:
-    """Pauses, newest first, each with ``held``: the runs it holds now."""
-    held = Count("held_runs", filter=Q(held_runs__status=RunStatus.PAUSED))
-    qs = Pause.objects.annotate(**{"held": held})  # declared on the model for the type checker
+def pauses_list(*, active: bool = True, teams: Collection[str] | None = None) -> QuerySet[Pause]:
+    """Pauses, newest first, each with ``held``: the runs it holds now. ``teams`` (None: every
+    team): a run's pause only of those teams' runs, a tool's or agent's (which holds every
+    team's runs) with ``held`` counting those teams' runs only."""
+    condition = Q(held_runs__status=RunStatus.PAUSED)
+    qs = Pause.objects.all()
+    if teams is not None:
+        chosen = list(teams)
+        condition &= Q(held_runs__team__in=chosen)
+        runs = Run.objects.filter(team__in=chosen).values("run_id")
+        qs = qs.filter(~Q(scope=PauseScope.RUN) | Q(target__in=runs))
+    qs = qs.annotate(**{"held": Count("held_runs", filter=condition)})  # declared on the model
     return qs.filter(lifted_at__isnull=True) if active else qs
 
 

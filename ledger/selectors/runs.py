@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -216,11 +216,20 @@ class RunPage:
     next_cursor: Cursor | None
 
 
-def runs_filtered(*, flt: RunFilter, now: datetime, indexed_search: bool = True) -> QuerySet[Run]:
+def runs_filtered(
+    *,
+    flt: RunFilter,
+    now: datetime,
+    indexed_search: bool = True,
+    teams: Collection[str] | None = None,
+) -> QuerySet[Run]:
     """Runs matching a filter, without the large columns; unordered. With ``indexed_search``
     off the words are matched row by row, never through the trigram index (``runs_page``
-    filters a bounded range of the newest runs that way)."""
+    filters a bounded range of the newest runs that way). ``teams``: only those teams' runs
+    (None: every team; ``runs.dashboard.teams.scope_runs``)."""
     qs = Run.objects.defer(*_LIST_DEFERRED)
+    if teams is not None:
+        qs = qs.filter(team__in=list(teams))
     if flt.status == LEASE_EXPIRED:
         qs = qs.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
     elif flt.status:
@@ -370,18 +379,24 @@ def _search_scanning(words: list[str]) -> Q:
 
 
 def runs_page(
-    *, flt: RunFilter, now: datetime, after: Cursor | None = None, limit: int = 50
+    *,
+    flt: RunFilter,
+    now: datetime,
+    after: Cursor | None = None,
+    limit: int = 50,
+    teams: Collection[str] | None = None,
 ) -> RunPage:
-    """One page of the list in the filter's order, starting after ``after``.
+    """One page of the list in the filter's order, starting after ``after``; ``teams``: only
+    those teams' runs (None: every team).
 
     ``newest`` orders by creation, newest first; ``oldest`` by time in the current state,
     longest first (with a status of needs_attention: the oldest-blocked first).
     """
     if flt.order != "oldest" and flt.search and is_trigram_search(flt.search):
-        page = _newest_window_page(flt=flt, now=now, after=after, limit=limit)
+        page = _newest_window_page(flt=flt, now=now, after=after, limit=limit, teams=teams)
         if page is not None:
             return page
-    qs = runs_filtered(flt=flt, now=now)
+    qs = runs_filtered(flt=flt, now=now, teams=teams)
     if flt.order == "oldest":
         qs = qs.order_by("status_changed_at", "run_id")
         if after is not None:
@@ -414,7 +429,12 @@ def _after_newest(qs: QuerySet[Run], after: Cursor | None) -> QuerySet[Run]:
 
 
 def _newest_window_page(
-    *, flt: RunFilter, now: datetime, after: Cursor | None, limit: int
+    *,
+    flt: RunFilter,
+    now: datetime,
+    after: Cursor | None,
+    limit: int,
+    teams: Collection[str] | None = None,
 ) -> RunPage | None:
     """A newest-first page of a word search from the ``SEARCH_WINDOW`` newest runs (after the
     cursor), or None when they hold too few matches to fill it.
@@ -432,7 +452,7 @@ def _newest_window_page(
             SEARCH_WINDOW - 1 : SEARCH_WINDOW
         ]
     )
-    qs = _after_newest(runs_filtered(flt=flt, now=now, indexed_search=False), after)
+    qs = _after_newest(runs_filtered(flt=flt, now=now, indexed_search=False, teams=teams), after)
     if edge:
         at, run_id = edge[0]
         qs = qs.filter(created_at__gte=at).filter(Q(created_at__gt=at) | Q(run_id__gte=run_id))

@@ -22,6 +22,7 @@ from django.utils import timezone
 from ledger import egress, registry
 from ledger.errors import InvalidInput, NotAllowed
 from ledger.models import AuditAction, Run, WebhookSubscription
+from ledger.teams import check_team
 from ledger.transitions._common import Actor, Clock, actor_name, record
 from ledger.webhooks import EVENT_TYPES, new_secret
 
@@ -40,11 +41,14 @@ def subscribe(
     events: Iterable[str] | None = None,
     description: str = "",
     by: Actor | None = None,
+    team: str = "",
     clock: Clock = timezone.now,
 ) -> tuple[WebhookSubscription, str]:
     """Subscribe ``url`` to the completion events of every run of ``agent``, or of the run
     ``run_id`` (exactly one of them), for ``events`` (all four when None). Returns the
     subscription and its signing secret (``whsec_…``): show it once, to the one who asked.
+    ``team`` (an agent's subscription only): only that team's runs of the agent (a team's API
+    token subscribes so); "" every team's.
 
     Call it in the transaction that starts a run to subscribe that run at its start.
     """
@@ -54,6 +58,8 @@ def subscribe(
         fields = check_subscription(
             url, agent=agent, run_id=run_id, events=events, description=description
         )
+        if team and fields["agent"]:
+            fields["team"] = check_team(team)
         secret = new_secret()
         subscription = WebhookSubscription.objects.create(
             **fields, secret=secret, created_at=now, created_by=name
@@ -253,6 +259,7 @@ def subscription_snapshot(s: WebhookSubscription) -> dict[str, Any]:
         "url": s.url,
         "agent": s.agent,
         "run_id": s.run_id,
+        "team": s.team,
         "events": s.events,
         "description": s.description,
         "created_at": s.created_at.isoformat(),

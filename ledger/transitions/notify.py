@@ -186,14 +186,20 @@ def message_id(idempotency_key: str) -> str:
 def notify_run_event(*, run_id: str, at: datetime) -> int:
     """Queue the completion event of the status ``run_id`` is in now (succeeded, failed,
     cancelled, needs_attention) for every live subscription that wants it: the run's own
-    (per run) and its agent's. Call it in the transaction that changed the status, after the
+    (per run) and its agent's (a team's subscription to an agent: when the run is of that
+    team). Call it in the transaction that changed the status, after the
     change: the event is written with it or not at all. One query when nobody subscribed.
     An event already queued is not queued twice (``(event_key, channel)`` is unique, and the
     key names the run's version). Returns the number of subscriptions it was offered to.
     """
+    of_run = Run.objects.filter(pk=run_id)
     subscriptions = list(
         WebhookSubscription.objects.filter(removed_at__isnull=True).filter(
-            Q(run_id=run_id) | Q(agent__in=Run.objects.filter(pk=run_id).values("agent"))
+            Q(run_id=run_id)
+            | (
+                Q(agent__in=of_run.values("agent"))
+                & (Q(team="") | Q(team__in=of_run.values("team")))
+            )
         )
     )
     if not subscriptions:

@@ -27,6 +27,7 @@ from django.utils import timezone
 from ledger import registry, schedules
 from ledger.errors import Conflict, InvalidInput, NotAllowed, NotJSON
 from ledger.models import AuditAction, Schedule
+from ledger.teams import check_team, default_team
 from ledger.transitions._common import Actor, Clock, actor_name, record
 from ledger.transitions.lifecycle import Pace, new_run
 
@@ -49,18 +50,27 @@ def schedule_add(
     description: str = "",
     by: Actor,
     reason: str = "",
+    team: str | None = None,
     clock: Clock = timezone.now,
 ) -> Schedule:
     """Add a schedule; its first tick is the first after now. Refused, writing nothing:
-    ``InvalidInput`` (see the module docstring; an unknown agent too), ``Conflict`` when a
-    live schedule has that name."""
+    ``InvalidInput`` (see the module docstring; an unknown agent too, a team that is not a
+    team's slug), ``Conflict`` when a live schedule has that name. ``team``: the team of the
+    runs it starts and of the schedule itself (default: the agent's declared team, else
+    RUNLEDGER_DEFAULT_TEAM)."""
     who = actor_name(by)
     now = clock()
     spec = schedules.check_spec(cron=cron, interval=interval, timezone=timezone_name)
+    if team is not None:
+        team = check_team(team)
+    else:
+        declared = registry.get_agent(agent) if isinstance(agent, str) else None
+        team = (declared.team if declared is not None else "") or default_team()
     row = Schedule(
         name=schedules.check_name(name),
         description=_description(description),
         agent=agent,
+        team=team,
         inputs=_checked_inputs(
             agent,
             {} if inputs is None else inputs,
@@ -262,6 +272,7 @@ def schedule_snapshot(s: Schedule) -> dict[str, Any]:
         "schedule_id": s.schedule_id,
         "name": s.name,
         "agent": s.agent,
+        "team": s.team,
         "inputs": s.inputs,
         "cron": s.cron,
         "interval": s.interval_seconds or None,

@@ -15,10 +15,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are made with ``manage.py create_api_token`` (the secret is printed once);
     here they are listed and revoked."""
 
-    list_display = ("name", "role", "user", "prefix", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("role",)
-    search_fields = ("name", "prefix")
-    readonly_fields = ("name", "role", "user", "prefix", "created_at", "last_used_at")
+    list_display = (
+        "name",
+        "role",
+        "team",
+        "user",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("role", "team")
+    search_fields = ("name", "prefix", "team")
+    readonly_fields = ("name", "role", "team", "user", "prefix", "created_at", "last_used_at")
     actions = ("revoke",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -18,6 +18,7 @@ from ledger.transitions import Actor
 from runs.api import problems, tokens
 from runs.api.models import ApiToken
 from runs.dashboard.roles import role_of
+from runs.dashboard.teams import team_of
 
 
 class TokenAuth(HttpBearer):
@@ -87,7 +88,50 @@ def require(request: HttpRequest, action: str) -> ApiToken:
             f"{role_of(person) or 'in no role'} and may not {words}: a token never acts beyond "
             "its person's role of the moment"
         )
+    if token.teams_for(action) == frozenset():
+        person = token.user
+        assert person is not None and token.team
+        raise problems.forbidden(
+            f"this token is team {token.team}'s and acts for {person.get_username()}, who may "
+            f"not {words} in {token.team} now: a token never acts beyond its person's role of "
+            "the moment"
+        )
     return token
+
+
+def reach(request: HttpRequest, action: str = "read") -> frozenset[str] | None:
+    """The teams whose runs the request's token may ``action`` (None: every team): what every
+    list, count and search of the API is narrowed to (``runs.dashboard.teams.scope_runs``)."""
+    return token_of(request).teams_for(action)
+
+
+def check_reach(request: HttpRequest, obj: Any, action: str, missing: str) -> None:
+    """The one check of an object (a run, a row of a run, a team's slug) every router makes:
+    **404** with ``missing`` (the same problem as for an object that does not exist) when the
+    token may not read its team; 403 when it may read it but not ``action`` there."""
+    token = token_of(request)
+    if not token.may("read", obj):
+        raise problems.not_found(missing)
+    if action != "read" and not token.may(action, obj):
+        raise problems.forbidden(
+            f"this {token.role} token may not {_WORDS.get(action, action)} in the team "
+            f"{team_of(obj)}"
+            + (
+                f" ({token.user.get_username()} holds no such role there now)"
+                if token.user is not None
+                else ""
+            )
+        )
+
+
+def whole_reach(request: HttpRequest, action: str, what: str) -> None:
+    """403 unless the token may ``action`` in every team: for what holds every team's runs
+    (a pause of a tool or an agent, an agent's subscription without a team)."""
+    if reach(request, action) is not None:
+        raise problems.forbidden(
+            f"{what} holds every team's runs: it needs a token that reaches every team (this "
+            "one is limited to its team or to its person's teams)"
+        )
 
 
 def actor(token: ApiToken) -> Actor:

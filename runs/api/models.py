@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
 from runs.dashboard.models import APPROVE_SETTLEMENTS, OPERATE_RUNS, VIEW_DASHBOARD
+from runs.dashboard.teams import team_of, teams_for
 
 #: What each role may do through the API (the dashboard's roles, the same names).
 ROLE_ACTIONS: dict[str, frozenset[str]] = {
@@ -60,16 +63,45 @@ class ApiToken(models.Model):
     def revoked(self) -> bool:
         return self.revoked_at is not None
 
-    def may(self, action: str) -> bool:
-        """The token's role allows ``action`` and, for a person's token, the person may do it
-        at this moment (their role was not lowered since, they are still active)."""
-        return self.role_allows(action) and self.person_allows(action)
+    def may(self, action: str, obj: Any = None) -> bool:
+        """Without ``obj``: the token may do ``action`` in some team (its role allows it and,
+        for a person's token, the person holds it now in some team). With ``obj`` (a run, a row
+        of a run, a team's slug): in that object's team."""
+        teams = self.teams_for(action)
+        if obj is None:
+            return teams is None or bool(teams)
+        if teams is None:
+            return True
+        team = team_of(obj)
+        return team is not None and team in teams
+
+    def teams_for(self, action: str) -> frozenset[str] | None:
+        """The teams where this token may do ``action`` now; None: every team. The one rule
+        every router asks (``runs.api.auth``): the token's role, narrowed to its own team when
+        it has one, and — a person's token — to the teams where its person holds the action's
+        permission at this moment (``runs.dashboard.teams.teams_for``: their role groups hold
+        in every team, a ``TeamRole`` in one)."""
+        if not self.role_allows(action):
+            return frozenset()
+        reach: frozenset[str] | None = frozenset({self.team}) if self.team else None
+        user = self.user
+        if user is not None:
+            if not user.is_active:
+                return frozenset()
+            person = teams_for(user, ACTION_PERMISSIONS[action])
+            if person is not None:
+                reach = person if reach is None else reach & person
+        return reach
 
     def role_allows(self, action: str) -> bool:
         return action in ROLE_ACTIONS.get(self.role, frozenset())
 
     def person_allows(self, action: str) -> bool:
+        """A person's token: the person holds the action's permission now, in some team."""
         user = self.user
         if user is None:
             return True
-        return user.is_active and user.has_perm(ACTION_PERMISSIONS[action])
+        if not user.is_active:
+            return False
+        person = teams_for(user, ACTION_PERMISSIONS[action])
+        return person is None or bool(person)

@@ -77,6 +77,13 @@ class WebhookIn(RunWebhookIn):
     run_id: str | None = Field(
         default=None, pattern=f"^{RUN_ID_PATTERN}$", description="or this one run"
     )
+    team: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="with `agent`: only this team's runs of it (default: the token's team; a "
+        "token that reaches every team may leave it out for every team's runs)",
+    )
 
 
 class StartIn(Strict):
@@ -84,6 +91,14 @@ class StartIn(Strict):
     inputs: Any = Field(default_factory=dict, description="the run's inputs (JSON)")
     run_id: str | None = Field(
         default=None, pattern=f"^{RUN_ID_PATTERN}$", description="choose the run's id"
+    )
+    team: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="the team the run belongs to (default: the token's team, else the agent's "
+        "declared team, else RUNLEDGER_DEFAULT_TEAM); a token may start runs only in a team it "
+        "reaches (403 otherwise)",
     )
     title: str | None = Field(default=None, max_length=200)
     labels: dict[str, str] | None = Field(default=None, description="text keys, text values")
@@ -262,6 +277,7 @@ class UsageOut(Schema):
 class RunOut(Schema):
     run_id: str
     agent: str
+    team: str = Field(description="the team the run belongs to: who may see and act on it")
     status: RunStatusName
     reason: str = Field(description="why a run needs attention ('' otherwise)")
     detail: str
@@ -298,7 +314,8 @@ class RunOut(Schema):
         state = RunState.of(run)
         base = f"/api/v1/runs/{run.run_id}"
         return RunOut(
-            **{f.name: getattr(state, f.name) for f in fields(state)},
+            **{f.name: getattr(state, f.name) for f in fields(state) if f.name != "team"},
+            team=run.team,
             finished=state.finished,
             settled=state.settled,
             usage=UsageOut.of(usage if usage is not None else usage_of_run(run_id=run.run_id)),
@@ -315,6 +332,7 @@ class RunOut(Schema):
 class RunSummary(Schema):
     run_id: str
     agent: str
+    team: str
     status: RunStatusName
     reason: str
     title: str
@@ -328,6 +346,7 @@ class RunSummary(Schema):
         return RunSummary(
             run_id=run.run_id,
             agent=run.agent,
+            team=run.team,
             status=run.status,  # type: ignore[arg-type]
             reason=run.reason,
             title=run.title,
@@ -605,6 +624,9 @@ class WebhookOut(Schema):
     url: str
     agent: str
     run_id: str
+    team: str = Field(
+        description="an agent's subscription: only this team's runs of it ('' every team's)"
+    )
     events: list[str]
     description: str
     created_by: str
@@ -619,6 +641,7 @@ class WebhookOut(Schema):
             url=s.url,
             agent=s.agent,
             run_id=s.run_id,
+            team=s.team,
             events=list(s.events),
             description=s.description,
             created_by=s.created_by,
@@ -667,6 +690,14 @@ class ScheduleIn(Strict):
         description="what commands and pages call it (letters, digits, '.', '_', '-')",
     )
     agent: str = Field(min_length=1, max_length=200, description="a registered agent's name")
+    team: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="the team of the schedule and of the runs it starts (default: the token's "
+        "team, else the agent's declared team, else RUNLEDGER_DEFAULT_TEAM); 403 for a team "
+        "the token may not operate in",
+    )
     inputs: Any = Field(default_factory=dict, description="each run's inputs (JSON)")
     cron: str | None = Field(
         default=None, max_length=200, description="five fields, e.g. `0 3 * * *`, or `@daily`"
@@ -699,6 +730,7 @@ class ScheduleOut(Schema):
     name: str
     description: str
     agent: str
+    team: str = Field(description="the team of the schedule and of the runs it starts")
     inputs: Any
     cron: str | None
     interval: int | None
@@ -729,6 +761,7 @@ class ScheduleOut(Schema):
             name=s.name,
             description=s.description,
             agent=s.agent,
+            team=s.team,
             inputs=s.inputs,
             cron=s.cron or None,
             interval=s.interval_seconds or None,

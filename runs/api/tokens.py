@@ -11,8 +11,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.teams import is_team
 from runs.api.models import ROLES, ApiToken
-from runs.dashboard.models import APPROVE_SETTLEMENTS
+from runs.dashboard.models import APPROVE_SETTLEMENTS, VIEW_DASHBOARD
+from runs.dashboard.teams import may
 
 PREFIX = "rl_"
 #: last_used_at is written at most this often per token (not on every request).
@@ -29,9 +31,11 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def token_create(*, name: str, role: str, user: User | None = None) -> NewToken:
-    """A new token; ``ValueError`` for a taken name, an unknown role, or an approver token that
-    is not a person's who holds the approver role."""
+def token_create(*, name: str, role: str, user: User | None = None, team: str = "") -> NewToken:
+    """A new token; ``ValueError`` for a taken name, an unknown role, an approver token that
+    is not a person's who holds the approver role, a ``team`` that is not a team's slug, or a
+    person's token bound to a team where the person holds no role (``team``: the token sees
+    and acts on that team's runs only; "" every team its role, or its person, reaches)."""
     name = name.strip()
     if not name or len(name) > 100 or not name.isprintable() or " " in name:
         raise ValueError("a token's name is 1 to 100 printable characters without spaces")
@@ -41,6 +45,17 @@ def token_create(*, name: str, role: str, user: User | None = None) -> NewToken:
         raise ValueError(
             "an approver token acts for a person: give --user, a user with the approver role"
         )
+    if team:
+        if not is_team(team):
+            raise ValueError(
+                f"the team {team[:80]!r} is not a team: 1 to 63 characters from a-z 0-9 _ - "
+                "starting with a letter or a digit"
+            )
+        if user is not None and not may(user, VIEW_DASHBOARD, team):
+            raise ValueError(
+                f"{user.get_username()} holds no role in the team {team!r}: a person's token "
+                "acts no further than its person (give them a role there first)"
+            )
     secret = PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         if ApiToken.objects.filter(name=name).exists():
@@ -51,6 +66,7 @@ def token_create(*, name: str, role: str, user: User | None = None) -> NewToken:
             digest=digest(secret),
             prefix=secret[: len(PREFIX) + 6],
             user=user,
+            team=team,
             created_at=timezone.now(),
         )
     return NewToken(token=token, secret=secret)

@@ -100,6 +100,7 @@ class AsyncClient:
         priority: int | None = None,
         start_at: datetime | str | None = None,
         deadline: float | datetime | str | None = None,
+        team: str | None = None,
     ) -> Run:
         """``Client.start``: start a run, or get the run the same key already started
         (``wait``: answer once it settled, at most 60 seconds)."""
@@ -114,6 +115,7 @@ class AsyncClient:
             ("priority", priority),
             ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
             ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
+            ("team", team),
         ):
             if value is not None:
                 body[name] = value
@@ -380,9 +382,15 @@ class AsyncClient:
         run_id: str | None = None,
         events: list[str] | None = None,
         description: str = "",
+        team: str | None = None,
     ) -> Webhook:
         body: dict[str, Any] = {"url": url, "description": description}
-        for name, value in (("agent", agent), ("run_id", run_id), ("events", events)):
+        for name, value in (
+            ("agent", agent),
+            ("run_id", run_id),
+            ("events", events),
+            ("team", team),
+        ):
             if value is not None:
                 body[name] = value
         answer = await self._send("POST", "/webhooks", json=body, safe=False)

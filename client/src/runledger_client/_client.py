@@ -108,6 +108,8 @@ class Run:
     run_id: str
     agent: str
     status: str
+    #: The team the run belongs to (who may see and act on it; "" from an older server).
+    team: str = ""
     reason: str = ""
     detail: str = ""
     title: str = ""
@@ -167,6 +169,7 @@ class RunSummary:
     run_id: str
     agent: str
     status: str
+    team: str = ""
     reason: str = ""
     title: str = ""
     labels: dict[str, str] = field(default_factory=dict)
@@ -281,6 +284,8 @@ class Schedule:
     id: str
     name: str
     agent: str
+    #: The team of the schedule and of the runs it starts ("" from an older server).
+    team: str = ""
     inputs: Any = None
     cron: str | None = None
     interval: int | None = None
@@ -313,6 +318,8 @@ class Webhook:
     url: str
     agent: str = ""
     run_id: str = ""
+    #: An agent's subscription: only this team's runs of it ("" every team's).
+    team: str = ""
     events: list[str] = field(default_factory=list)
     description: str = ""
     created_by: str = ""
@@ -506,6 +513,7 @@ class Client:
         priority: int | None = None,
         start_at: datetime | str | None = None,
         deadline: float | datetime | str | None = None,
+        team: str | None = None,
     ) -> Run:
         """Start a run, or get the run the same key (or run id) already started.
 
@@ -522,7 +530,9 @@ class Client:
         wait queued and their ``detail`` says why. ``priority`` (0 to 9): taken before older
         queued runs of lower priority. ``start_at`` (an aware datetime or ISO 8601 text): queued
         now, not executed before then. ``deadline`` (seconds, or a time): past it the run
-        stops, failed with reason ``deadline``."""
+        stops, failed with reason ``deadline``. ``team``: the team the run belongs to (default:
+        the token's team, else the agent's declared team, else the server's default team); a
+        team the token may not start runs in is ``Forbidden``."""
         body: dict[str, Any] = {"agent": agent, "inputs": inputs if inputs is not None else {}}
         for name, value in (
             ("run_id", run_id),
@@ -534,6 +544,7 @@ class Client:
             ("priority", priority),
             ("start_at", start_at.isoformat() if isinstance(start_at, datetime) else start_at),
             ("deadline", deadline.isoformat() if isinstance(deadline, datetime) else deadline),
+            ("team", team),
         ):
             if value is not None:
                 body[name] = value
@@ -565,7 +576,7 @@ class Client:
 
         Each item holds ``start``'s arguments: ``agent``, ``inputs``, ``run_id``,
         ``idempotency_key``, ``title``, ``labels``, ``webhooks``, ``concurrency_key``,
-        ``concurrency_limit``, ``priority``. An item without an
+        ``concurrency_limit``, ``priority``, ``team``. An item without an
         ``idempotency_key`` gets one made for this call, so a retried request is the same
         batch. One bad item refuses the whole batch, nothing is written: ``InvalidRequest``
         (422) or ``Conflict`` (409, every bad item a conflict), with ``problem['errors']``
@@ -696,7 +707,8 @@ class Client:
 
     def runs(self, *, limit: int = 50, **filters: Any) -> Iterator[RunSummary]:
         """Every run matching the dashboard's filters (status, reason, agent, older_than,
-        search, order, schedule), fetched a page at a time."""
+        search, order, schedule, team), fetched a page at a time — of the teams the token
+        reaches only (the server filters)."""
         params = {k: v for k, v in filters.items() if v is not None}
         params["limit"] = limit
         while True:
@@ -805,7 +817,8 @@ class Client:
     ) -> Schedule:
         """Add a schedule: ``cron`` (five fields, in ``timezone``) or ``interval`` seconds;
         ``missed`` is ``skip``, ``once`` or ``each``; ``options``: ``priority``,
-        ``concurrency_key``, ``concurrency_limit``, ``deadline``, ``description``, ``reason``.
+        ``concurrency_key``, ``concurrency_limit``, ``deadline``, ``description``, ``reason``,
+        ``team`` (the schedule's and its runs'; default the token's, else the agent's).
         Refused (nothing written): ``InvalidRequest`` (422), ``Conflict`` (a name in use)."""
         body = _schedule_body(name, agent, inputs, cron, interval, timezone, missed, options)
         return _parse(Schedule, _json(self._send("POST", "/schedules", json=body, safe=False)))
@@ -842,11 +855,18 @@ class Client:
         run_id: str | None = None,
         events: list[str] | None = None,
         description: str = "",
+        team: str | None = None,
     ) -> Webhook:
         """Subscribe ``url`` to the completion events of every run of ``agent`` (or of one
-        run); the answer's ``secret`` is shown this once: keep it to verify deliveries."""
+        run); the answer's ``secret`` is shown this once: keep it to verify deliveries.
+        ``team`` (with ``agent``): only that team's runs (default: the token's team)."""
         body: dict[str, Any] = {"url": url, "description": description}
-        for name, value in (("agent", agent), ("run_id", run_id), ("events", events)):
+        for name, value in (
+            ("agent", agent),
+            ("run_id", run_id),
+            ("events", events),
+            ("team", team),
+        ):
             if value is not None:
                 body[name] = value
         return _parse(Webhook, _json(self._send("POST", "/webhooks", json=body, safe=False)))

@@ -12,7 +12,7 @@ from ninja import Query, Router
 from ledger import registry
 from ledger.selectors.trends import WINDOWS, window_bounds
 from ledger.selectors.usage import usage_by_agent
-from runs.api.auth import require
+from runs.api.auth import reach, require
 from runs.api.routers.runs import REFUSALS
 from runs.api.schemas import (
     AgentOut,
@@ -29,6 +29,7 @@ router = Router(tags=["agents"])
 @router.get("/agents", response={200: list[AgentOut], **REFUSALS}, summary="Registered agents")
 def agents(request: HttpRequest) -> list[AgentOut]:
     require(request, "read")
+    teams = reach(request)
     return [
         AgentOut(
             name=a.name,
@@ -39,6 +40,7 @@ def agents(request: HttpRequest) -> list[AgentOut]:
             tools=sorted(t.name for t in a.tools),
         )
         for _, a in sorted(registry.agents().items())
+        if teams is None or not a.team or a.team in teams
     ]
 
 
@@ -53,11 +55,12 @@ class UsageQuery(Strict):
 )
 def agents_usage(request: HttpRequest, q: Query[UsageQuery]) -> AgentUsagePageOut:
     """The tokens and cost of each agent's model steps recorded in the window (the Trends
-    page's windows, ending with the current bar), most costly first, and their total."""
+    page's windows, ending with the current bar), most costly first, and their total: of the
+    runs of the token's teams."""
     require(request, "read")
     refuse_unknown_query(request, UsageQuery)
     since, until = window_bounds(q.window, now=timezone.now())
-    rows, total = usage_by_agent(since=since, until=until)
+    rows, total = usage_by_agent(since=since, until=until, teams=reach(request))
     return AgentUsagePageOut(
         window=q.window,
         since=since,

@@ -14,10 +14,10 @@ from ninja import Query, Router, Schema
 from pydantic import Field
 
 from ledger import selectors, transitions
-from ledger.models import Alert
+from ledger.models import Alert, Run
 from ledger.processes import alerting
 from runs.api import problems
-from runs.api.auth import actor, require
+from runs.api.auth import actor, reach, require
 from runs.api.routers.runs import REFUSALS
 from runs.api.schemas import Strict, refuse_unknown_query
 
@@ -98,12 +98,32 @@ class IncidentsQuery(Strict):
     since: Literal["1h", "24h", "7d"] = "24h"
 
 
+def _seen(request: HttpRequest, alerts: list[Alert]) -> list[Alert]:
+    """The incidents this token may read: every one for a token that reaches every team, else
+    those whose runs are all of its teams (an incident with no run, or with a run of another
+    team, counts what the token may not see)."""
+    teams = reach(request)
+    if teams is None:
+        return alerts
+    ids = {run_id for a in alerts for run_id in a.run_ids or []}
+    team_of_run = dict(Run.objects.filter(pk__in=list(ids)).values_list("run_id", "team"))
+    return [a for a in alerts if a.run_ids and all(team_of_run.get(r) in teams for r in a.run_ids)]
+
+
+def _alert(request: HttpRequest, alert_id: int) -> Alert:
+    found = Alert.objects.filter(pk=alert_id).first()
+    if found is None or not _seen(request, [found]):
+        raise problems.not_found(f"no alert #{alert_id}")
+    return found
+
+
 @router.get("/alerts", response={200: AlertsOut, **REFUSALS}, summary="Alert rules and incidents")
 def alerts(request: HttpRequest) -> AlertsOut:
-    """The declared rules, each with its open incidents, and the incidents resolved lately."""
+    """The declared rules, each with its open incidents, and the incidents resolved lately. A
+    token limited to some teams sees the incidents whose runs are all of its teams."""
     require(request, "read")
     config = alerting.configured()
-    open_alerts = list(selectors.alerts_open())
+    open_alerts = _seen(request, list(selectors.alerts_open()))
     rules = [
         RuleOut(
             name=r.name,
@@ -116,17 +136,14 @@ def alerts(request: HttpRequest) -> AlertsOut:
         )
         for r in config.rules
     ]
-    resolved = [AlertOut.of(a) for a in selectors.alerts_recent(limit=50)]
+    resolved = [AlertOut.of(a) for a in _seen(request, selectors.alerts_recent(limit=50))]
     return AlertsOut(rules=rules, resolved=resolved)
 
 
 @router.get("/alerts/{alert_id}", response={200: AlertOut, **REFUSALS}, summary="One incident")
 def alert(request: HttpRequest, alert_id: int) -> AlertOut:
     require(request, "read")
-    found = Alert.objects.filter(pk=alert_id).first()
-    if found is None:
-        raise problems.not_found(f"no alert #{alert_id}")
-    return AlertOut.of(found)
+    return AlertOut.of(_alert(request, alert_id))
 
 
 @router.post(
@@ -139,8 +156,12 @@ def alert(request: HttpRequest, alert_id: int) -> AlertOut:
 )
 def ack(request: HttpRequest, alert_id: int) -> AckOut:
     token = require(request, "operate")
-    if not Alert.objects.filter(pk=alert_id).exists():
-        raise problems.not_found(f"no alert #{alert_id}")
+    found = _alert(request, alert_id)
+    teams = reach(request, "operate")
+    if teams is not None and not all(
+        t in teams for t in Run.objects.filter(pk__in=found.run_ids).values_list("team", flat=True)
+    ):
+        raise problems.forbidden("this token may not operate every run of this incident")
     try:
         done = alerting.alert_acknowledge(alert_id=alert_id, by=actor(token))
     except transitions.OperationError as exc:
@@ -159,7 +180,9 @@ def incidents(request: HttpRequest, q: Query[IncidentsQuery]) -> list[GroupOut]:
     reason and error signature, largest group first (at most 200 groups)."""
     require(request, "read")
     refuse_unknown_query(request, IncidentsQuery)
-    groups = selectors.incident_groups(failed_since=timezone.now() - WINDOWS[q.since])
+    groups = selectors.incident_groups(
+        failed_since=timezone.now() - WINDOWS[q.since], teams=reach(request)
+    )
     return [
         GroupOut(
             status=g.status,  # type: ignore[arg-type]

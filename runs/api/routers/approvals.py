@@ -15,7 +15,7 @@ from pydantic import Field
 from ledger import selectors, transitions
 from ledger.models import Gate
 from runs.api import problems
-from runs.api.auth import actor, require, require_person_approver
+from runs.api.auth import actor, check_reach, reach, require, require_person_approver
 from runs.api.routers.runs import REFUSALS
 from runs.api.schemas import DecideIn, GateOut, RejectIn, Strict, refuse_unknown_query
 
@@ -27,10 +27,13 @@ class PageQuery(Strict):
     page: int = Field(default=1, ge=1, le=10_000)
 
 
-def _gate(gate_id: int) -> Gate:
+def _gate(request: HttpRequest, gate_id: int, action: str = "read") -> Gate:
+    """The gate, when the token may read its run's team (404 otherwise, as for none) and do
+    ``action`` there (403 otherwise)."""
     gate = selectors.gate_get(gate_id)
     if gate is None:
         raise problems.not_found(f"no gate #{gate_id}")
+    check_reach(request, gate.run, action, f"no gate #{gate_id}")
     return gate
 
 
@@ -44,13 +47,16 @@ def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[GateOut]:
     page), each with the exact arguments and their digest."""
     require(request, "read")
     refuse_unknown_query(request, PageQuery)
-    return [GateOut.of(g) for g in selectors.gate_queue(limit=PAGE, offset=(q.page - 1) * PAGE)]
+    return [
+        GateOut.of(g)
+        for g in selectors.gate_queue(limit=PAGE, offset=(q.page - 1) * PAGE, teams=reach(request))
+    ]
 
 
 @router.get("/approvals/{gate_id}", response={200: GateOut, **REFUSALS}, summary="Read a gate")
 def read(request: HttpRequest, gate_id: int) -> GateOut:
     require(request, "read")
-    return GateOut.of(_gate(gate_id))
+    return GateOut.of(_gate(request, gate_id))
 
 
 @router.post(
@@ -80,9 +86,9 @@ def _decide(request: HttpRequest, gate_id: int, decide: Any, reason: str) -> Gat
     """A person's decision on a gate (``gate_approve`` or ``gate_reject``): the token is
     checked before the gate is read; a refusal of the transition wrote nothing."""
     token = require_person_approver(request)
-    gate = _gate(gate_id)
+    gate = _gate(request, gate_id, "approve")
     try:
         decide(gate=gate, by=actor(token), reason=reason)
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return GateOut.of(_gate(gate_id))
+    return GateOut.of(_gate(request, gate_id))

@@ -72,14 +72,14 @@ def _out(run_id: str) -> HandoverOut:
 def get_handover(request: HttpRequest, run_id: str) -> HandoverOut:
     """Who is on the run, and its notes."""
     require(request, "read")
-    return _out(run_or_404(run_id).run_id)
+    return _out(run_or_404(request, run_id).run_id)
 
 
 @router.post("/runs/{run_id}/take", response={200: HandoverOut, **REFUSALS}, summary="Take")
 def take(request: HttpRequest, run_id: str, body: TakeIn) -> HandoverOut:
     """Be on the run from now on (a repeat changes nothing)."""
     token = require(request, "operate")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "operate")
     try:
         run_take(run_id=run.run_id, by=actor(token), seen_holder=body.seen_holder)
     except transitions.OperationError as exc:
@@ -91,7 +91,7 @@ def take(request: HttpRequest, run_id: str, body: TakeIn) -> HandoverOut:
 def release(request: HttpRequest, run_id: str) -> HandoverOut:
     """Nobody is on the run any more (only its holder releases it)."""
     token = require(request, "operate")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "operate")
     try:
         run_release(run_id=run.run_id, by=actor(token))
     except transitions.OperationError as exc:
@@ -103,7 +103,7 @@ def release(request: HttpRequest, run_id: str) -> HandoverOut:
 def note(request: HttpRequest, run_id: str, body: NoteIn) -> HandoverOut:
     """Leave a note on the run (idempotent by ``key``)."""
     token = require(request, "operate")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "operate")
     try:
         run_note(run_id=run.run_id, by=actor(token), text=body.text, key=body.key)
     except transitions.OperationError as exc:

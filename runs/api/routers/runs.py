@@ -9,22 +9,25 @@ import dataclasses
 from datetime import timedelta
 from typing import Literal
 
+from django.db.models import Q
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 from ninja import Header, Query, Router, Status
 from pydantic import Field
 
 from ledger import api as ledger_api
-from ledger import selectors, transitions
+from ledger import registry, selectors, transitions
+from ledger.errors import InvalidInput
 from ledger.inputs import queryable
 from ledger.models import Run, Step
 from ledger.processes import resume as resume_process
 from ledger.processes import stale
 from ledger.selectors.usage import NONE as NO_USAGE
 from ledger.selectors.usage import usage_of_runs
+from ledger.teams import default_team
 from ledger.waiting import SETTLED
 from runs.api import problems, sse
-from runs.api.auth import actor, require
+from runs.api.auth import actor, check_reach, reach, require, token_of
 from runs.api.problems import ProblemOut
 from runs.api.schemas import (
     AcceptStaleIn,
@@ -51,7 +54,8 @@ from runs.api.schemas import (
     WebhookOut,
     refuse_unknown_query,
 )
-from runs.dashboard.roles import role_at_least, role_of
+from runs.dashboard.roles import RANKS, role_of
+from runs.dashboard.teams import team_roles
 
 router = Router(tags=["runs"])
 
@@ -69,13 +73,58 @@ REFUSALS: dict[int, type] = {
 }
 
 
-def run_or_404(run_id: str) -> Run:
+def run_or_404(request: HttpRequest, run_id: str, action: str = "read") -> Run:
+    """The run, when the request's token may read its team (else 404, as for a run that does
+    not exist) and do ``action`` there (else 403): ``runs.api.auth.check_reach``."""
     if not queryable(run_id) or len(run_id) > 64:
         raise problems.not_found(f"no run {run_id[:80]!r}")
     try:
-        return selectors.run_detail(run_id=run_id)
+        run = selectors.run_detail(run_id=run_id)
     except Run.DoesNotExist:
         raise problems.not_found(f"no run {run_id!r}") from None
+    check_reach(request, run, action, f"no run {run_id!r}")
+    return run
+
+
+def named_run(request: HttpRequest, run_id: str, action: str, missing: str) -> None:
+    """A run a body names (a run's pause, a run's subscription): when it exists but is out of
+    the token's reach, the very refusal the transition gives a run that does not exist (422
+    ``missing``: its existence is not told); 403 when readable but ``action`` is not allowed
+    there. A run that does not exist is left to the transition to refuse."""
+    run = Run.objects.filter(pk=run_id).only("team").first() if queryable(run_id) else None
+    if run is None:
+        return
+    token = token_of(request)
+    if not token.may("read", run):
+        raise problems.refusal(InvalidInput(missing))
+    check_reach(request, run, action, missing)
+
+
+def start_team(request: HttpRequest, team: str | None) -> str | None:
+    """The team a start through the API names: the body's ``team`` (403 when the token may not
+    start runs there), else the token's own team (a team token), else None (the agent's)."""
+    token = token_of(request)
+    if team is None:
+        return token.team or None
+    check_team_or_422(team)
+    if not token.may("start", team):
+        raise problems.forbidden(
+            f"this token may not start runs in the team {team!r}"
+            + (f" (it is team {token.team}'s)" if token.team else "")
+        )
+    return team
+
+
+def check_team_or_422(team: str) -> None:
+    from ledger.teams import is_team
+
+    if not is_team(team):
+        raise problems.Problem(
+            422,
+            "invalid-input",
+            "Invalid input",
+            "team: 1 to 63 characters from a-z 0-9 _ - starting with a letter or a digit",
+        )
 
 
 def step_or_404(run: Run, pk: int) -> Step:
@@ -120,6 +169,10 @@ def start(
     ),
 ) -> Status[StartedOut]:
     token = require(request, "start")
+    team = _item_team(request, body.agent, body.team)
+    _refuse_foreign_repeats(
+        request, [body.run_id] if body.run_id else [], [idempotency_key] if idempotency_key else []
+    )
     try:
         handle = ledger_api.start_run(
             body.agent,
@@ -136,17 +189,20 @@ def start(
             priority=body.priority,
             start_at=body.start_at,
             deadline=body.deadline,
+            team=team,
         )
     except (ledger_api.UnknownAgent, transitions.OperationError) as exc:
         raise problems.refusal(exc) from exc
+    # A repeat answers the run of the first start: only when this token may read its team.
+    run = run_or_404(request, handle.run_id)
     made = [
         WebhookCreatedOut(**WebhookOut.of(sub).model_dump(), secret=secret)
         for sub, secret in handle.subscriptions
     ]
     if wait:
         handle.wait(timeout=wait)  # the run is committed: the wait reads it as a worker moves it
-    run = RunOut.of(run_or_404(handle.run_id))
-    answer = StartedOut(**run.model_dump(), created=handle.created, webhooks=made)
+        run = run_or_404(request, handle.run_id)
+    answer = StartedOut(**RunOut.of(run).model_dump(), created=handle.created, webhooks=made)
     return Status(201 if handle.created else 200, answer)
 
 
@@ -169,11 +225,17 @@ def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatch
     token = require(request, "start")
     items = [
         {
-            **item.model_dump(exclude_none=True, exclude={"webhooks"}),
+            **item.model_dump(exclude_none=True, exclude={"webhooks", "team"}),
             "webhooks": [w.model_dump() for w in item.webhooks] if item.webhooks else None,
+            "team": _item_team(request, item.agent, item.team),
         }
         for item in body.runs
     ]
+    _refuse_foreign_repeats(
+        request,
+        [i["run_id"] for i in items if i.get("run_id")],
+        [i["idempotency_key"] for i in items if i.get("idempotency_key")],
+    )
     try:
         handles = ledger_api.start_runs(
             items, by=actor(token), reason=f"started through the API (token {token.name})"
@@ -203,7 +265,47 @@ def start_batch(request: HttpRequest, body: StartBatchIn) -> Status[StartedBatch
     return Status(201 if made else 200, StartedBatchOut(runs=answer))
 
 
+def _item_team(request: HttpRequest, agent: str, team: str | None) -> str:
+    """A batch item's team, as a single start decides it (403 for a team out of reach)."""
+    chosen = start_team(request, team)
+    if chosen is None:
+        found = registry.get_agent(agent)
+        chosen = (found.team if found is not None else "") or default_team()
+        if not token_of(request).may("start", chosen):
+            raise problems.forbidden(
+                f"a run of {agent!r} that names no team is in the team {chosen!r}, where this "
+                "token may not start runs: name a team"
+            )
+    return chosen
+
+
+def _refuse_foreign_repeats(request: HttpRequest, run_ids: list[str], keys: list[str]) -> None:
+    """404 when a run id a start names is another team's run's (out of the token's reach), 409
+    when an idempotency key is: a start never answers a run the token may not read."""
+    if not run_ids and not keys:
+        return
+    teams = reach(request)
+    if teams is None:
+        return
+    found = Run.objects.filter(Q(pk__in=run_ids) | Q(idempotency_key__in=keys)).exclude(
+        team__in=list(teams)
+    )
+    hidden = found.values_list("run_id", flat=True).first()
+    if hidden is None:
+        return
+    if hidden in run_ids:
+        raise problems.not_found(f"no run {hidden!r}")
+    raise problems.Problem(
+        409,
+        "conflict",
+        "Conflict",
+        "an idempotency key of this start was used by a start out of this token's teams: "
+        "choose another key",
+    )
+
+
 class ListQuery(Strict):
+    team: str | None = Field(default=None, max_length=63, description="only this team's runs")
     status: RunStatusName | Literal["lease_expired"] | None = None
     reason: ReasonName | None = Field(default=None, description="why it needs attention")
     agent: str | None = Field(default=None, max_length=200)
@@ -227,7 +329,7 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
     (keyset: a cursor, never an offset)."""
     require(request, "read")
     refuse_unknown_query(request, ListQuery)
-    for text in (q.agent, q.search, q.schedule):
+    for text in (q.agent, q.search, q.schedule, q.team):
         if text is not None and not queryable(text):
             raise problems.Problem(422, "invalid-input", "Invalid input", "no NUL bytes, please")
     after = None
@@ -247,7 +349,10 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
         search=q.search or "",
         order=q.order,
     )
-    page = selectors.runs_page(flt=flt, now=timezone.now(), after=after, limit=q.limit)
+    teams = reach(request)
+    if q.team is not None:
+        teams = frozenset({q.team}) if teams is None else teams & {q.team}
+    page = selectors.runs_page(flt=flt, now=timezone.now(), after=after, limit=q.limit, teams=teams)
     used = usage_of_runs(run_ids=[r.run_id for r in page.runs])
     return RunPageOut(
         runs=[RunSummary.of(r, used.get(r.run_id, NO_USAGE)) for r in page.runs],
@@ -258,7 +363,7 @@ def list_runs(request: HttpRequest, q: Query[ListQuery]) -> RunPageOut:
 @router.get("/runs/{run_id}", response={200: RunOut, **REFUSALS}, summary="Read a run")
 def get_run(request: HttpRequest, run_id: str) -> RunOut:
     require(request, "read")
-    return RunOut.of(run_or_404(run_id))
+    return RunOut.of(run_or_404(request, run_id))
 
 
 class WaitQuery(Strict):
@@ -278,10 +383,10 @@ class WaitQuery(Strict):
 def wait(request: HttpRequest, run_id: str, q: Query[WaitQuery]) -> RunOut:
     require(request, "read")
     refuse_unknown_query(request, WaitQuery)
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     if run.status not in SETTLED:
         ledger_api.RunHandle(run.run_id).wait(timeout=q.timeout)
-        run = run_or_404(run_id)
+        run = run_or_404(request, run_id)
     return RunOut.of(run)
 
 
@@ -330,7 +435,7 @@ def stream(
                 422, "invalid-input", "Invalid input", "Last-Event-ID: an event id (digits)"
             )
         after = int(last_event_id)
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     try:
         return sse.response(run.run_id, after=after, live=q.live)
     except sse.TooManyStreams:
@@ -354,7 +459,7 @@ def steps(request: HttpRequest, run_id: str, q: Query[StepsQuery]) -> StepPageOu
     failed attempts (exception type, message, capped traceback, the retry that followed)."""
     require(request, "read")
     refuse_unknown_query(request, StepsQuery)
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     rows = selectors.steps_after(run_id=run.run_id, after_seq=q.after, limit=q.limit + 1)
     more = len(rows) > q.limit
     rows = rows[: q.limit]
@@ -374,7 +479,7 @@ def executions(request: HttpRequest, run_id: str) -> list[ExecutionOut]:
     (finished, stopped for a person, paused, failed, released, handed back, cancelled, lease
     lost, crashed), the steps replayed and executed, and the error."""
     require(request, "read")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     return [ExecutionOut.of(row) for row in selectors.run_executions(run.run_id)]
 
 
@@ -390,7 +495,7 @@ def accept_stale(
     request: HttpRequest, run_id: str, step: int, body: AcceptStaleIn
 ) -> StaleAcceptedOut:
     token = require(request, "operate")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "operate")
     row = step_or_404(run, step)
     try:
         done = stale.accept_stale(
@@ -403,17 +508,17 @@ def accept_stale(
         )
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return StaleAcceptedOut(run=RunOut.of(run_or_404(run_id)), step=StepOut.of(done))
+    return StaleAcceptedOut(run=RunOut.of(run_or_404(request, run_id)), step=StepOut.of(done))
 
 
 def _act(request: HttpRequest, run_id: str, fn: object, **kwargs: object) -> RunOut:
     token = require(request, "operate")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "operate")
     try:
         fn(run_id=run.run_id, by=actor(token), **kwargs)  # type: ignore[operator]
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return RunOut.of(run_or_404(run_id))
+    return RunOut.of(run_or_404(request, run_id))
 
 
 @router.post("/runs/{run_id}/resume", response={200: RunOut, **REFUSALS}, summary="Resume")
@@ -463,8 +568,7 @@ def cancel(request: HttpRequest, run_id: str, body: ReasonIn) -> RunOut:
 )
 def send_event(request: HttpRequest, run_id: str, body: EventIn) -> Status[EventOut]:
     token = require(request, "start")
-    if not queryable(run_id) or len(run_id) > 64:
-        raise problems.not_found(f"no run {run_id[:80]!r}")
+    run_or_404(request, run_id, "start")
     try:
         sent = ledger_api.send_event(
             run_id, body.name, body.payload, event_id=body.event_id, by=actor(token)
@@ -490,12 +594,13 @@ def answer(request: HttpRequest, run_id: str, body: AnswerIn) -> RunOut:
     person = token.user
     if person is None:
         raise problems.forbidden("an answer is a person's: use a person's token, not a service's")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     question = selectors.question_of(run=run)
-    if question is not None and not role_at_least(person, question.role):
+    if question is not None and not role_in_team_at_least(person, run.team, question.role):
         raise problems.forbidden(
             f"this question is for a {question.role} (or stronger); "
-            f"{person.get_username()} is {role_of(person) or 'in no role'}"
+            f"{person.get_username()} is {role_in_team(person, run.team) or 'in no role'} "
+            f"in the team {run.team}"
         )
     try:
         transitions.question_answer(
@@ -503,4 +608,16 @@ def answer(request: HttpRequest, run_id: str, body: AnswerIn) -> RunOut:
         )
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return RunOut.of(run_or_404(run_id))
+    return RunOut.of(run_or_404(request, run_id))
+
+
+def role_in_team(person: object, team: str) -> str:
+    """The strongest role ``person`` holds in ``team``: their role group (every team) or their
+    role in that team (``TeamRole``), whichever is stronger ('' for none)."""
+    held = [r for r in (role_of(person), team_roles(person).get(team, "")) if r in RANKS]  # type: ignore[arg-type]
+    return max(held, key=RANKS.index, default="")
+
+
+def role_in_team_at_least(person: object, team: str, role: str) -> bool:
+    held = role_in_team(person, team)
+    return bool(held) and role in RANKS and RANKS.index(held) >= RANKS.index(role)

@@ -12,13 +12,14 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 from pydantic import Field
 
-from ledger import selectors, transitions
+from ledger import registry, selectors, transitions
 from ledger.errors import OperationError
 from ledger.inputs import queryable
 from ledger.models import Schedule
+from ledger.teams import default_team
 from runs.api import problems
-from runs.api.auth import actor, require
-from runs.api.routers.runs import REFUSALS
+from runs.api.auth import actor, check_reach, reach, require
+from runs.api.routers.runs import REFUSALS, check_team_or_422
 from runs.api.schemas import (
     ScheduleChangeIn,
     ScheduleIn,
@@ -26,6 +27,7 @@ from runs.api.schemas import (
     Strict,
     refuse_unknown_query,
 )
+from runs.dashboard.teams import scope_runs
 
 router = Router(tags=["schedules"])
 LISTED = 500
@@ -35,10 +37,13 @@ class ScheduleListQuery(Strict):
     removed: bool = Field(default=False, description="list removed schedules too")
 
 
-def _found(ref: str) -> Schedule:
+def _found(request: HttpRequest, ref: str, action: str = "read") -> Schedule:
+    """The schedule, when the token may read its team (404 otherwise, as for none) and do
+    ``action`` there (403 otherwise)."""
     found = selectors.schedule_named(ref) if queryable(ref) else None
     if found is None:
         raise problems.not_found(f"no schedule {ref[:100]!r}")
+    check_reach(request, found, action, f"no schedule {ref[:100]!r}")
     return found
 
 
@@ -48,7 +53,8 @@ def schedules(request: HttpRequest, q: Query[ScheduleListQuery]) -> list[Schedul
     500, each with its next tick and last run."""
     require(request, "read")
     refuse_unknown_query(request, ScheduleListQuery)
-    return [ScheduleOut.of(s) for s in selectors.schedules_list(removed=q.removed)[:LISTED]]
+    rows = scope_runs(selectors.schedules_list(removed=q.removed), reach(request))
+    return [ScheduleOut.of(s) for s in rows[:LISTED]]
 
 
 @router.get(
@@ -56,7 +62,7 @@ def schedules(request: HttpRequest, q: Query[ScheduleListQuery]) -> list[Schedul
 )
 def read(request: HttpRequest, schedule: str) -> ScheduleOut:
     require(request, "read")
-    return ScheduleOut.of(_found(schedule))
+    return ScheduleOut.of(_found(request, schedule))
 
 
 @router.post(
@@ -65,11 +71,20 @@ def read(request: HttpRequest, schedule: str) -> ScheduleOut:
     summary="Add a schedule",
     description="Each tick (of `cron` in `timezone`, or every `interval` seconds) starts one run "
     "of `agent` with `inputs`, whatever the number of beat processes: the tick's idempotency "
-    "key is `schedule:<id>:<tick>`. Everything is checked first (422, nothing written); a "
+    "key is `schedule:<id>:<tick>`. The schedule and its runs are of `team` (default: the "
+    "token's team, else the agent's, else the default team; 403 for a team the token may not "
+    "operate in). Everything is checked first (422, nothing written); a "
     "live schedule of that name is a 409.",
 )
 def add(request: HttpRequest, body: ScheduleIn) -> Status[ScheduleOut]:
     token = require(request, "operate")
+    team = body.team or token.team or None
+    if team is None:
+        found = registry.get_agent(body.agent)
+        team = (found.team if found is not None else "") or default_team()
+    check_team_or_422(team)
+    if not token.may("operate", team):
+        raise problems.forbidden(f"this token may not add schedules in the team {team!r}")
     try:
         made = transitions.schedule_add(
             name=body.name,
@@ -86,6 +101,7 @@ def add(request: HttpRequest, body: ScheduleIn) -> Status[ScheduleOut]:
             description=body.description,
             by=actor(token),
             reason=body.reason,
+            team=team,
         )
     except OperationError as exc:
         raise problems.refusal(exc) from exc
@@ -94,7 +110,7 @@ def add(request: HttpRequest, body: ScheduleIn) -> Status[ScheduleOut]:
 
 def _change(request: HttpRequest, schedule: str, body: ScheduleChangeIn, change: str) -> Schedule:
     token = require(request, "operate")
-    found = _found(schedule)
+    found = _found(request, schedule, "operate")
     try:
         done: Schedule = getattr(transitions, change)(
             schedule_id=found.schedule_id, by=actor(token), reason=body.reason

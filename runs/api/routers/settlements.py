@@ -10,7 +10,7 @@ from pydantic import Field
 from ledger import selectors, transitions
 from ledger.models import Settlement
 from runs.api import problems
-from runs.api.auth import actor, require, require_person_approver
+from runs.api.auth import actor, check_reach, reach, require, require_person_approver
 from runs.api.routers.runs import REFUSALS, run_or_404, step_or_404
 from runs.api.schemas import (
     DecideIn,
@@ -26,11 +26,15 @@ router = Router(tags=["settlements"])
 PAGE = 100
 
 
-def _settlement(pk: int) -> Settlement:
+def _settlement(request: HttpRequest, pk: int, action: str = "read") -> Settlement:
+    """The settlement, when the token may read its run's team (404 otherwise, as for none) and
+    do ``action`` there (403 otherwise)."""
     try:
-        return selectors.settlement_detail(pk=pk)
+        found = selectors.settlement_detail(pk=pk)
     except Settlement.DoesNotExist:
         raise problems.not_found(f"no settlement #{pk}") from None
+    check_reach(request, found.run, action, f"no settlement #{pk}")
+    return found
 
 
 class PageQuery(Strict):
@@ -47,7 +51,7 @@ def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[WaitingEffectOut]
     (100 a page)."""
     require(request, "read")
     refuse_unknown_query(request, PageQuery)
-    items = selectors.settlement_queue(limit=PAGE, offset=(q.page - 1) * PAGE)
+    items = selectors.settlement_queue(limit=PAGE, offset=(q.page - 1) * PAGE, teams=reach(request))
     return [
         WaitingEffectOut(
             run_id=i.run_id,
@@ -66,7 +70,7 @@ def waiting(request: HttpRequest, q: Query[PageQuery]) -> list[WaitingEffectOut]
 @router.get("/settlements/{pk}", response={200: SettlementOut, **REFUSALS}, summary="Read")
 def read(request: HttpRequest, pk: int) -> SettlementOut:
     require(request, "read")
-    return SettlementOut.of(_settlement(pk))
+    return SettlementOut.of(_settlement(request, pk))
 
 
 @router.post(
@@ -78,7 +82,7 @@ def read(request: HttpRequest, pk: int) -> SettlementOut:
 )
 def propose(request: HttpRequest, run_id: str, step: int, body: ProposeIn) -> Status[SettlementOut]:
     token = require(request, "propose")
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id, "propose")
     row = step_or_404(run, step)
     try:
         made = transitions.settlement_propose(
@@ -101,7 +105,7 @@ def approve(request: HttpRequest, pk: int, body: DecideIn) -> SettlementOut:
     """A person's decision: needs the token of a user with the approver role who did not
     propose it (the four-eyes rule)."""
     token = require_person_approver(request)
-    settlement = _settlement(pk)
+    settlement = _settlement(request, pk, "approve")
     try:
         done = transitions.settlement_approve(
             settlement=settlement, by=actor(token), reason=body.reason
@@ -119,11 +123,12 @@ def reject(request: HttpRequest, pk: int, body: RejectIn) -> SettlementOut:
     from runs.api.auth import token_of
 
     token = token_of(request)
-    settlement = _settlement(pk)
+    settlement = _settlement(request, pk)
+    run = settlement.run
     by = actor(token)
     name = by if isinstance(by, str) else by.get_username()
     own = settlement.proposed_by_name == name
-    if not (token.may("approve") or (own and token.may("propose"))):
+    if not (token.may("approve", run) or (own and token.may("propose", run))):
         raise problems.forbidden(
             "only an approver, or the one who proposed it, can reject a proposal"
         )
@@ -131,4 +136,4 @@ def reject(request: HttpRequest, pk: int, body: RejectIn) -> SettlementOut:
         transitions.settlement_reject(settlement=settlement, by=by, reason=body.reason)
     except transitions.OperationError as exc:
         raise problems.refusal(exc) from exc
-    return SettlementOut.of(_settlement(pk))
+    return SettlementOut.of(_settlement(request, pk))

@@ -13,10 +13,10 @@ from pydantic import Field
 from ledger import events
 from ledger.errors import OperationError
 from ledger.inputs import queryable
-from ledger.models import WebhookSubscription
+from ledger.models import Run, WebhookSubscription
 from runs.api import problems
-from runs.api.auth import actor, require
-from runs.api.routers.runs import REFUSALS
+from runs.api.auth import actor, check_reach, reach, require, whole_reach
+from runs.api.routers.runs import REFUSALS, check_team_or_422, named_run
 from runs.api.schemas import (
     Strict,
     WebhookCreatedOut,
@@ -40,11 +40,29 @@ class ListQuery(Strict):
     response={201: WebhookCreatedOut, **REFUSALS},
     summary="Subscribe a URL to completion events",
     description="Of every run of `agent`, or of the one run `run_id` (exactly one of them). "
+    "An agent's subscription is of one team's runs (`team`, default the token's team) or, "
+    "made by a token that reaches every team and naming none, of every team's; a run of "
+    "another team is refused as one that does not exist (422), a team the token may not "
+    "subscribe in is a 403. "
     "Deliveries are signed as Standard Webhooks with the `secret` of this answer, shown once "
     "(verify them with `ledger.client.verify_webhook`).",
 )
 def subscribe(request: HttpRequest, body: WebhookIn) -> Status[WebhookCreatedOut]:
     token = require(request, "subscribe")
+    team = ""
+    if body.run_id is not None:
+        named_run(request, body.run_id, "subscribe", f"there is no run {body.run_id!r}")
+        if body.team is not None:
+            raise problems.Problem(
+                422, "invalid-input", "Invalid input", "team: only with agent (a run has its own)"
+            )
+    elif body.team is not None or token.team:
+        team = body.team or token.team
+        check_team_or_422(team)
+        if not token.may("subscribe", team):
+            raise problems.forbidden(f"this token may not subscribe to the team {team!r}'s runs")
+    elif body.agent is not None:
+        whole_reach(request, "subscribe", "an agent's subscription without a team")
     try:
         made, secret = events.subscribe(
             body.url,
@@ -53,6 +71,7 @@ def subscribe(request: HttpRequest, body: WebhookIn) -> Status[WebhookCreatedOut
             events=body.events,
             description=body.description,
             by=actor(token),
+            team=team,
         )
     except OperationError as exc:
         raise problems.refusal(exc) from exc
@@ -68,7 +87,9 @@ def subscriptions(request: HttpRequest, q: Query[ListQuery]) -> list[WebhookOut]
     for text in (q.agent, q.run_id):
         if text is not None and not queryable(text):
             raise problems.Problem(422, "invalid-input", "Invalid input", "no NUL bytes, please")
-    rows = events.subscriptions(agent=q.agent or "", run_id=q.run_id or "", removed=q.removed)
+    rows = events.subscriptions(
+        agent=q.agent or "", run_id=q.run_id or "", removed=q.removed, teams=reach(request)
+    )
     return [WebhookOut.of(s) for s in rows[:LISTED]]
 
 
@@ -80,8 +101,17 @@ def subscriptions(request: HttpRequest, q: Query[ListQuery]) -> list[WebhookOut]
 )
 def unsubscribe(request: HttpRequest, subscription_id: int) -> WebhookOut:
     token = require(request, "subscribe")
-    if not WebhookSubscription.objects.filter(pk=subscription_id).exists():
-        raise problems.not_found(f"no webhook subscription #{subscription_id}")
+    found = WebhookSubscription.objects.filter(pk=subscription_id).first()
+    missing = f"no webhook subscription #{subscription_id}"
+    if found is None:
+        raise problems.not_found(missing)
+    if found.run_id:
+        run = Run.objects.filter(pk=found.run_id).first()
+        check_reach(request, run.team if run else "", "subscribe", missing)
+    elif found.team:
+        check_reach(request, found.team, "subscribe", missing)
+    elif reach(request) is not None:
+        raise problems.not_found(missing)  # every team's: not in this token's lists either
     try:
         removed = events.unsubscribe(subscription_id, by=actor(token))
     except OperationError as exc:

@@ -1,7 +1,9 @@
 """Make a service token for the HTTP API: `manage.py create_api_token --name shop --role operator`.
 
 The token is printed once and stored only as a digest. ``--user`` makes a person's token (it
-acts as that person; an approver token must be one).
+acts as that person; an approver token must be one). ``--team payments`` binds it to a team: it
+sees and acts on that team's runs only (a person's token only in a team where the person holds
+a role); without it the token reaches every team its role — or its person — reaches.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="shown in the audit as api:<name>")
         parser.add_argument("--role", required=True, choices=ROLES)
         parser.add_argument("--user", help="a person's token: the user it acts as")
+        parser.add_argument(
+            "--team",
+            default="",
+            help="bind the token to this team: it sees and acts on that team's runs only",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = None
@@ -30,10 +37,13 @@ class Command(BaseCommand):
             if user is None:
                 raise CommandError(f"no active user {options['user']!r}")
         try:
-            made = tokens.token_create(name=options["name"], role=options["role"], user=user)
+            made = tokens.token_create(
+                name=options["name"], role=options["role"], user=user, team=options["team"]
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(made.secret)
+        team = f", team {made.token.team}" if made.token.team else ", every team"
         self.stderr.write(
-            f"token {made.token.name!r} ({made.token.role}) created; it is shown only once"
+            f"token {made.token.name!r} ({made.token.role}{team}) created; it is shown only once"
         )

@@ -17,6 +17,7 @@ class Command(OperatorCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--status", action="append", help="repeat for several statuses")
         parser.add_argument("--agent", type=text_arg)
+        parser.add_argument("--team", type=text_arg, help="only this team's runs")
         parser.add_argument(
             "--search",
             default="",
@@ -36,12 +37,15 @@ class Command(OperatorCommand):
             runs = runs.filter(status__in=statuses)
         if options["agent"]:
             runs = runs.filter(agent=options["agent"])
+        if options["team"]:
+            runs = runs.filter(team=options["team"])
         if options["search"].strip():
             runs = runs.filter(selectors.search_condition(options["search"]))
         rows = list(
             runs.values_list(
                 "run_id",
                 "agent",
+                "team",
                 "status",
                 "reason",
                 "resume_count",
@@ -51,12 +55,12 @@ class Command(OperatorCommand):
             )[: options["limit"]]
         )
         self.stdout.write(
-            f"{'run':<26} {'agent':<14} {'status':<16} {'reason':<15} resumes  "
+            f"{'run':<26} {'agent':<14} {'team':<12} {'status':<16} {'reason':<15} resumes  "
             f"{'created':<19}  title"
         )
-        for run_id, agent, status, reason, used, budget, created, title in rows:
+        for run_id, agent, team, status, reason, used, budget, created, title in rows:
             self.stdout.write(
-                f"{run_id:<26} {agent:<14} {status:<16} {reason or '-':<15} "
+                f"{run_id:<26} {agent:<14} {team:<12} {status:<16} {reason or '-':<15} "
                 f"{used:>3}/{budget:<3}  {created:%Y-%m-%d %H:%M:%S}  {title}"
             )
         self.stdout.write(f"{len(rows)} run(s)")

@@ -77,10 +77,16 @@ class Command(OperatorCommand):
             "--deadline", type=float, help="each run stops, failed, this many seconds after it"
         )
         add.add_argument("--description", default="", type=text_arg)
+        add.add_argument(
+            "--team",
+            type=text_arg,
+            help="the team of the schedule and its runs (default: the agent's, else the default)",
+        )
         add.add_argument("--reason", default="", help="why, for the audit")
         listing = sub.add_parser("list", help="the schedules, next tick and last run")
         listing.add_argument("--all", action="store_true", help="removed ones too")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
+        listing.add_argument("--team", type=text_arg, help="only this team's schedules")
         for action, words in (
             ("pause", "its ticks start nothing until resumed"),
             ("resume", "it ticks again from now (ticks while paused start nothing)"),
@@ -95,7 +101,7 @@ class Command(OperatorCommand):
         if action == "add":
             self._add(options)
         elif action == "list":
-            self._list(all_=options["all"], as_json=options["json"])
+            self._list(all_=options["all"], as_json=options["json"], team=options["team"])
         else:
             self._change(action, options)
 
@@ -117,16 +123,18 @@ class Command(OperatorCommand):
                 description=options["description"],
                 by=transitions.cli_actor(),
                 reason=options["reason"],
+                team=options["team"],
             )
         self.stdout.write(f"schedule {made.name} ({made.schedule_id}) added: {describe(made)}")
 
-    def _list(self, *, all_: bool, as_json: bool) -> None:
-        rows = list(selectors.schedules_list(removed=all_))
+    def _list(self, *, all_: bool, as_json: bool, team: str | None = None) -> None:
+        listed = selectors.schedules_list(removed=all_)
+        rows = list(listed.filter(team=team) if team else listed)
         for s in rows:
             if as_json:
                 self.stdout.write(json.dumps(schedule_snapshot(s)))
             else:
-                self.stdout.write(f"{s.name}  {s.schedule_id}  {describe(s)}")
+                self.stdout.write(f"{s.name}  {s.schedule_id}  team {s.team}  {describe(s)}")
         if not as_json:
             self.stdout.write(f"{len(rows)} schedule(s)")
 

@@ -28,7 +28,7 @@ class Command(OperatorCommand):
         if run is None:
             raise CommandError(f"no run {options['run_id']}")
         write = self.stdout.write
-        write(f"run {run.run_id}  agent {run.agent}  plan {run.plan_version}")
+        write(f"run {run.run_id}  agent {run.agent}  team {run.team}  plan {run.plan_version}")
         if run.title:
             write(f"title {run.title}")
         if run.parent_id:

@@ -54,6 +54,11 @@ class Command(OperatorCommand):
         parser.add_argument(
             "--deadline", type=_deadline, help="seconds from the start, or an ISO 8601 time"
         )
+        parser.add_argument(
+            "--team",
+            help="the team the run belongs to (default: the agent's declared team, else "
+            "RUNLEDGER_DEFAULT_TEAM)",
+        )
         add_where(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -71,6 +76,7 @@ class Command(OperatorCommand):
                     priority=options["priority"],
                     start_at=options["start_at"],
                     deadline=options["deadline"],
+                    team=options["team"],
                     by=transitions.cli_actor(),
                     reason="started from the command line",
                 )

@@ -36,6 +36,12 @@ class Command(OperatorCommand):
             help="comma-separated, of " + ", ".join(events.EVENT_TYPES) + " (default: all)",
         )
         add.add_argument("--description", default="", help="what the subscription is for")
+        add.add_argument(
+            "--team",
+            default="",
+            type=text_arg,
+            help="with --agent: only this team's runs of it (default: every team's)",
+        )
         listing = sub.add_parser("list", help="the subscriptions (never their secrets)")
         listing.add_argument("--all", action="store_true", help="removed ones too")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -62,6 +68,7 @@ class Command(OperatorCommand):
                 events=options["events"],
                 description=options["description"],
                 by=transitions.cli_actor(),
+                team=options["team"],
             )
         self.stdout.write(f"subscription {subscription.pk}: {describe(subscription)}")
         self.stdout.write(f"signing secret (shown once, keep it): {secret}")
@@ -79,4 +86,5 @@ class Command(OperatorCommand):
 
 
 def describe(s: WebhookSubscription) -> str:
-    return f"{s.scope} → {s.url} ({', '.join(s.events)})"
+    team = f" in team {s.team}" if s.team else ""
+    return f"{s.scope}{team} → {s.url} ({', '.join(s.events)})"
