@@ -36,4 +36,4 @@ def _var_dir_of_this_xdist_worker() -> None:
 
 _var_dir_of_this_xdist_worker()
 
-from runs.settings import *  # noqa: F403
+from runs.settings import *  # noqa: E402, F403
