@@ -30,9 +30,10 @@ serve: $(STAMP)
 
 ## The suite on PostgreSQL (DATABASE_URL, or a throwaway server), then the engine on SQLite.
 ## TEST_JOBS pytest-xdist processes (default 2), a test file's tests all in one of them; each
-## has its own test database (test_<name>_gw0 …). TEST_JOBS=0 runs the suite in this process.
+## has its own test database (test_<name>_gw0 …); the files holding slow tests are handed out
+## first (tests/conftest.py). TEST_JOBS=0 runs the suite in this process.
 TEST_JOBS ?= 2
-TEST_XDIST := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loadfile)
+TEST_XDIST := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 test: $(STAMP)
 	harness/ensure_chromium.sh
 	$(PY) harness/with_postgres.py $(PY) -m pytest -q $(TEST_XDIST) $(PYTEST_ARGS)

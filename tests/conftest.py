@@ -50,6 +50,20 @@ class FakeClock:
         self.advance(seconds)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's order (db, transactional, no db)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In a pytest-xdist process (``make test``: ``--dist loadfile --no-loadscope-reorder``),
+    the files that hold a ``slow`` test come first: xdist hands files out in this order, so
+    the long ones start early and the last ones handed out are short, and both processes end
+    together. (xdist's own order, most tests first, left the one-test files — the soak, the
+    kill test, the upgrade — for last, one process running them while the other idled.) A
+    file's tests keep their order; a run in one process keeps pytest-django's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: only whole files move
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

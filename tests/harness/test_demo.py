@@ -12,6 +12,7 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -108,9 +110,35 @@ def _reachable(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def production_database() -> Iterator[str]:
-    """A fresh database on the PostgreSQL server the suite runs on, dropped afterwards."""
+@dataclass
+class SetUp:
+    """A demo set up once on PostgreSQL (``demo --setup-only``), kept as a template database:
+    each broker's test serves a fresh copy of it, as if it had just been set up."""
+
+    admin_url: str
+    template: str
+    var_dir: Path
+    receiver_port: int
+    printed: str
+    copies: list[str] = field(default_factory=list)
+
+    def copy(self, tmp_path: Path) -> tuple[str, Path]:
+        """(DATABASE_URL, RUNLEDGER_VAR_DIR) of a copy that only this test uses."""
+        import psycopg
+
+        name = f"{self.template}_{len(self.copies)}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {self.template}")
+        self.copies.append(name)
+        var = tmp_path / "var"
+        shutil.copytree(self.var_dir, var)
+        return self.admin_url.rsplit("/", 1)[0] + "/" + name, var
+
+
+@pytest.fixture(scope="module")
+def demo_set_up_on_postgresql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SetUp]:
+    """The demo's set-up (users, the stuck runs produced by killed processes: most of its time)
+    done once on a fresh database of the suite's PostgreSQL server; dropped afterwards."""
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
         pytest.skip("no PostgreSQL server (DATABASE_URL) to run the demo against")
@@ -121,9 +149,26 @@ def production_database() -> Iterator[str]:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
-    yield url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    var = tmp_path_factory.mktemp("demo-set-up")
+    env = _demo_env({**os.environ, "DATABASE_URL": url.rsplit("/", 1)[0] + "/" + name}, var)
+    env.pop("CELERY_BROKER_URL", None)  # the set-up sends nothing; serving picks the broker
+    # The receiver's port is in the set-up (the completion events' subscription): every copy
+    # serves its receiver there.
+    receiver_port = _free_port()
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    setup_only = ["demo", "--setup-only", "--receiver-port", str(receiver_port)]
+    done = subprocess.run(
+        [sys.executable, "manage.py", *setup_only],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    setup = SetUp(admin_url, name, var, receiver_port, done.stdout)
+    try:
+        yield setup
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            for db in [*setup.copies, name]:
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def test_the_demo_sets_up_real_stuck_runs_and_serves_them(tmp_path: Path) -> None:
@@ -138,15 +183,20 @@ def test_the_demo_sets_up_real_stuck_runs_and_serves_them(tmp_path: Path) -> Non
     ids=["redis", "rabbitmq"],
 )
 def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
-    tmp_path: Path, production_database: str, broker: str, port: int
+    tmp_path: Path, demo_set_up_on_postgresql: SetUp, broker: str, port: int
 ) -> None:
-    """The production parts, chosen by environment variables only."""
+    """The production parts, chosen by environment variables only: the demo set up on
+    PostgreSQL (once for both brokers: a copy each), then served with its worker and beat on
+    the broker server — the runs it queues, its beat's notifications, its own long run all go
+    through that broker."""
     if not _reachable(port):
         pytest.skip(f"no broker listening on {port}")
-    env = {**os.environ, "DATABASE_URL": production_database, "CELERY_BROKER_URL": broker}
+    setup = demo_set_up_on_postgresql
+    database, var = setup.copy(tmp_path)
+    env = {**os.environ, "DATABASE_URL": database, "CELERY_BROKER_URL": broker}
     queue = env["RUNLEDGER_QUEUE"] = f"runledger-demo-test-{os.getpid()}"  # a queue of its own
     try:
-        _run_demo(tmp_path, env)
+        _run_demo(tmp_path, env, var_dir=var, set_up=setup)
     finally:
         from kombu import Connection
 
@@ -154,12 +204,24 @@ def test_the_same_demo_runs_on_postgresql_and_a_broker_server(
             connection.default_channel.queue_delete(queue)
 
 
-def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
-    port, receiver_port = _free_port(), _free_port()
+def _demo_env(env: dict[str, str], var_dir: Path) -> dict[str, str]:
     env.pop("RUNLEDGER_NOTIFY_WEBHOOK_URL", None)  # the demo's own channel: its receiver
     env.pop("RUNLEDGER_WEBHOOK_ALLOWED_NETWORKS", None)  # the tests' allowance: a newcomer has none
-    env.update({**EQUIPMENT_ENV, "RUNLEDGER_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    env.update({**EQUIPMENT_ENV, "RUNLEDGER_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _run_demo(
+    tmp_path: Path, env: dict[str, str], *, var_dir: Path | None = None, set_up: SetUp | None = None
+) -> None:
+    """Serve the demo (after setting it up, unless ``set_up`` did) and check what it shows."""
+    port = _free_port()
+    receiver_port = set_up.receiver_port if set_up else _free_port()
+    env = _demo_env(env, var_dir or tmp_path)
+    if set_up is None:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
     demo = subprocess.Popen(
         [
             sys.executable,
@@ -174,6 +236,9 @@ def _run_demo(tmp_path: Path, env: dict[str, str]) -> None:
     )
     try:
         printed = _wait_for(demo, "runledger demo: http://", 300)
+        if set_up is not None:
+            assert "demo runs exist already: reusing them" in printed
+            printed = set_up.printed + printed  # the users and runs it printed then
         # Keep reading what the demo and its children (web server, worker) print, so a full
         # pipe never blocks them on a slow machine; the tail explains a failure.
         later: list[str] = []

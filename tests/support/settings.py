@@ -24,16 +24,18 @@ def _var_dir_of_this_xdist_worker() -> None:
     """Under pytest-xdist (``make test``) each worker process has a RUNLEDGER_VAR_DIR of its
     own, inside the one given (else ./var): the filesystem broker's messages that a test reads
     back (tests/runs/operations/test_batch_start_publish.py) are only its process's, as the
-    test database is (pytest-django's test_<name>_gw0 …). Its children inherit it."""
+    test database is (pytest-django's test_<name>_gw0 …). Set once, in the xdist process: its
+    children inherit it, and a child that a test gives a RUNLEDGER_VAR_DIR of its own (a
+    SQLite file the test reads afterwards) keeps that one."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
+    if not worker or os.environ.get("TESTS_XDIST_VAR_DIR_SET"):
         return
     root = Path(__file__).resolve().parents[2]
     base = Path(os.environ.get("RUNLEDGER_VAR_DIR") or root / "var")
-    if base.name != f"xdist-{worker}":  # not again in a child that imports these settings
-        os.environ["RUNLEDGER_VAR_DIR"] = str(base / f"xdist-{worker}")
+    os.environ["RUNLEDGER_VAR_DIR"] = str(base / f"xdist-{worker}")
+    os.environ["TESTS_XDIST_VAR_DIR_SET"] = "1"
 
 
 _var_dir_of_this_xdist_worker()
 
-from runs.settings import *  # noqa: F403
+from runs.settings import *  # noqa: E402, F403
