@@ -906,6 +906,8 @@ class RunTrendHour(models.Model):
     """
 
     hour = models.DateTimeField()
+    #: The runs' team (migration ``0032_trend_team``): a team member's Trends read their rows.
+    team = models.CharField(max_length=63, default="default", db_default="default")
     agent = models.CharField(max_length=200)
     status = models.CharField(max_length=20)
     bucket = models.SmallIntegerField(default=-1)
@@ -914,7 +916,7 @@ class RunTrendHour(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "agent", "status", "bucket"], name="run_trend_hour_key"
+                fields=["hour", "team", "agent", "status", "bucket"], name="run_trend_team_key"
             )
         ]
 
@@ -927,6 +929,7 @@ class RunTrendDelta(models.Model):
     ``ledger_run``'s triggers: inserts never wait on each other)."""
 
     hour = models.DateTimeField()
+    team = models.CharField(max_length=63, default="default", db_default="default")
     agent = models.CharField(max_length=200)
     status = models.CharField(max_length=20)
     bucket = models.SmallIntegerField(default=-1)

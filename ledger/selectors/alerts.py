@@ -7,6 +7,7 @@ empty mapping is "all clear". Imports models only.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -179,12 +180,20 @@ class CauseGroup:
 GROUPS_SHOWN = 200
 
 
-def incident_groups(*, failed_since: datetime, limit: int = GROUPS_SHOWN) -> list[CauseGroup]:
+def incident_groups(
+    *,
+    failed_since: datetime,
+    limit: int = GROUPS_SHOWN,
+    teams: Collection[str] | None = None,
+) -> list[CauseGroup]:
     """The runs needing attention (all) and failed (since ``failed_since``) grouped by cause,
-    largest first: one GROUP BY over the partial index ``run_incident``."""
+    largest first: one GROUP BY over the partial index ``run_incident``. Of the runs of
+    ``teams`` (None: every team)."""
+    stopped = Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
+    if teams is not None:
+        stopped = stopped.filter(team__in=list(teams))
     rows = (
-        Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
-        .filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
+        stopped.filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
         .values("status", "agent", "cause_step", "reason", "signature")
         .annotate(n=Count("*"), first=Min("status_changed_at"), last=Max("status_changed_at"))
         .order_by("-n", "-last")[:limit]
@@ -205,12 +214,21 @@ def incident_groups(*, failed_since: datetime, limit: int = GROUPS_SHOWN) -> lis
 
 
 def incident_runs(
-    *, status: str, agent: str, step: str, reason: str, signature: str, failed_since: datetime
+    *,
+    status: str,
+    agent: str,
+    step: str,
+    reason: str,
+    signature: str,
+    failed_since: datetime,
+    teams: Collection[str] | None = None,
 ) -> QuerySet[Run]:
-    """The runs of one cause group, oldest first."""
+    """The runs of one cause group, oldest first (of ``teams``; None: every team)."""
     qs = Run.objects.filter(
         status=status, agent=agent, cause_step=step, reason=reason, signature=signature
     )
+    if teams is not None:
+        qs = qs.filter(team__in=list(teams))
     if status == RunStatus.FAILED:
         qs = qs.filter(status_changed_at__gte=failed_since)
     return qs.order_by("status_changed_at", "run_id")

@@ -3,6 +3,8 @@ gate with its run."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from django.db.models import QuerySet
 
 from ledger.models import Gate, GateStatus
@@ -13,13 +15,15 @@ def gate_latest(*, run_id: str, step_id: str) -> Gate | None:
     return Gate.objects.filter(run_id=run_id, step_id=step_id).order_by("-pk").first()
 
 
-def gate_queue(*, limit: int = 100, offset: int = 0) -> list[Gate]:
-    """The gates waiting for a decision, oldest first, with their runs."""
-    rows = (
-        Gate.objects.filter(status=GateStatus.WAITING)
-        .select_related("run")
-        .order_by("created_at", "pk")
-    )
+def gate_queue(
+    *, limit: int = 100, offset: int = 0, teams: Collection[str] | None = None
+) -> list[Gate]:
+    """The gates waiting for a decision, oldest first, with their runs (of ``teams``; None:
+    every team)."""
+    waiting = Gate.objects.filter(status=GateStatus.WAITING)
+    if teams is not None:
+        waiting = waiting.filter(run__team__in=list(teams))
+    rows = waiting.select_related("run").order_by("created_at", "pk")
     return list(rows[offset : offset + limit])
 
 

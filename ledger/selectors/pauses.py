@@ -3,6 +3,7 @@ would queue, and a run's executions (claim to end)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from datetime import datetime
 
@@ -61,10 +62,17 @@ def active_pauses_of(*, runs: list[tuple[str, str]]) -> dict[str, ActivePauses]:
     }
 
 
-def pauses_list(*, active: bool = True) -> QuerySet[Pause]:
-    """Pauses, newest first, each with ``held``: the runs it holds now."""
-    held = Count("held_runs", filter=Q(held_runs__status=RunStatus.PAUSED))
-    qs = Pause.objects.annotate(**{"held": held})  # declared on the model for the type checker
+def pauses_list(*, active: bool = True, teams: Collection[str] | None = None) -> QuerySet[Pause]:
+    """Pauses, newest first, each with ``held``: the runs it holds now. With ``teams`` (None:
+    every team): the pauses of a tool or an agent (they hold every team's runs) and those of
+    the runs of ``teams``; ``held`` counts those teams' runs only."""
+    held_q = Q(held_runs__status=RunStatus.PAUSED)
+    if teams is not None:
+        held_q &= Q(held_runs__team__in=list(teams))
+    qs = Pause.objects.annotate(**{"held": Count("held_runs", filter=held_q)})
+    if teams is not None:
+        runs = Run.objects.filter(team__in=list(teams)).values("run_id")
+        qs = qs.filter(~Q(scope=PauseScope.RUN) | Q(target__in=runs))
     return qs.filter(lifted_at__isnull=True) if active else qs
 
 

@@ -11,7 +11,7 @@ when none has; ``unpriced`` says how many model steps have tokens but no price.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -96,19 +96,22 @@ def usage_of_run(*, run_id: str) -> Usage:
     return usage_of_runs(run_ids=[run_id]).get(run_id, NONE)
 
 
-def usage_by_agent(*, since: datetime, until: datetime) -> tuple[list[AgentUsage], AgentUsage]:
+def usage_by_agent(
+    *, since: datetime, until: datetime, teams: Collection[str] | None = None
+) -> tuple[list[AgentUsage], AgentUsage]:
     """Per agent, the model steps recorded (finished) in [since, until), most costly first, and
-    the total over all agents. Reads the partial index of model steps with usage."""
+    the total over all agents (of the runs of ``teams``; None: every team). Reads the partial
+    index of model steps with usage."""
+    steps = Step.objects.filter(
+        kind=StepKind.MODEL,
+        tokens_in__isnull=False,
+        finished_at__gte=since,
+        finished_at__lt=until,
+    )
+    if teams is not None:
+        steps = steps.filter(run__team__in=list(teams))
     rows = (
-        Step.objects.filter(
-            kind=StepKind.MODEL,
-            tokens_in__isnull=False,
-            finished_at__gte=since,
-            finished_at__lt=until,
-        )
-        .order_by()
-        .values("run__agent")
-        .annotate(runs=Count("run_id", distinct=True), **_SUMS)
+        steps.order_by().values("run__agent").annotate(runs=Count("run_id", distinct=True), **_SUMS)
     )
     agents = [AgentUsage(agent=r["run__agent"], runs=r["runs"], usage=_usage(r)) for r in rows]
     agents.sort(key=lambda a: (-(a.usage.cost_usd or 0), -a.usage.tokens, a.agent))

@@ -134,3 +134,22 @@ class TeamRoleBackend(BaseBackend):
 
     def has_perm(self, user_obj: Any, perm: str, obj: Any = None) -> bool:
         return perm in self.get_all_permissions(user_obj, obj)
+
+
+def known_teams() -> list[str]:
+    """The teams this installation names (no query of the runs): the default team, the agents'
+    declarations, and the teams of people's team roles."""
+    from ledger import registry
+    from ledger.teams import default_team
+
+    names = {default_team()}
+    names.update(a.team for a in registry.agents().values() if a.team)
+    names.update(TeamRole.objects.values_list("team", flat=True).distinct())
+    return sorted(names)
+
+
+def teams_shown(user: Any, perm: str = "runs.view_dashboard") -> list[str]:
+    """The teams a person's lists offer to filter by (and show a Team column for): their teams,
+    or every known team for an every-team role. One team or none: nothing to choose."""
+    teams = teams_for(user, perm)
+    return sorted(teams) if teams is not None else known_teams()
