@@ -461,6 +461,7 @@ class AuditAction(models.TextChoices):
     SCHEDULE_PAUSE = "schedule_pause"  # its ticks start nothing until resumed
     SCHEDULE_RESUME = "schedule_resume"
     SCHEDULE_REMOVE = "schedule_remove"
+    TEAM_ROLE = "team_role"  # a person's role in one team set, changed or removed
 
 
 class AppendOnly(Exception):

@@ -59,7 +59,7 @@ class QueueItem:
     proposal: Settlement | None  # an open proposal waiting for approval, if any
 
 
-def team_run_ids(teams: Collection[str]) -> QuerySet[Run]:
+def team_run_ids(teams: Collection[str]) -> QuerySet[Run, Any]:
     """The ids of the runs of ``teams`` (a subquery: rows that name a run by id, not by a
     foreign key, are narrowed with ``run_id__in``)."""
     return Run.objects.filter(team__in=list(teams)).values("run_id")

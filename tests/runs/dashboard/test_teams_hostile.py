@@ -35,8 +35,8 @@ from ledger.models import (
     StepStatus,
 )
 from ledger.selectors.trends import run_trends
-from ledger.transitions.trends import fold_trends
 from ledger.transitions.gate_links import gate_link_token
+from ledger.transitions.trends import fold_trends
 from runs.dashboard.models import TeamRole
 from runs.dashboard.urls import urlpatterns as dashboard
 from tests.support.dashboard_runs import (
