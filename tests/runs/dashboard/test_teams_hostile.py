@@ -242,8 +242,11 @@ def test_lists_counts_search_trends_and_exports_hold_only_the_teams_runs(world) 
     assert mine.total == 1 and mine.by_status[RunStatus.NEEDS_ATTENTION] == 1
     every = selectors.run_status_counts(now=timezone.now())
     assert every.total == Run.objects.count() == 3
+    tile = '<span class="n">{}</span><span class="l">needs attention</span>'
     counts_html = client.get("/", headers={"HX-Request": "true", "HX-Target": "status-counts"})
-    assert counts_html.status_code == 200
+    assert counts_html.status_code == 200 and tile.format(1) in counts_html.content.decode()
+    everyone = client_for(user_in("viewer", name="evelyn"))
+    assert tile.format(3) in everyone.get("/").content.decode()
     # Trends: the team's runs only (the rollup keeps each team's rows).
     fold_trends()
     trend = run_trends(window="24h", now=timezone.now(), teams={"alpha"})
