@@ -144,9 +144,10 @@ EDIT_FIELDS = ("change_reason", "seen_version")
 
 
 class TeamScoped(admin.ModelAdmin):
-    """A staff member who is not a superuser sees the rows of the runs of their teams only
-    (``runs.dashboard.teams``: a role group holds in every team; a team role in one; no role,
-    no rows), in the list and behind every change page (a row of another team is a 404).
+    """A staff member who is not a superuser and holds team roles (``runs.dashboard.teams``)
+    sees the rows of the runs of those teams only, in the list and behind every change page (a
+    row of another team is the admin's missing row). A role group holds in every team; staff
+    without any team role keep what their admin permissions give them, as before teams.
 
     ``team_field``: the path to the run's team ("team", "run__team"), "run_id" for a row that
     names its run by id, or None for a row of no one team (shown to every-team roles only).
@@ -163,8 +164,10 @@ def _scoped(request: HttpRequest, qs: QuerySet[Any], field: str | None) -> Query
     if getattr(user, "is_superuser", False):
         return qs
     # The web project's rule, imported here only: the ledger's own code never needs it.
-    from runs.dashboard.teams import teams_for
+    from runs.dashboard.teams import team_roles, teams_for
 
+    if not team_roles(user):
+        return qs
     teams = teams_for(user, "runs.view_dashboard")
     if teams is None:
         return qs

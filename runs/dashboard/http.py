@@ -25,7 +25,7 @@ from ledger.inputs import queryable
 from ledger.models import Run, Settlement, Step
 from runs.dashboard import presenting
 from runs.dashboard.models import VIEW_DASHBOARD
-from runs.dashboard.teams import teams_for
+from runs.dashboard.teams import team_of, teams_for
 
 View = Callable[..., HttpResponse]
 #: A permission, or several of which the user must hold at least one.
@@ -75,7 +75,7 @@ def require_every_team(request: HttpRequest, perm: Perm) -> None:
         raise PermissionDenied("this needs the role in every team, not in some teams")
 
 
-def check_team(request: HttpRequest, obj: Any, *, perm: Perm, missing: str) -> None:
+def require_in_team(request: HttpRequest, obj: Any, *, perm: Perm, missing: str) -> None:
     """404 (``missing``) unless the person may see ``obj``'s team — a run of another team is
     answered as a missing one; 403 unless they hold ``perm`` (one of them) in that team."""
     user = request.user
@@ -83,13 +83,7 @@ def check_team(request: HttpRequest, obj: Any, *, perm: Perm, missing: str) -> N
         raise Http404(missing)
     perms = (perm,) if isinstance(perm, str) else perm
     if not any(user.has_perm(p, obj) for p in perms):
-        raise PermissionDenied(f"this needs {' or '.join(perms)} in the team {_team(obj)}")
-
-
-def _team(obj: Any) -> str:
-    from runs.dashboard.teams import team_of
-
-    return team_of(obj) or "?"
+        raise PermissionDenied(f"this needs {' or '.join(perms)} in the team {team_of(obj) or '?'}")
 
 
 def filter_text(request: HttpRequest, name: str, *, source: Any = None) -> str | None:
@@ -111,7 +105,7 @@ def run_for(request: HttpRequest, run_id: str, *, perm: Perm) -> Run:
         run = selectors.run_detail(run_id=run_id)
     except Run.DoesNotExist:
         raise Http404(f"no run {run_id!r}") from None
-    check_team(request, run, perm=perm, missing=f"no run {run_id!r}")
+    require_in_team(request, run, perm=perm, missing=f"no run {run_id!r}")
     return run
 
 
@@ -122,7 +116,7 @@ def step_for(request: HttpRequest, run_id: str, pk: int, *, perm: Perm) -> Step:
         step = selectors.step_of_run(run_id=run_id, pk=pk)
     except Step.DoesNotExist:
         raise Http404(f"run {run_id!r} has no step #{pk}") from None
-    check_team(request, step, perm=perm, missing=f"run {run_id!r} has no step #{pk}")
+    require_in_team(request, step, perm=perm, missing=f"run {run_id!r} has no step #{pk}")
     return step
 
 
@@ -133,7 +127,7 @@ def settlement_for(request: HttpRequest, pk: int, *, perm: Perm) -> Settlement:
         settlement = selectors.settlement_detail(pk=pk)
     except Settlement.DoesNotExist:
         raise Http404(f"no settlement #{pk}") from None
-    check_team(request, settlement, perm=perm, missing=f"no settlement #{pk}")
+    require_in_team(request, settlement, perm=perm, missing=f"no settlement #{pk}")
     return settlement
 
 

@@ -24,9 +24,9 @@ from ledger.selectors import evidence
 from runs.dashboard import presenting
 from runs.dashboard.http import (
     HtmxHttpRequest,
-    check_team,
     render_refused,
     require,
+    require_in_team,
     seen_teams,
 )
 from runs.dashboard.models import APPROVE_SETTLEMENTS, VIEW_DASHBOARD
@@ -62,7 +62,7 @@ def _gate_for(request: HtmxHttpRequest, pk: int, *, perm: str) -> Gate:
     gate = selectors.gate_get(pk)
     if gate is None:
         raise Http404(f"no gate #{pk}")
-    check_team(request, gate, perm=perm, missing=f"no gate #{pk}")
+    require_in_team(request, gate, perm=perm, missing=f"no gate #{pk}")
     return gate
 
 
@@ -176,7 +176,7 @@ def approval_link(request: HtmxHttpRequest, token: str) -> HttpResponse:
         return render(request, "runs/approval_link_refused.html", {"refused": gone}, status=403)
     if request.method == "POST":
         require(request, APPROVE_SETTLEMENTS)
-        check_team(request, gate, perm=APPROVE_SETTLEMENTS, missing="no such gate")
+        require_in_team(request, gate, perm=APPROVE_SETTLEMENTS, missing="no such gate")
         decision = request.POST.get("decision", "")
         if decision not in ("approve", "reject"):
             return render(
