@@ -143,7 +143,42 @@ Sections = tuple[tuple[str | None, tuple[str, ...]], ...]
 EDIT_FIELDS = ("change_reason", "seen_version")
 
 
-class LedgerAdmin(admin.ModelAdmin):
+class TeamScoped(admin.ModelAdmin):
+    """A staff member who is not a superuser and holds team roles (``runs.dashboard.teams``)
+    sees the rows of the runs of those teams only, in the list and behind every change page (a
+    row of another team is the admin's missing row). A role group holds in every team; staff
+    without any team role keep what their admin permissions give them, as before teams.
+
+    ``team_field``: the path to the run's team ("team", "run__team"), "run_id" for a row that
+    names its run by id, or None for a row of no one team (shown to every-team roles only).
+    """
+
+    team_field: str | None = "run__team"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return _scoped(request, super().get_queryset(request), self.team_field)
+
+
+def _scoped(request: HttpRequest, qs: QuerySet[Any], field: str | None) -> QuerySet[Any]:
+    user = request.user
+    if getattr(user, "is_superuser", False):
+        return qs
+    # The web project's rule, imported here only: the ledger's own code never needs it.
+    from runs.dashboard.teams import team_roles, teams_for
+
+    if not team_roles(user):
+        return qs
+    teams = teams_for(user, "runs.view_dashboard")
+    if teams is None:
+        return qs
+    if field is None or not teams:
+        return qs.none()
+    if field == "run_id":
+        return qs.filter(run_id__in=Run.objects.filter(team__in=list(teams)).values("run_id"))
+    return qs.filter(**{f"{field}__in": list(teams)})
+
+
+class LedgerAdmin(TeamScoped):
     """Shared rules: no add, no delete, edits by superusers only, through ledger.transitions.
 
     ``sections`` name model fields; a JSON field is shown indented (``<name>_pretty``) unless
@@ -218,6 +253,7 @@ class LedgerAdmin(admin.ModelAdmin):
 
 @admin.register(Run)
 class RunAdmin(LedgerAdmin):
+    team_field = "team"
     form = RunForm
     editable = transitions.RUN_EDITABLE
     json_fields = ("inputs", "result")
@@ -365,7 +401,7 @@ class StepAdmin(LedgerAdmin):
         )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(TeamScoped):
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -427,6 +463,7 @@ class SettlementAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
+    team_field = "run_id"
     list_display = ("at", "actor", "action", "run_id", "step_id", "short_reason")
     list_filter = ("action", "actor")
     search_fields = ("=run_id", "step_id", "actor", "reason")
@@ -492,11 +529,12 @@ class WebhookSubscriptionForm(forms.ModelForm):
 
 
 @admin.register(WebhookSubscription)
-class WebhookSubscriptionAdmin(admin.ModelAdmin):
+class WebhookSubscriptionAdmin(TeamScoped):
     """Applications' subscriptions to completion events. A superuser adds one (its signing
     secret is shown once, in the message after saving) or removes some (an action); the secret
     is never shown again, and nothing is edited or deleted in place."""
 
+    team_field = None
     form = WebhookSubscriptionForm
     list_display = ("id", "scope", "url", "event_list", "created_at", "created_by", "removed_at")
     list_filter = (("removed_at", admin.EmptyFieldListFilter), "agent")
@@ -554,6 +592,8 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
 @admin.register(Pause)
 class PauseAdmin(ReadOnlyAdmin):
     """Read only: pauses are made and lifted on the Pauses page or by `pause`/`unpause`."""
+
+    team_field = None
 
     list_display = ("id", "scope", "target", "created_by", "created_at", "lifted_at", "requeued")
     list_filter = ("scope",)

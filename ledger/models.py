@@ -461,6 +461,7 @@ class AuditAction(models.TextChoices):
     SCHEDULE_PAUSE = "schedule_pause"  # its ticks start nothing until resumed
     SCHEDULE_RESUME = "schedule_resume"
     SCHEDULE_REMOVE = "schedule_remove"
+    TEAM_ROLE = "team_role"  # a person's role in one team set, changed or removed
 
 
 class AppendOnly(Exception):
@@ -909,6 +910,8 @@ class RunTrendHour(models.Model):
     """
 
     hour = models.DateTimeField()
+    #: The runs' team (migration ``0033_trend_team``): a team member's Trends read their rows.
+    team = models.CharField(max_length=63, default="default", db_default="default")
     agent = models.CharField(max_length=200)
     status = models.CharField(max_length=20)
     bucket = models.SmallIntegerField(default=-1)
@@ -917,7 +920,7 @@ class RunTrendHour(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "agent", "status", "bucket"], name="run_trend_hour_key"
+                fields=["hour", "team", "agent", "status", "bucket"], name="run_trend_team_key"
             )
         ]
 
@@ -930,6 +933,7 @@ class RunTrendDelta(models.Model):
     ``ledger_run``'s triggers: inserts never wait on each other)."""
 
     hour = models.DateTimeField()
+    team = models.CharField(max_length=63, default="default", db_default="default")
     agent = models.CharField(max_length=200)
     status = models.CharField(max_length=20)
     bucket = models.SmallIntegerField(default=-1)

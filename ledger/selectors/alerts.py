@@ -198,13 +198,13 @@ def incident_groups(
     teams: Collection[str] | None = None,
 ) -> list[CauseGroup]:
     """The runs needing attention (all) and failed (since ``failed_since``) grouped by cause,
-    largest first: one GROUP BY over the partial index ``run_incident``. ``teams``: only those
-    teams' runs (None: every team)."""
-    runs = Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
+    largest first: one GROUP BY over the partial index ``run_incident``. Of the runs of
+    ``teams`` (None: every team)."""
+    stopped = Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
     if teams is not None:
-        runs = runs.filter(team__in=list(teams))
+        stopped = stopped.filter(team__in=list(teams))
     rows = (
-        runs.filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
+        stopped.filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
         .values("status", "agent", "cause_step", "reason", "signature")
         .annotate(n=Count("*"), first=Min("status_changed_at"), last=Max("status_changed_at"))
         .order_by("-n", "-last")[:limit]
@@ -225,12 +225,21 @@ def incident_groups(
 
 
 def incident_runs(
-    *, status: str, agent: str, step: str, reason: str, signature: str, failed_since: datetime
+    *,
+    status: str,
+    agent: str,
+    step: str,
+    reason: str,
+    signature: str,
+    failed_since: datetime,
+    teams: Collection[str] | None = None,
 ) -> QuerySet[Run]:
-    """The runs of one cause group, oldest first."""
+    """The runs of one cause group, oldest first (of ``teams``; None: every team)."""
     qs = Run.objects.filter(
         status=status, agent=agent, cause_step=step, reason=reason, signature=signature
     )
+    if teams is not None:
+        qs = qs.filter(team__in=list(teams))
     if status == RunStatus.FAILED:
         qs = qs.filter(status_changed_at__gte=failed_since)
     return qs.order_by("status_changed_at", "run_id")

@@ -18,15 +18,12 @@ def gate_latest(*, run_id: str, step_id: str) -> Gate | None:
 def gate_queue(
     *, limit: int = 100, offset: int = 0, teams: Collection[str] | None = None
 ) -> list[Gate]:
-    """The gates waiting for a decision, oldest first, with their runs; ``teams``: only those
-    teams' runs' (None: every team)."""
-    rows = (
-        Gate.objects.filter(status=GateStatus.WAITING)
-        .select_related("run")
-        .order_by("created_at", "pk")
-    )
+    """The gates waiting for a decision, oldest first, with their runs (of ``teams``; None:
+    every team)."""
+    waiting = Gate.objects.filter(status=GateStatus.WAITING)
     if teams is not None:
-        rows = rows.filter(run__team__in=list(teams))
+        waiting = waiting.filter(run__team__in=list(teams))
+    rows = waiting.select_related("run").order_by("created_at", "pk")
     return list(rows[offset : offset + limit])
 
 

@@ -59,13 +59,21 @@ class QueueItem:
     proposal: Settlement | None  # an open proposal waiting for approval, if any
 
 
-def settlement_queue_steps() -> QuerySet[Step]:
+def team_run_ids(teams: Collection[str]) -> QuerySet[Run, Any]:
+    """The ids of the runs of ``teams`` (a subquery: rows that name a run by id, not by a
+    foreign key, are narrowed with ``run_id__in``)."""
+    return Run.objects.filter(team__in=list(teams)).values("run_id")
+
+
+def settlement_queue_steps(teams: Collection[str] | None = None) -> QuerySet[Step]:
     """Started effects of runs that no worker is executing, oldest first (uses the partial
     index on started steps). Runs blocked on reconciliation are all here: their blocking step
-    is a started effect."""
+    is a started effect. Of the runs of ``teams`` (None: every team)."""
+    started = Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT)
+    if teams is not None:
+        started = started.filter(run__team__in=list(teams))
     return (
-        Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT)
-        .exclude(run__status=RunStatus.RUNNING)
+        started.exclude(run__status=RunStatus.RUNNING)
         .select_related("run")
         # A queue row shows neither the step's inputs and result nor the run's: the page
         # would otherwise carry every one of them out of the database to drop it.
@@ -81,13 +89,10 @@ def settlement_queue(
     now: datetime | None = None,
     teams: Collection[str] | None = None,
 ) -> list[QueueItem]:
-    """One page of the settlement queue, with each tool's read path and any open proposal;
-    ``teams``: only those teams' runs' (None: every team)."""
+    """One page of the settlement queue, with each tool's read path and any open proposal
+    (of the runs of ``teams``; None: every team)."""
     moment = now or timezone.now()
-    queue = settlement_queue_steps()
-    if teams is not None:
-        queue = queue.filter(run__team__in=list(teams))
-    steps = list(queue[offset : offset + limit])
+    steps = list(settlement_queue_steps(teams)[offset : offset + limit])
     proposals = {
         s.step_row_id: s
         for s in Settlement.objects.filter(
@@ -163,13 +168,12 @@ def settlement_evidence(*, step: Step) -> Evidence:
     )
 
 
-def settlements_waiting() -> QuerySet[Settlement]:
-    """Proposals waiting for an approver, oldest first."""
-    return (
-        Settlement.objects.filter(status=SettlementStatus.PROPOSED)
-        .select_related("run", "step_row")
-        .order_by("created_at", "id")
-    )
+def settlements_waiting(teams: Collection[str] | None = None) -> QuerySet[Settlement]:
+    """Proposals waiting for an approver, oldest first (of ``teams``; None: every team)."""
+    waiting = Settlement.objects.filter(status=SettlementStatus.PROPOSED)
+    if teams is not None:
+        waiting = waiting.filter(run__team__in=list(teams))
+    return waiting.select_related("run", "step_row").order_by("created_at", "id")
 
 
 def settlement_is_outdated(settlement: Settlement) -> bool:
@@ -185,14 +189,19 @@ def audit_events(
     since: datetime | None = None,
     until: datetime | None = None,
     run_text: str | None = None,
+    teams: Collection[str] | None = None,
 ) -> QuerySet[AuditEvent]:
     """The audit, newest first, filtered; paginate it with keyset or a Paginator.
 
     ``run_text`` is what a person typed to name a run: a whole run id, or part of one (with or
     without ``run_``), or words of its title, labels, … (the runs list's search): the events of
-    the ``AUDIT_RUNS_MATCHED`` newest runs it matches.
+    the ``AUDIT_RUNS_MATCHED`` newest runs it matches. With ``teams`` (None: every team) only
+    the events of those teams' runs (an event of no run, such as a pause or a schedule's,
+    is for the roles that hold in every team).
     """
     events = AuditEvent.objects.select_related("settlement")
+    if teams is not None:
+        events = events.filter(run_id__in=team_run_ids(teams))
     if run_id:
         events = events.filter(run_id=run_id)
     if run_text:
@@ -261,11 +270,18 @@ NOTIFICATION_STATUSES = ("pending", "sending", "sent", "failed")
 
 
 def notifications_page(
-    *, status: str = "", before_id: int | None = None, limit: int = 50
+    *,
+    status: str = "",
+    before_id: int | None = None,
+    limit: int = 50,
+    teams: Collection[str] | None = None,
 ) -> list[Notification]:
     """Notifications newest first (by id: the order they were written), optionally of one
-    delivery status, starting before ``before_id`` (a keyset page)."""
+    delivery status, starting before ``before_id`` (a keyset page); of the runs of ``teams``
+    (None: every team)."""
     qs = Notification.objects.select_related("subscription").order_by("-id")
+    if teams is not None:
+        qs = qs.filter(run_id__in=team_run_ids(teams))
     if status in NOTIFICATION_STATUSES:
         qs = qs.filter(status=status)
     if before_id is not None:

@@ -63,17 +63,16 @@ def active_pauses_of(*, runs: list[tuple[str, str]]) -> dict[str, ActivePauses]:
 
 
 def pauses_list(*, active: bool = True, teams: Collection[str] | None = None) -> QuerySet[Pause]:
-    """Pauses, newest first, each with ``held``: the runs it holds now. ``teams`` (None: every
-    team): a run's pause only of those teams' runs, a tool's or agent's (which holds every
-    team's runs) with ``held`` counting those teams' runs only."""
-    condition = Q(held_runs__status=RunStatus.PAUSED)
-    qs = Pause.objects.all()
+    """Pauses, newest first, each with ``held``: the runs it holds now. With ``teams`` (None:
+    every team): the pauses of a tool or an agent (they hold every team's runs) and those of
+    the runs of ``teams``; ``held`` counts those teams' runs only."""
+    held_q = Q(held_runs__status=RunStatus.PAUSED)
     if teams is not None:
-        chosen = list(teams)
-        condition &= Q(held_runs__team__in=chosen)
-        runs = Run.objects.filter(team__in=chosen).values("run_id")
+        held_q &= Q(held_runs__team__in=list(teams))
+    qs = Pause.objects.annotate(**{"held": Count("held_runs", filter=held_q)})
+    if teams is not None:
+        runs = Run.objects.filter(team__in=list(teams)).values("run_id")
         qs = qs.filter(~Q(scope=PauseScope.RUN) | Q(target__in=runs))
-    qs = qs.annotate(**{"held": Count("held_runs", filter=condition)})  # declared on the model
     return qs.filter(lifted_at__isnull=True) if active else qs
 
 

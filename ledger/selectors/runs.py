@@ -62,13 +62,24 @@ class StatusCounts:
         return sum(self.by_status.values())
 
 
-def run_status_counts(*, now: datetime) -> StatusCounts:
-    """Runs per status, blocked runs per reason, and running runs whose lease has expired."""
+def run_status_counts(*, now: datetime, teams: Collection[str] | None = None) -> StatusCounts:
+    """Runs per status, blocked runs per reason, and running runs whose lease has expired.
+
+    Every team (``teams`` None): the kept totals (``ledger_runstatuscount`` and its deltas),
+    whatever the ledger's size. Some teams: counted from ``ledger_run`` on the index
+    ``run_team_status`` (team, status, …), exact for those teams and nothing else."""
     counts = StatusCounts(
         by_status={s: 0 for s in RunStatus.values},
         by_reason=dict.fromkeys(ATTENTION_REASONS, 0),
     )
-    if connection.vendor == "postgresql":
+    if teams is not None:
+        rows = _team_counts(teams)
+        counts.lease_expired = Run.objects.filter(
+            team__in=list(teams), status=RunStatus.RUNNING, lease_expires_at__lt=now
+        ).count()
+        beacon = Beacon.objects.filter(name="sweep").first()
+        beacon_at = beacon.at if beacon is not None else None
+    elif connection.vendor == "postgresql":
         rows, counts.lease_expired, beacon_at = _kept_counts(now)
     else:
         rows = _counts_by_status_reason()
@@ -127,6 +138,19 @@ SELECT status, reason, sum(n) FROM (
 """
 
 
+def _team_counts(teams: Collection[str]) -> list[tuple[str, str, int]]:
+    """(status, reason, runs) of the runs of ``teams``: one GROUP BY on ``run_team_status``."""
+    if not teams:
+        return []
+    rows = (
+        Run.objects.filter(team__in=list(teams))
+        .order_by()
+        .values_list("status", "reason")
+        .annotate(n=Count("*"))
+    )
+    return [(status, reason, n) for status, reason, n in rows]
+
+
 def _counts_by_status_reason() -> list[tuple[str, str, int]]:
     """(status, reason, runs) for every pair with runs, in one statement (one snapshot)."""
     if connection.vendor != "postgresql":
@@ -181,6 +205,11 @@ class RunFilter:
     taker: str = ""
     # The runs a schedule's ticks started (its id, ``sch_…``).
     schedule: str = ""
+    # One team's runs (the list's ``?team=``), "" for every team the reader may see.
+    team: str = ""
+    # The teams the reader may see (``runs.dashboard.teams.teams_for``): the list, its search,
+    # and a bulk action by filter never reach beyond them. None: every team.
+    teams: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +259,10 @@ def runs_filtered(
     qs = Run.objects.defer(*_LIST_DEFERRED)
     if teams is not None:
         qs = qs.filter(team__in=list(teams))
+    if flt.teams is not None:
+        qs = qs.filter(team__in=list(flt.teams))
+    if flt.team:
+        qs = qs.filter(team=flt.team)
     if flt.status == LEASE_EXPIRED:
         qs = qs.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
     elif flt.status:
@@ -465,9 +498,15 @@ def _newest_window_page(
 # --- one run -------------------------------------------------------------------------------
 
 
-def run_detail(*, run_id: str) -> Run:
-    """The run with its parent; raises Run.DoesNotExist."""
-    return Run.objects.select_related("parent").get(pk=run_id)
+def run_detail(*, run_id: str, teams: Collection[str] | None = None) -> Run:
+    """The run with its parent; raises Run.DoesNotExist (also when it is not of ``teams``;
+    None: every team)."""
+    return scoped(Run.objects.select_related("parent"), teams).get(pk=run_id)
+
+
+def scoped(qs: QuerySet[Any], teams: Collection[str] | None, *, field: str = "team") -> Any:
+    """``qs`` narrowed to the runs (or rows of runs: ``field="run__team"``) of ``teams``."""
+    return qs if teams is None else qs.filter(**{f"{field}__in": list(teams)})
 
 
 def runs_by_ids(*, run_ids: list[str]) -> QuerySet[Run]:
@@ -566,10 +605,12 @@ def fork_kept(*, run_id: str, step_id: str) -> frozenset[str]:
     return frozenset(s for s, i in chain.index_of.items() if i <= position)
 
 
-def run_children(*, run_id: str, limit: int = 20) -> list[Run]:
+def run_children(
+    *, run_id: str, limit: int = 20, teams: Collection[str] | None = None
+) -> list[Run]:
     """Forks and continuations of a run, oldest first (at most ``limit`` + 1, to show 'more')."""
     return list(
-        Run.objects.filter(parent_id=run_id)
+        scoped(Run.objects.filter(parent_id=run_id), teams)
         .only("run_id", "parent_kind", "status", "reason", "created_at", "parent_id")
         .order_by("created_at", "run_id")[: limit + 1]
     )

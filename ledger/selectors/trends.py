@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -129,22 +129,26 @@ def _floor(moment: datetime, step: timedelta) -> datetime:
     return _ORIGIN + ((moment - _ORIGIN) // step) * step
 
 
+# ``{teams}`` is "" (every team) or a condition on the rows' team (migration 0033_trend_team).
 _SERIES_SQL = """
 SELECT date_bin(%(step)s, hour, %(origin)s) AS bin, status, sum(n) FROM (
-    SELECT hour, status, n FROM ledger_runtrendhour WHERE hour >= %(since)s AND hour < %(until)s
+    SELECT hour, status, n FROM ledger_runtrendhour
+        WHERE hour >= %(since)s AND hour < %(until)s{teams}
     UNION ALL
-    SELECT hour, status, n FROM ledger_runtrenddelta WHERE hour >= %(since)s AND hour < %(until)s
+    SELECT hour, status, n FROM ledger_runtrenddelta
+        WHERE hour >= %(since)s AND hour < %(until)s{teams}
 ) AS kept GROUP BY 1, 2
 """
 _AGENTS_SQL = """
 SELECT agent, status, bucket, sum(n) FROM (
     SELECT agent, status, bucket, n FROM ledger_runtrendhour
-        WHERE hour >= %(since)s AND hour < %(until)s
+        WHERE hour >= %(since)s AND hour < %(until)s{teams}
     UNION ALL
     SELECT agent, status, bucket, n FROM ledger_runtrenddelta
-        WHERE hour >= %(since)s AND hour < %(until)s
+        WHERE hour >= %(since)s AND hour < %(until)s{teams}
 ) AS kept GROUP BY 1, 2, 3
 """
+_TEAMS = " AND team = ANY(%(teams)s)"
 
 Series = list[tuple[datetime, str, int]]
 PerAgent = list[tuple[str, str, int, int]]
@@ -157,15 +161,16 @@ def window_bounds(window: str, *, now: datetime) -> tuple[datetime, datetime]:
     return until - span, until
 
 
-def run_trends(*, window: str, now: datetime) -> Trend:
-    """The figures of one window (a key of ``WINDOWS``) ending with the bar holding ``now``."""
+def run_trends(*, window: str, now: datetime, teams: Collection[str] | None = None) -> Trend:
+    """The figures of one window (a key of ``WINDOWS``) ending with the bar holding ``now``,
+    of the runs of ``teams`` (None: every team; the rollup keeps each team's rows apart)."""
     span, step = WINDOWS[window]
     since, until = window_bounds(window, now=now)
     if connection.vendor == "postgresql":
-        series, per_agent = _from_rollup(since, until, step)
+        series, per_agent = _from_rollup(since, until, step, teams)
         source = "rollup"
     else:
-        series, per_agent = _from_runs(since, until, step)
+        series, per_agent = _from_runs(since, until, step, teams)
         source = "runs"
     bins = {since + i * step: Bin(start=since + i * step) for i in range(span // step)}
     for start, status, n in series:
@@ -191,21 +196,32 @@ def run_trends(*, window: str, now: datetime) -> Trend:
     )
 
 
-def _from_rollup(since: datetime, until: datetime, step: timedelta) -> tuple[Series, PerAgent]:
+def _from_rollup(
+    since: datetime, until: datetime, step: timedelta, teams: Collection[str] | None = None
+) -> tuple[Series, PerAgent]:
     params: dict[str, Any] = {"since": since, "until": until, "step": step, "origin": _ORIGIN}
+    where = ""
+    if teams is not None:
+        params["teams"] = sorted(teams)
+        where = _TEAMS
     with connection.cursor() as cur:
-        cur.execute(_SERIES_SQL, params)
+        cur.execute(_SERIES_SQL.format(teams=where), params)
         series = [(b, s, int(n)) for b, s, n in cur.fetchall() if n]
-        cur.execute(_AGENTS_SQL, params)
+        cur.execute(_AGENTS_SQL.format(teams=where), params)
         per_agent = [(a, s, int(b), int(n)) for a, s, b, n in cur.fetchall() if n]
     return series, per_agent
 
 
-def _from_runs(since: datetime, until: datetime, step: timedelta) -> tuple[Series, PerAgent]:
+def _from_runs(
+    since: datetime, until: datetime, step: timedelta, teams: Collection[str] | None = None
+) -> tuple[Series, PerAgent]:
+    runs = Run.objects.filter(status_changed_at__gte=since, status_changed_at__lt=until)
+    if teams is not None:
+        runs = runs.filter(team__in=list(teams))
     rows: Iterable[tuple[datetime, str, str, datetime, datetime | None]] = (
-        Run.objects.filter(status_changed_at__gte=since, status_changed_at__lt=until)
-        .order_by()
-        .values_list("status_changed_at", "agent", "status", "created_at", "finished_at")
+        runs.order_by().values_list(
+            "status_changed_at", "agent", "status", "created_at", "finished_at"
+        )
     )
     series: dict[tuple[datetime, str], int] = defaultdict(int)
     per_agent: dict[tuple[str, str, int], int] = defaultdict(int)

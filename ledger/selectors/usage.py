@@ -100,8 +100,8 @@ def usage_by_agent(
     *, since: datetime, until: datetime, teams: Collection[str] | None = None
 ) -> tuple[list[AgentUsage], AgentUsage]:
     """Per agent, the model steps recorded (finished) in [since, until), most costly first, and
-    the total over all agents. Reads the partial index of model steps with usage. ``teams``:
-    only those teams' runs' steps (None: every team)."""
+    the total over all agents (of the runs of ``teams``; None: every team). Reads the partial
+    index of model steps with usage."""
     steps = Step.objects.filter(
         kind=StepKind.MODEL,
         tokens_in__isnull=False,

@@ -11,12 +11,13 @@ from __future__ import annotations
 from ledger.transitions.counts import run_fold
 
 FOLD = """
-WITH moved AS (DELETE FROM ledger_runtrenddelta RETURNING hour, agent, status, bucket, n),
-     sums AS (SELECT hour, agent, status, bucket, sum(n) AS n FROM moved
-              GROUP BY hour, agent, status, bucket)
-INSERT INTO ledger_runtrendhour (hour, agent, status, bucket, n)
-    SELECT hour, agent, status, bucket, n FROM sums
-ON CONFLICT (hour, agent, status, bucket) DO UPDATE SET n = ledger_runtrendhour.n + EXCLUDED.n
+WITH moved AS (DELETE FROM ledger_runtrenddelta RETURNING hour, team, agent, status, bucket, n),
+     sums AS (SELECT hour, team, agent, status, bucket, sum(n) AS n FROM moved
+              GROUP BY hour, team, agent, status, bucket)
+INSERT INTO ledger_runtrendhour (hour, team, agent, status, bucket, n)
+    SELECT hour, team, agent, status, bucket, n FROM sums
+ON CONFLICT (hour, team, agent, status, bucket)
+    DO UPDATE SET n = ledger_runtrendhour.n + EXCLUDED.n
 """
 
 

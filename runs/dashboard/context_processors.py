@@ -9,15 +9,22 @@ from django.conf import settings
 from django.http import HttpRequest
 
 import ledger
-from runs.dashboard.roles import role_of
+from runs.dashboard.models import VIEW_DASHBOARD
+from runs.dashboard.roles import role_of, roles_shown
+from runs.dashboard.teams import teams_for
 from runs.dashboard.zones import zone_of
 
 
 def dashboard(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
-    role = role_of(user) if user is not None and user.is_authenticated else ""  # type: ignore[arg-type]
+    signed_in = user is not None and user.is_authenticated
+    role = role_of(user) if signed_in else ""  # type: ignore[arg-type]
     return {
         "role": role,
+        # "operator in payments, viewer in search": every role the person holds, where.
+        "roles_shown": roles_shown(user) if signed_in else [],  # type: ignore[arg-type]
+        # Pages about the whole installation (alerts, pacing, …) are for every-team roles.
+        "every_team": signed_in and teams_for(user, VIEW_DASHBOARD) is None,
         "refresh_seconds": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "admin_mounted": bool(settings.RUNLEDGER_ADMIN_URL),
         "nav_section": nav_section(request),

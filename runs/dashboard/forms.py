@@ -51,6 +51,8 @@ class RunFilterForm(forms.Form):
     taken = forms.ChoiceField(choices=TAKEN_CHOICES, required=False, label="on it")
     # The runs a schedule started (``?schedule=sch_…``: the Schedules page links here).
     schedule = forms.RegexField(regex=r"^sch_[0-9a-f]{1,60}$", required=False, max_length=64)
+    # One team's runs (``?team=payments``), among those the reader may see.
+    team = forms.RegexField(regex=r"^[a-z0-9][a-z0-9_-]{0,62}$", required=False, max_length=63)
     after = forms.CharField(max_length=400, required=False)
 
     def clean_age(self) -> timedelta | None:
@@ -78,9 +80,10 @@ class RunFilterForm(forms.Form):
                 "this page link is damaged; showing the first page"
             ) from None
 
-    def run_filter(self, taker: str = "") -> RunFilter:
+    def run_filter(self, taker: str = "", *, teams: frozenset[str] | None) -> RunFilter:
         """The filter made of the values that are valid (call after is_valid()); ``taker`` is
-        the reader, whom "mine" means."""
+        the reader, whom "mine" means; ``teams`` the teams they may see (None: every team —
+        say it: the scope is never left out by accident)."""
         data = self.cleaned_data
         status, reason, order = data.get("status", ""), data.get("reason", ""), data.get("order")
         if reason and not status:
@@ -97,6 +100,8 @@ class RunFilterForm(forms.Form):
             taken=data.get("taken", ""),
             taker=taker,
             schedule=data.get("schedule", ""),
+            team=data.get("team", ""),
+            teams=teams,
         )
 
     def cursor(self) -> Cursor | None:
@@ -124,6 +129,7 @@ def filter_query(flt: RunFilter, age_text: str = "") -> dict[str, str]:
         "order": flt.order if flt.order != "newest" else "",
         "taken": flt.taken,
         "schedule": flt.schedule,
+        "team": flt.team,
     }
     return {k: v for k, v in params.items() if v}
 

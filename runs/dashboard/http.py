@@ -24,6 +24,8 @@ from ledger import selectors, transitions
 from ledger.inputs import queryable
 from ledger.models import Run, Settlement, Step
 from runs.dashboard import presenting
+from runs.dashboard.models import VIEW_DASHBOARD
+from runs.dashboard.teams import team_of, teams_for
 
 View = Callable[..., HttpResponse]
 #: A permission, or several of which the user must hold at least one.
@@ -58,6 +60,32 @@ def permission_any(*perms: str) -> Callable[[View], View]:
     return decorate
 
 
+def seen_teams(request: HttpRequest, perm: str = VIEW_DASHBOARD) -> frozenset[str] | None:
+    """The teams whose runs this person may see (or act on, given ``perm``); None: every team.
+    Every list, count and search of the dashboard is narrowed by it (``scope_runs``)."""
+    return teams_for(request.user, perm)
+
+
+def require_every_team(request: HttpRequest, perm: Perm) -> None:
+    """403 unless the person holds ``perm`` (one of them) in every team: for the acts that are
+    not about one team's runs (a global pause, an effect audit pass over all runs)."""
+    perms = (perm,) if isinstance(perm, str) else perm
+    require(request, perms)
+    if not any(teams_for(request.user, p) is None for p in perms):
+        raise PermissionDenied("this needs the role in every team, not in some teams")
+
+
+def require_in_team(request: HttpRequest, obj: Any, *, perm: Perm, missing: str) -> None:
+    """404 (``missing``) unless the person may see ``obj``'s team — a run of another team is
+    answered as a missing one; 403 unless they hold ``perm`` (one of them) in that team."""
+    user = request.user
+    if not user.has_perm(VIEW_DASHBOARD, obj):
+        raise Http404(missing)
+    perms = (perm,) if isinstance(perm, str) else perm
+    if not any(user.has_perm(p, obj) for p in perms):
+        raise PermissionDenied(f"this needs {' or '.join(perms)} in the team {team_of(obj) or '?'}")
+
+
 def filter_text(request: HttpRequest, name: str, *, source: Any = None) -> str | None:
     """A free-text filter (an agent's name) from the query or ``source``, or None. Text the
     database cannot take (a NUL byte, a lone surrogate) is dropped with a message, never a 500."""
@@ -70,30 +98,37 @@ def filter_text(request: HttpRequest, name: str, *, source: Any = None) -> str |
 
 
 def run_for(request: HttpRequest, run_id: str, *, perm: Perm) -> Run:
-    """The run, after checking the user may act this way: 403 without ``perm``, 404 if none."""
+    """The run, after checking the user may act this way: 403 without ``perm``, 404 if none
+    or if it is another team's (one the person may not see); 403 without ``perm`` in its team."""
     require(request, perm)
     try:
-        return selectors.run_detail(run_id=run_id)
+        run = selectors.run_detail(run_id=run_id)
     except Run.DoesNotExist:
         raise Http404(f"no run {run_id!r}") from None
+    require_in_team(request, run, perm=perm, missing=f"no run {run_id!r}")
+    return run
 
 
 def step_for(request: HttpRequest, run_id: str, pk: int, *, perm: Perm) -> Step:
     """Step ``pk`` of the run: 403 without ``perm``, 404 unless the run has it."""
     require(request, perm)
     try:
-        return selectors.step_of_run(run_id=run_id, pk=pk)
+        step = selectors.step_of_run(run_id=run_id, pk=pk)
     except Step.DoesNotExist:
         raise Http404(f"run {run_id!r} has no step #{pk}") from None
+    require_in_team(request, step, perm=perm, missing=f"run {run_id!r} has no step #{pk}")
+    return step
 
 
 def settlement_for(request: HttpRequest, pk: int, *, perm: Perm) -> Settlement:
     """Settlement ``pk``: 403 without ``perm``, 404 if none."""
     require(request, perm)
     try:
-        return selectors.settlement_detail(pk=pk)
+        settlement = selectors.settlement_detail(pk=pk)
     except Settlement.DoesNotExist:
         raise Http404(f"no settlement #{pk}") from None
+    require_in_team(request, settlement, perm=perm, missing=f"no settlement #{pk}")
+    return settlement
 
 
 def render_refused(

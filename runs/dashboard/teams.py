@@ -21,7 +21,9 @@ from collections.abc import Collection
 from typing import Any, TypeVar
 
 from django.contrib.auth.backends import BaseBackend, ModelBackend
+from django.db import transaction
 from django.db.models import Model, QuerySet
+from django.utils import timezone
 
 from runs.dashboard.models import ROLE_PERMISSIONS, TeamRole
 
@@ -134,3 +136,62 @@ class TeamRoleBackend(BaseBackend):
 
     def has_perm(self, user_obj: Any, perm: str, obj: Any = None) -> bool:
         return perm in self.get_all_permissions(user_obj, obj)
+
+
+def known_teams() -> list[str]:
+    """The teams this installation names (no query of the runs): the default team, the agents'
+    declarations, and the teams of people's team roles."""
+    from ledger import registry
+    from ledger.teams import default_team
+
+    names = {default_team()}
+    names.update(a.team for a in registry.agents().values() if a.team)
+    names.update(TeamRole.objects.values_list("team", flat=True).distinct())
+    return sorted(names)
+
+
+def teams_shown(user: Any, perm: str = "runs.view_dashboard") -> list[str]:
+    """The teams a person's lists offer to filter by (and show a Team column for): their teams,
+    or every known team for an every-team role. One team or none: nothing to choose."""
+    teams = teams_for(user, perm)
+    return sorted(teams) if teams is not None else known_teams()
+
+
+def set_team_role(
+    *, user: Any, team: str, role: str | None, by: str, reason: str = "", source: str = ""
+) -> TeamRole | None:
+    """Give ``user`` ``role`` in ``team`` (None: take their role there away), audited: one
+    ``team_role`` event (before, after, who, why) in the same transaction, none when nothing
+    changes. The admin's inline and ``createroleuser --team`` both come here."""
+    from ledger.models import AuditAction
+    from ledger.teams import check_team
+    from ledger.transitions._common import audit_event
+
+    check_team(team)
+    if role is not None and role not in ROLE_PERMISSIONS:
+        raise ValueError(f"a team role is one of {', '.join(ROLE_PERMISSIONS)}, not {role!r}")
+    with transaction.atomic():
+        row = TeamRole.objects.select_for_update().filter(user_id=user.pk, team=team).first()
+        before = {"user": user.get_username(), "team": team, "role": row.role} if row else None
+        if role is None:
+            if row is not None:
+                row.delete()
+            row = None
+        elif row is None:
+            row = TeamRole.objects.create(user_id=user.pk, team=team, role=role, source=source)
+        elif (row.role, row.source) != (role, source):
+            row.role, row.source = role, source
+            row.save(update_fields=["role", "source"])
+        after = {"user": user.get_username(), "team": team, "role": role} if role else None
+        if before != after:
+            event = audit_event(
+                by=by,
+                action=AuditAction.TEAM_ROLE,
+                at=timezone.now(),
+                before=before,
+                after=after,
+                reason=reason,
+            )
+            event.save(force_insert=True)
+    forget(user)
+    return row

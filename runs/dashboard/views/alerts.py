@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, transitions
 from ledger.processes import alerting
-from runs.dashboard.http import HtmxHttpRequest, render_refused
+from runs.dashboard.http import HtmxHttpRequest, render_refused, require_every_team
 from runs.dashboard.models import OPERATE_RUNS, VIEW_DASHBOARD
 
 RESOLVED_SHOWN = 20
@@ -40,6 +40,8 @@ def _context() -> dict[str, Any]:
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def alerts_page(request: HtmxHttpRequest) -> HttpResponse:
+    # The alert rules watch the whole installation (their incidents name any team's runs).
+    require_every_team(request, VIEW_DASHBOARD)
     return render(request, "runs/alerts.html", _context())
 
 
@@ -47,6 +49,7 @@ def alerts_page(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def alert_ack(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_every_team(request, OPERATE_RUNS)
     try:
         acked = alerting.alert_acknowledge(alert_id=pk, by=request.user)
     except transitions.OperationError as exc:

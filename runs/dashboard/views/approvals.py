@@ -22,7 +22,13 @@ from ledger import selectors, transitions
 from ledger.models import Gate, GateStatus
 from ledger.selectors import evidence
 from runs.dashboard import presenting
-from runs.dashboard.http import HtmxHttpRequest, render_refused, require
+from runs.dashboard.http import (
+    HtmxHttpRequest,
+    render_refused,
+    require,
+    require_in_team,
+    seen_teams,
+)
 from runs.dashboard.models import APPROVE_SETTLEMENTS, VIEW_DASHBOARD
 from runs.dashboard.operator_forms import DecideForm, RejectForm
 
@@ -41,7 +47,7 @@ ACKNOWLEDGE_FIRST = (
 def approval_queue(request: HtmxHttpRequest) -> HttpResponse:
     """Every gate waiting for a decision, oldest first; htmx refreshes the table in place."""
     context = {
-        "gates": selectors.gate_queue(limit=QUEUE_PAGE),
+        "gates": selectors.gate_queue(limit=QUEUE_PAGE, teams=seen_teams(request)),
         "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS),
         "username": request.user.get_username(),
         "now": timezone.now(),
@@ -56,6 +62,7 @@ def _gate_for(request: HtmxHttpRequest, pk: int, *, perm: str) -> Gate:
     gate = selectors.gate_get(pk)
     if gate is None:
         raise Http404(f"no gate #{pk}")
+    require_in_team(request, gate, perm=perm, missing=f"no gate #{pk}")
     return gate
 
 
@@ -71,7 +78,7 @@ def _context(request: HtmxHttpRequest, gate: Gate, **extra: Any) -> dict[str, An
         "reads": [(label, presenting.pretty_capped(v, limit=4_000)) for label, v in sources[1:]],
         "contradictions": evidence.contradictions(_arguments(fresh), sources),
         "waiting": fresh.status == GateStatus.WAITING and fresh.expires_at > timezone.now(),
-        "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS),
+        "can_approve": request.user.has_perm(APPROVE_SETTLEMENTS, fresh),
         "approved_already": request.user.get_username() in fresh.approved_by,
         "decide_form": DecideForm(),
         "reject_form": RejectForm(),
@@ -163,8 +170,13 @@ def approval_link(request: HtmxHttpRequest, token: str) -> HttpResponse:
     except transitions.OperationError as exc:
         return render(request, "runs/approval_link_refused.html", {"refused": str(exc)}, status=403)
     gate = link.gate
+    if not request.user.has_perm(VIEW_DASHBOARD, gate.run):
+        # Another team's gate: answered as a link whose gate is gone.
+        gone = "the gate of this approval link no longer exists"
+        return render(request, "runs/approval_link_refused.html", {"refused": gone}, status=403)
     if request.method == "POST":
         require(request, APPROVE_SETTLEMENTS)
+        require_in_team(request, gate, perm=APPROVE_SETTLEMENTS, missing="no such gate")
         decision = request.POST.get("decision", "")
         if decision not in ("approve", "reject"):
             return render(

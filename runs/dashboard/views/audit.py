@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from ledger import selectors
 from runs.dashboard.forms import encode_query
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.models import VIEW_DASHBOARD
 from runs.dashboard.operator_forms import AuditFilterForm, encode_audit_cursor
 
@@ -31,6 +31,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
         action=data.get("action") or None,
         since=since,
         until=until,
+        teams=seen_teams(request),
     )
     rows, cursor = selectors.audit_page(events=events, before=data.get("before"), limit=AUDIT_PAGE)
     titles = selectors.run_titles([e.run_id for e in rows])

@@ -17,13 +17,15 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger import selectors, transitions
 from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
+from ledger.models import Run
 from ledger.processes import resume as resume_process
 from ledger.selectors import BULK_LIMIT
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.incidents import INCIDENT_WINDOW_MAX, incident_group_of
 from runs.dashboard.models import OPERATE_RUNS
 from runs.dashboard.operator_forms import BulkApplyForm
+from runs.dashboard.teams import scope_runs
 
 
 def _max_resumes(text: str) -> tuple[int | None, str]:
@@ -41,7 +43,9 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
     if request.GET.get("scope") == "filter":
         form = RunFilterForm(request.GET)
         form.is_valid()
-        flt = form.run_filter(taker=request.user.get_username())
+        flt = form.run_filter(
+            taker=request.user.get_username(), teams=seen_teams(request, OPERATE_RUNS)
+        )
         query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
         plan = _plan_filter(action, flt, max_resumes, timezone.now())
         return {"plan": plan, "scope": "filter", "filter_query": encode_query(query),
@@ -50,7 +54,8 @@ def _plan(request: HtmxHttpRequest, action: str, max_resumes: int | None) -> dic
         return _plan_incident(request, action, max_resumes)
     # A NUL byte names no run (and PostgreSQL refuses it in a query): reported as missing.
     given = [r for r in request.GET.getlist("run") if r][: BULK_LIMIT + 1]
-    run_ids = [r for r in given if "\x00" not in r]
+    # A run of a team the person may not act in is reported as missing (never touched).
+    run_ids = _acting_on(request, [r for r in given if "\x00" not in r])
     if not run_ids:
         return {"plan": None, "scope": "selection", "problems": ["Select runs in the list first."]}
     plan = resume_process.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
@@ -79,13 +84,24 @@ def _plan_incident(
         }
     run_ids = list(
         selectors.incident_runs(
-            **group, failed_since=timezone.now() - INCIDENT_WINDOW_MAX
+            **group,
+            failed_since=timezone.now() - INCIDENT_WINDOW_MAX,
+            teams=seen_teams(request, OPERATE_RUNS),
         ).values_list("run_id", flat=True)[:BULK_LIMIT]
     )
     if not run_ids:
         return {"plan": None, "scope": "incident", "problems": ["No run has that cause any more."]}
     plan = resume_process.bulk_preview(action=action, run_ids=run_ids, max_resumes=max_resumes)
     return {"plan": plan, "scope": "incident", "problems": []}
+
+
+def _acting_on(request: HtmxHttpRequest, run_ids: list[str]) -> list[str]:
+    """``run_ids`` without the runs of teams the person may not operate in (kept in order)."""
+    teams = seen_teams(request, OPERATE_RUNS)
+    if teams is None or not run_ids:
+        return run_ids
+    mine = set(scope_runs(Run.objects.filter(pk__in=run_ids), teams).values_list("pk", flat=True))
+    return [r for r in run_ids if r in mine]
 
 
 def _filter_words(query: dict[str, str]) -> str:
@@ -123,6 +139,10 @@ def bulk_apply(request: HtmxHttpRequest) -> HttpResponse:
     """Act on exactly the runs the preview listed (each refuses if it moved since)."""
     form = BulkApplyForm(request.POST)
     targets = form.targets()
+    allowed = set(_acting_on(request, list(targets)))
+    others = [r for r in targets if r not in allowed]
+    targets = {r: v for r, v in targets.items() if r in allowed}
+    form.target_errors.extend(f"No run {r!r}." for r in others[:20])
     if not form.is_valid() or not targets:
         problems = [*form.target_errors]
         if not targets:

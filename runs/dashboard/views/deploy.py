@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET
 
 from ledger import selectors
 from ledger.processes.deploy_check import deploy_check
-from runs.dashboard.http import HtmxHttpRequest, filter_text
+from runs.dashboard.http import HtmxHttpRequest, filter_text, require_every_team
 from runs.dashboard.models import VIEW_DASHBOARD
 
 PAGE_LIMIT = 200
@@ -22,6 +22,7 @@ SECONDS_PER_RUN = 2.0
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def deploy_page(request: HtmxHttpRequest) -> HttpResponse:
+    require_every_team(request, VIEW_DASHBOARD)  # a deploy replays every team's runs
     agent = filter_text(request, "agent")
     verdicts = list(deploy_check(agent=agent, limit=PAGE_LIMIT, seconds=SECONDS_PER_RUN))
     titles = selectors.run_titles([v.run_id for v in verdicts])

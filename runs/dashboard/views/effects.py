@@ -14,7 +14,7 @@ from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
 from ledger.models import EffectAudit
 from ledger.processes.effect_audit import audit_effects
-from runs.dashboard.http import HtmxHttpRequest, filter_text
+from runs.dashboard.http import HtmxHttpRequest, filter_text, require_every_team
 from runs.dashboard.models import OPERATE_RUNS, VIEW_DASHBOARD
 
 AUDITS_SHOWN = 20
@@ -27,6 +27,7 @@ PAGE_PASS_RATE = 20.0
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def effect_audits(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    require_every_team(request, VIEW_DASHBOARD)  # an audit pass reads every team's effects
     audits = list(selectors.effect_audits()[:AUDITS_SHOWN])
     shown = audits[0] if pk is None and audits else None
     if pk is not None:
@@ -48,6 +49,7 @@ def effect_audits(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespon
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def effect_audit_run(request: HtmxHttpRequest) -> HttpResponse:
     """Run one bounded pass (or continue an unfinished one) and show its report."""
+    require_every_team(request, OPERATE_RUNS)
     resume = str(request.POST.get("resume", "")).strip()
     try:
         audit_id = parse_whole_number(resume, what="resume", hi=2**63 - 1) if resume else None

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.incidents import FIELDS, WINDOWS, incident_group_of, window_of
 from runs.dashboard.models import VIEW_DASHBOARD
 from runs.dashboard.operator_forms import PauseForm
@@ -29,7 +29,9 @@ RUNS_SHOWN = 50
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def incidents(request: HtmxHttpRequest) -> HttpResponse:
     since = window_of(request)
-    groups = selectors.incident_groups(failed_since=timezone.now() - WINDOWS[since])
+    groups = selectors.incident_groups(
+        failed_since=timezone.now() - WINDOWS[since], teams=seen_teams(request)
+    )
     rows = [(g, urlencode({**g.query(), "since": since})) for g in groups]
     context: dict[str, Any] = {
         "rows": rows,
@@ -51,7 +53,9 @@ def incident_group(request: HtmxHttpRequest) -> HttpResponse:
     if group is None:
         problem = {"problem": "That is not a group of the incidents page: choose one there."}
         return render(request, "runs/incident_group.html", problem, status=400)
-    runs = selectors.incident_runs(**group, failed_since=timezone.now() - WINDOWS[since])
+    runs = selectors.incident_runs(
+        **group, failed_since=timezone.now() - WINDOWS[since], teams=seen_teams(request)
+    )
     count = runs.count()
     shown = list(runs[:RUNS_SHOWN])
     tool = selectors.tool_of_step(run_id=shown[0].run_id, step_id=group["step"]) if shown else ""

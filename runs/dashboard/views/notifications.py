@@ -12,7 +12,7 @@ from ledger import selectors
 from ledger.errors import InvalidInput
 from ledger.inputs import parse_whole_number
 from ledger.transitions import notify
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.models import VIEW_DASHBOARD
 
 PAGE = 50
@@ -29,7 +29,9 @@ def notifications(request: HtmxHttpRequest) -> HttpResponse:
         before_id = parse_whole_number(before, what="before", hi=2**63 - 1) if before else None
     except InvalidInput:
         before_id = None  # a damaged page link: the first page
-    rows = selectors.notifications_page(status=status, before_id=before_id, limit=PAGE)
+    rows = selectors.notifications_page(
+        status=status, before_id=before_id, limit=PAGE, teams=seen_teams(request)
+    )
     context = {
         "rows": rows,
         "status": status,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger.selectors import pacing
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, require_every_team
 from runs.dashboard.models import VIEW_DASHBOARD
 
 KEYS_SHOWN = 50
@@ -35,7 +35,9 @@ def _context() -> dict[str, Any]:
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def pacing_page(request: HtmxHttpRequest) -> HttpResponse:
-    """The page; its own refresh (htmx) gets the tables only."""
+    """The page; its own refresh (htmx) gets the tables only. Concurrency keys and rate limits
+    are shared by every team's runs: the page is for the roles that hold in every team."""
+    require_every_team(request, VIEW_DASHBOARD)
     if request.htmx:
         return render(request, "runs/partials/pacing_tables.html", _context())
     return render(request, "runs/pacing.html", _context())

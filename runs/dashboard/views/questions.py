@@ -26,7 +26,7 @@ def run_answer(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if question is None:
         messages.error(request, "This run waits on no question (answered already?).")
         return redirect("runs:detail", run_id=run.run_id)
-    if not role_at_least(request.user, question.role):  # type: ignore[arg-type]
+    if not role_at_least(request.user, question.role, run.team):  # type: ignore[arg-type]
         raise PermissionDenied(f"this question is for a {question.role}")
     try:
         answer = read_answer(request.POST, question.schema)

@@ -23,8 +23,9 @@ from ledger import registry, selectors
 from ledger.selectors.handover import handovers_for
 from ledger.selectors.usage import usage_of_runs
 from runs.dashboard.forms import RunFilterForm, encode_query, filter_query
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.models import VIEW_DASHBOARD
+from runs.dashboard.teams import teams_shown
 
 
 def _polled(request: HttpRequest, template: str, context: dict[str, Any], *, dom_id: str) -> str:
@@ -62,7 +63,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     form = RunFilterForm(request.GET)
     form.is_valid()  # invalid values are dropped from the filter and reported
-    flt = form.run_filter(taker=request.user.get_username())
+    flt = form.run_filter(taker=request.user.get_username(), teams=seen_teams(request))
     query = filter_query(flt, age_text=str(request.GET.get("age", "")).strip())
     target = _fragment_target(request, ("status-counts", "run-table"))
     if target is not None:
@@ -77,7 +78,8 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "counts_html": mark_safe(_counts_fragment(request, flt, query, now)),
         "table_html": mark_safe(_table_fragment(request, form, flt, query, now)),
         "agents": sorted(_registered_agents()),
-        "pauses": list(selectors.pauses_list(active=True)[:10]),
+        "pauses": list(selectors.pauses_list(active=True, teams=flt.teams)[:10]),
+        "team_choices": teams_shown(request.user),
     }
     return render(request, "runs/run_list.html", context)
 
@@ -85,7 +87,10 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
 def _counts_fragment(
     request: HttpRequest, flt: selectors.RunFilter, query: dict[str, str], now: datetime
 ) -> str:
-    counts = selectors.run_status_counts(now=now)
+    teams = flt.teams
+    if flt.team:  # ?team= narrows the counts too (within what the reader may see)
+        teams = frozenset({flt.team}) if teams is None else teams & {flt.team}
+    counts = selectors.run_status_counts(now=now, teams=teams)
     context = {"counts": counts, "flt": flt, "query": query}
     return _polled(request, "runs/partials/status_counts.html", context, dom_id="status-counts")
 
@@ -119,6 +124,8 @@ def _table_fragment(
         "on_it": handovers_for(run_ids=[run.run_id for run in page.runs]),
         # Tokens and cost of the page's runs (one query on the model steps' index).
         "usage": usage_of_runs(run_ids=[run.run_id for run in page.runs]),
+        # A Team column when the reader sees more than one team.
+        "show_team": len(teams_shown(request.user)) > 1,
     }
     return _polled(request, "runs/partials/run_table.html", context, dom_id="run-table")
 

@@ -82,7 +82,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
     )
     presenting.with_inputs(views, story.inputs_heads(steps))
     presenting.with_row_urls(views, run.run_id)
-    can_operate = request.user.has_perm(OPERATE_RUNS)
+    can_operate = request.user.has_perm(OPERATE_RUNS, run)
     blocked_page = None
     if run.blocked_step_id in table.positions:
         blocked_page = table.positions[run.blocked_step_id] // per_page + 1
@@ -105,7 +105,7 @@ def _step_table_context(request: HttpRequest, run: Run, *, compare: bool) -> dic
         "refresh": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         # Asked once for the page, not in each row.
         "can_operate": can_operate,
-        "can_settle": can_operate or request.user.has_perm(APPROVE_SETTLEMENTS),
+        "can_settle": can_operate or request.user.has_perm(APPROVE_SETTLEMENTS, run),
         "fork_url": reverse("runs:fork", args=[run.run_id]),
     }
 
@@ -137,6 +137,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         "blocked_step": blocked,
         "has_lookup": blocked is not None and presenting.tool_has_lookup(blocked.tool),
         "waiting_proposal": selectors.settlements_waiting().filter(run_id=run.run_id).first(),
+        "team": run.team,
         "waiting_gate": (
             selectors.gate_latest(run_id=run.run_id, step_id=run.blocked_step_id)
             if run.reason == "approval"
@@ -144,7 +145,7 @@ def _header_context(run: Run) -> dict[str, Any]:
         ),
         "now": now,
         "code": presenting.code_check(run),
-        "children": selectors.run_children(run_id=run.run_id),
+        "children": selectors.run_children(run_id=run.run_id, teams=[run.team]),
         "lease_expired": run.lease_expires_at is not None and run.lease_expires_at < now,
         "progress": selectors.run_progress(run_id=run.run_id) if active else None,
         "active": active,
@@ -167,7 +168,7 @@ def _question_context(request: HtmxHttpRequest, run: Run) -> dict[str, Any]:
         "question": question,
         "question_fields": answer_fields(question.schema),
         "question_schema": presenting.pretty_capped(question.schema),
-        "can_answer": role_at_least(request.user, question.role),  # type: ignore[arg-type]
+        "can_answer": role_at_least(request.user, question.role, run.team),  # type: ignore[arg-type]
     }
 
 
@@ -180,7 +181,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     context = {
         **_header_context(run),
         **_step_table_context(request, run, compare=compare),
-        "can_export": request.user.has_perm(EXPORT_LEDGER),
+        "can_export": request.user.has_perm(EXPORT_LEDGER, run),
         "audit_events": list(selectors.audit_events(run_id=run.run_id)[:RUN_AUDIT_SHOWN]),
         "told": selectors.notifications_of_run(run_id=run.run_id),
         "audit_shown": RUN_AUDIT_SHOWN,

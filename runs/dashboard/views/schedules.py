@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import schedules, selectors, transitions
 from ledger.models import Schedule
-from runs.dashboard.http import HtmxHttpRequest, render_refused
+from runs.dashboard.http import HtmxHttpRequest, render_refused, require_every_team
 from runs.dashboard.models import OPERATE_RUNS, VIEW_DASHBOARD
 
 #: Removed schedules shown under the live ones.
@@ -47,6 +47,7 @@ def _context() -> dict[str, Any]:
 @login_required
 @permission_required(VIEW_DASHBOARD, raise_exception=True)
 def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
+    require_every_team(request, VIEW_DASHBOARD)  # schedules belong to no team
     return render(request, "runs/schedules.html", _context())
 
 
@@ -58,6 +59,7 @@ def _schedule(schedule_id: str) -> Schedule:
 
 
 def _act(request: HtmxHttpRequest, schedule_id: str, change: Any, said: str) -> HttpResponse:
+    require_every_team(request, OPERATE_RUNS)
     found = _schedule(schedule_id)
     reason = str(request.POST.get("reason", ""))[:4000]
     try:

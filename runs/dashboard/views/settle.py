@@ -28,6 +28,7 @@ from runs.dashboard.http import (
     HtmxHttpRequest,
     permission_any,
     render_refused,
+    seen_teams,
     settlement_for,
     step_for,
 )
@@ -76,7 +77,9 @@ def settlement_queue(request: HtmxHttpRequest) -> HttpResponse:
     except ValueError:
         page = 1
     page = min(page, 10_000)  # bounded: an OFFSET deeper than this is never useful
-    items = selectors.settlement_queue(limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE)
+    items = selectors.settlement_queue(
+        limit=QUEUE_PAGE + 1, offset=(page - 1) * QUEUE_PAGE, teams=seen_teams(request)
+    )
     context = {
         "rows": presenting.queue_rows(items[:QUEUE_PAGE]),
         "page": page,
@@ -124,8 +127,8 @@ def _settle_context(
             else ""
         ),
         "reject_form": RejectForm(),
-        "can_operate": user.has_perm(OPERATE_RUNS),
-        "can_approve": user.has_perm(APPROVE_SETTLEMENTS),
+        "can_operate": user.has_perm(OPERATE_RUNS, row),
+        "can_approve": user.has_perm(APPROVE_SETTLEMENTS, row),
         "is_proposer": proposal is not None and proposal.proposed_by_name == user.get_username(),
         "proposal_result_text": presenting.pretty(proposal.result) if proposal else "",
         "contradictions": presenting.settlement_contradictions(
@@ -297,7 +300,7 @@ def settlement_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """An approver refuses a proposal, or its proposer (an operator) withdraws it."""
     settlement = settlement_for(request, pk, perm=(APPROVE_SETTLEMENTS, OPERATE_RUNS))
     own = settlement.proposed_by_name == request.user.get_username()
-    if not (request.user.has_perm(APPROVE_SETTLEMENTS) or own):
+    if not (request.user.has_perm(APPROVE_SETTLEMENTS, settlement) or own):
         return _render_settle(
             request,
             settlement.step_row,

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 
 from ledger.selectors.trends import BUCKET_EDGES, STOPS, WINDOWS, Trend, run_trends
 from ledger.selectors.usage import usage_by_agent
-from runs.dashboard.http import HtmxHttpRequest
+from runs.dashboard.http import HtmxHttpRequest, seen_teams
 from runs.dashboard.models import VIEW_DASHBOARD
 
 #: The chart's colours per status (darker than the badges' backgrounds: ≥ 3:1 on white).
@@ -89,8 +89,9 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
     if window not in WINDOWS:
         refused = f"There is no window {window[:40]!r}: the windows are 24h and 7d."
         window = "24h"
-    trend = run_trends(window=window, now=timezone.now())
-    usage, usage_total = usage_by_agent(since=trend.since, until=trend.until)
+    teams = seen_teams(request)
+    trend = run_trends(window=window, now=timezone.now(), teams=teams)
+    usage, usage_total = usage_by_agent(since=trend.since, until=trend.until, teams=teams)
     context = {
         "usage": usage,
         "usage_total": usage_total,

@@ -30,7 +30,7 @@ from ledger.processes.alerting import alerts_evaluate
 from ledger.selectors import incident_groups
 from ledger.transitions.handover import run_note, run_take
 from ledger.transitions.pauses import pause_create
-from runs.dashboard.models import Preference
+from runs.dashboard.models import Preference, TeamRole
 from tests.support.dashboard_runs import (
     PASSWORD,
     held_polls,
@@ -85,7 +85,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     survey = survey_run(execute, records=12)
     html_run(execute, crash_at)
     succeeded_run(execute)
-    payout = start("payout", {"invoice_id": "inv_1004"}, execute.clock)
+    # A second team (issue 35, teams): the list's Team column and filter, the run's team.
+    payout = start("payout", {"invoice_id": "inv_1004"}, execute.clock, team="payments")
     assert execute(payout.run_id).reason == "approval"
     gate = Gate.objects.get(run=payout)
     charge = Step.objects.get(run=blocked, step_id="charge")
@@ -98,7 +99,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
     User.objects.filter(pk=admin.pk).update(is_staff=True, is_superuser=True)
     # Handover and the reader's zone, as a team uses them: olivia is on the blocked run and
     # left a note; root reads every time in a zone with a long name.
-    user_in("operator", "olivia")
+    olivia = user_in("operator", "olivia")
+    TeamRole.objects.create(user=olivia, team="payments", role="approver")
     run_take(run_id=blocked.run_id, by="olivia")
     run_note(
         run_id=blocked.run_id,
@@ -150,6 +152,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         "/alerts/",
         "/preferences/",
         "/?taken=nobody",
+        "/?team=payments",
+        f"/runs/{payout.run_id}/",
     ]
     # The admin's ledger pages (issue 35): lists and edit forms, read as the dashboard is.
     admin_pages = [
@@ -158,6 +162,8 @@ def test_every_page_reads_whole_words_and_passes_axe_at_390_and_1280(
         f"/admin/ledger/run/{blocked.run_id}/change/",
         f"/admin/ledger/step/{charge.pk}/change/",
         f"/admin/ledger/step/{model_step.pk}/change/",
+        # A person's roles in teams, inline on their page (issue 35, teams).
+        f"/admin/auth/user/{olivia.pk}/change/",
     ]
     broken: dict[str, list[str]] = {}
     off_screen: dict[str, list[str]] = {}

@@ -1,4 +1,8 @@
-"""``manage.py createroleuser alice --role operator [--prompt | --password-file PATH]``.
+"""``manage.py createroleuser alice --role operator [--team T] [--prompt | --password-file P]``.
+
+Without ``--team`` the role holds in every team (a role group, or superuser for ``admin``).
+With ``--team`` it holds in that team only (a ``TeamRole``, audited as ``team_role``); the
+person's roles elsewhere are left as they are.
 
 A password never goes on the command line (where the shell history and ``ps`` keep it): it is
 asked for (``--prompt``, twice, not echoed) or read from a file's first line
@@ -20,8 +24,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from runs.dashboard.models import ROLES
+from ledger.errors import InvalidInput
+from ledger.teams import check_team
+from ledger.transitions import cli_actor
+from runs.dashboard.models import ROLE_PERMISSIONS, ROLES
 from runs.dashboard.roles import user_set_role
+from runs.dashboard.teams import set_team_role
 from runs.operations.commands import text_arg
 
 
@@ -35,6 +43,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username", type=text_arg)
         parser.add_argument("--role", required=True, choices=ROLES)
+        parser.add_argument(
+            "--team",
+            default=None,
+            type=text_arg,
+            help="the role in this team only (viewer, operator or approver); without it the "
+            "role holds in every team",
+        )
         given = parser.add_mutually_exclusive_group()
         given.add_argument(
             "--prompt", action="store_true", help="ask for the password (twice, not echoed)"
@@ -53,6 +68,17 @@ class Command(BaseCommand):
         username: str = options["username"].strip()
         if not username:
             raise CommandError("a username cannot be empty")
+        team = options["team"]
+        if team is not None:
+            if options["role"] not in ROLE_PERMISSIONS:
+                raise CommandError(
+                    f"--team takes a role of one team ({', '.join(ROLE_PERMISSIONS)}); an admin "
+                    "holds in every team"
+                )
+            try:
+                check_team(team)
+            except InvalidInput as exc:
+                raise CommandError(str(exc)) from None
         password = self._password(options)
         if password is not None:
             _validate(password, username=username, email=options["email"])
@@ -66,9 +92,19 @@ class Command(BaseCommand):
             if password is not None:
                 user.set_password(password)
                 user.save(update_fields=["password"])
-            user_set_role(user=user, role=options["role"])
+            if team is None:
+                user_set_role(user=user, role=options["role"])
+            else:
+                set_team_role(
+                    user=user,
+                    team=team,
+                    role=options["role"],
+                    by=cli_actor(),
+                    reason="manage.py createroleuser --team",
+                )
         verb = "created" if created else "updated"
-        self.stdout.write(f"{verb} user {username!r} with role {options['role']}")
+        where = f" in team {team}" if team is not None else ""
+        self.stdout.write(f"{verb} user {username!r} with role {options['role']}{where}")
         if generated:
             self.stdout.write(f"password: {password}")
 
