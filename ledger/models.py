@@ -462,6 +462,8 @@ class AuditAction(models.TextChoices):
     SCHEDULE_RESUME = "schedule_resume"
     SCHEDULE_REMOVE = "schedule_remove"
 
+    SSO_ROLES = "sso_roles"  # a person's roles replaced from the identity provider's groups
+
 
 class AppendOnly(Exception):
     """An audit event was about to be changed or deleted."""

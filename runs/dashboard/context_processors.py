@@ -10,14 +10,18 @@ from django.http import HttpRequest
 
 import ledger
 from runs.dashboard.roles import role_of
+from runs.dashboard.teams import team_roles
 from runs.dashboard.zones import zone_of
 
 
 def dashboard(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
-    role = role_of(user) if user is not None and user.is_authenticated else ""  # type: ignore[arg-type]
+    signed_in = user is not None and user.is_authenticated
+    role = role_of(user) if signed_in else ""  # type: ignore[arg-type]
     return {
         "role": role,
+        # {team: role} of the person's roles in one team (shown beside the role held in all).
+        "team_roles": team_roles(user) if signed_in else {},
         "refresh_seconds": settings.RUNLEDGER_LIST_REFRESH_SECONDS,
         "admin_mounted": bool(settings.RUNLEDGER_ADMIN_URL),
         "nav_section": nav_section(request),
