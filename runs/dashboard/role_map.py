@@ -97,12 +97,13 @@ def parse_role_map(text: str) -> dict[str, tuple[Grant, ...]]:
 
 def _grants(value: object, *, group: str) -> list[Grant]:
     values = value if isinstance(value, list) else [value]
-    if not values or not all(isinstance(v, str) for v in values):
+    texts = [v for v in values if isinstance(v, str)]
+    if not values or len(texts) != len(values):
         raise ValueError(
             f"RUNLEDGER_OIDC_ROLE_MAP: group {group!r} must map to a role (text) or a list of "
             f"roles, not {value!r}"
         )
-    return [parse_grant(v, group=group) for v in values]
+    return [parse_grant(v, group=group) for v in texts]
 
 
 def _json_pairs(text: str) -> list[tuple[str, object]]:

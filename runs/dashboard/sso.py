@@ -63,8 +63,13 @@ _clients_lock = threading.Lock()
 def provider(config: SsoConfig) -> _Provider:
     """The Authlib client of ``config`` (one per process: it keeps the discovery document and
     the keys, and fetches the keys again when a token names one it does not know)."""
-    key = (config.issuer, config.discovery_url, config.client_id, config.client_secret)
-    key += (config.scopes,)
+    key = (
+        config.issuer,
+        config.discovery_url,
+        config.client_id,
+        config.client_secret,
+        config.scopes,
+    )
     with _clients_lock:
         client = _clients.get(key)
         if client is None:

@@ -14,6 +14,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 from urllib.parse import urlsplit
 
 from runs.dashboard.role_map import Grant, parse_role_map
@@ -59,8 +60,7 @@ def check_url(name: str, url: str) -> str:
         raise ValueError(f"{name}={url!r} is not an https:// URL")
     if parts.scheme == "http" and not _loopback(parts.hostname):
         raise ValueError(
-            f"{name}={url!r}: the provider must be reached over https (plain http only on "
-            "loopback)"
+            f"{name}={url!r}: the provider must be reached over https (plain http only on loopback)"
         )
     return url
 
@@ -105,9 +105,7 @@ def sso_config(
             "RUNLEDGER_OIDC_ROLE_MAP is empty: nobody could sign in through SSO (map at least "
             'one group to a role, e.g. {"runledger-admins": "admin"})'
         )
-    discovery = discovery_url.strip() or (
-        issuer.rstrip("/") + "/.well-known/openid-configuration"
-    )
+    discovery = discovery_url.strip() or (issuer.rstrip("/") + "/.well-known/openid-configuration")
     return SsoConfig(
         issuer=issuer,
         client_id=client_id.strip(),
@@ -134,10 +132,10 @@ def _read_secret(path: Path) -> str:
     return secret
 
 
-def with_form_action(policy: dict[str, object], origin: str) -> dict[str, object]:
+def with_form_action(policy: dict[str, Any], origin: str) -> dict[str, Any]:
     """``policy`` letting forms lead to ``origin`` too: signing out POSTs here and is redirected
     to the provider's end-session endpoint, which a browser checks against ``form-action``."""
-    directives = dict(policy["DIRECTIVES"])  # type: ignore[call-overload]
+    directives = dict(policy["DIRECTIVES"])
     actions = list(directives.get("form-action", ["'self'"]))
     if origin not in actions:
         actions.append(origin)
@@ -198,8 +196,8 @@ RUNLEDGER_SSO = sso_config(
         "RUNLEDGER_OIDC_ROLE_MAP",
         "",
         section=SSO,
-        doc="The provider's groups as roles: JSON `{\"payments-oncall\": \"operator@payments\", "
-        "\"sre\": \"viewer\", \"platform-admins\": \"admin\"}` or `group = role[@team]; ...`. A "
+        doc='The provider\'s groups as roles: JSON `{"payments-oncall": "operator@payments", '
+        '"sre": "viewer", "platform-admins": "admin"}` or `group = role[@team]; ...`. A '
         "person's roles are replaced by what their groups map to at every sign-in; one whose "
         "groups map to nothing is refused.",
     ),
@@ -207,7 +205,7 @@ RUNLEDGER_SSO = sso_config(
         "RUNLEDGER_OIDC_PROVIDER_NAME",
         "single sign-on",
         section=SSO,
-        doc="The provider's name on the sign-in button (\"Sign in with Okta\").",
+        doc='The provider\'s name on the sign-in button ("Sign in with Okta").',
     ),
     discovery_url=env.str(
         "RUNLEDGER_OIDC_DISCOVERY_URL",

@@ -156,7 +156,6 @@ def sign_out(request: HttpRequest) -> HttpResponseBase:
         endpoint = None
     if not endpoint:
         return redirect(after)
-    query = urlencode(
-        {"id_token_hint": id_token, "post_logout_redirect_uri": after, "client_id": config.client_id}
-    )
+    hint = {"id_token_hint": id_token, "post_logout_redirect_uri": after}
+    query = urlencode({**hint, "client_id": config.client_id})
     return redirect(f"{endpoint}{'&' if '?' in endpoint else '?'}{query}")
