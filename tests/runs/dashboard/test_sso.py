@@ -96,11 +96,14 @@ def test_a_providers_group_gives_its_role_in_that_team(provider) -> None:
 
 def test_groups_for_every_team_and_for_admin(provider) -> None:
     sub = provider.person("ada", PASSWORD, groups=["platform-admins", "sre", "auditors"])
-    assert _sign_in(Client(), "ada").status_code == 302
+    client = Client()
+    assert _sign_in(client, "ada").status_code == 302
     ada = _person(sub)
     assert ada.is_superuser and ada.is_staff
     assert _groups(ada) == {"viewer"}
     assert _team_roles(ada) == {("payments", "viewer", "sso"), ("billing", "approver", "sso")}
+    audit = client.get("/audit/?action=sso_roles")  # the change, on the Audit page
+    assert audit.status_code == 200 and b"platform-admins" in audit.content
 
 
 def test_a_group_removed_at_the_provider_takes_its_role_away_at_the_next_sign_in(
