@@ -86,7 +86,7 @@ def provider(config: SsoConfig) -> _Provider:
                     "token_endpoint_auth_method": (
                         "client_secret_basic" if config.client_secret else "none"
                     ),
-                    "timeout": 10,
+                    "default_timeout": 10,  # seconds, on every request to the provider
                 },
             )
             _clients[key] = client
@@ -167,11 +167,12 @@ def _wanted_username(claims: Mapping[str, Any], config: SsoConfig) -> str:
 
 
 def _free_username(wanted: str) -> str:
-    """``wanted``, or ``wanted~2``, ``~3`` …: an existing (local) account is never taken over."""
-    name, n = wanted, 1
+    """``wanted``, or ``wanted+sso``, ``wanted+sso2`` …: an existing (local) account is never
+    taken over by a provider account of the same name."""
+    name, n = wanted, 0
     while User.objects.filter(username__iexact=name).exists():
         n += 1
-        name = f"{wanted}~{n}"
+        name = f"{wanted}+sso{n if n > 1 else ''}"
     return name
 
 

@@ -150,7 +150,7 @@ def test_people_are_matched_by_sub_never_by_a_local_account_of_the_same_name(pro
     assert _sign_in(client, "lee").status_code == 302
 
     person = _person(sub)
-    assert person.pk != local.pk and person.username == "lee~2"
+    assert person.pk != local.pk and person.username == "lee+sso"
     assert client.session["_auth_user_id"] == str(person.pk)
     local.refresh_from_db()
     assert local.check_password(PASSWORD) and _groups(local) == set()
@@ -183,6 +183,31 @@ def test_a_token_exchange_with_the_wrong_verifier_is_refused_by_the_provider(pro
 
     assert response.status_code == 400
     assert b"invalid_grant" in response.content  # the provider's answer
+    assert not _signed_in(client)
+    assert not SsoIdentity.objects.exists()
+
+
+def test_an_id_token_whose_signature_the_providers_keys_do_not_verify_is_refused(
+    provider, settings
+) -> None:
+    """runledger trusts another key under the provider's key id: the real token then fails."""
+    from joserfc.jwk import RSAKey
+
+    from runs.dashboard import sso
+
+    provider.person("kim", PASSWORD, groups=["sre"])
+    relying = sso.provider(settings.RUNLEDGER_SSO)
+    kid = relying.fetch_jwk_set(force=True)["keys"][0]["kid"]
+    impostor = {**RSAKey.generate_key(2048).as_dict(private=False), "kid": kid, "use": "sig"}
+    relying.server_metadata["jwks"] = {"keys": [impostor]}
+    client = Client()
+    try:
+        response = _sign_in(client, "kim")
+    finally:
+        relying.server_metadata.pop("jwks")
+
+    assert response.status_code == 400
+    assert b"could not be verified" in response.content
     assert not _signed_in(client)
     assert not SsoIdentity.objects.exists()
 
