@@ -462,6 +462,7 @@ class AuditAction(models.TextChoices):
     SCHEDULE_RESUME = "schedule_resume"
     SCHEDULE_REMOVE = "schedule_remove"
     TEAM_ROLE = "team_role"  # a person's role in one team set, changed or removed
+    SSO_ROLES = "sso_roles"  # a person's roles replaced from the identity provider's groups
 
 
 class AppendOnly(Exception):

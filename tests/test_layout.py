@@ -42,6 +42,7 @@ DJANGO_FREE = {
     "ledger.retry",
     "ledger.schemas",
     "ledger.states",
+    "ledger.teams",
 }
 
 

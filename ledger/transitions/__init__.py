@@ -30,6 +30,7 @@ nothing.
   while it sleeps or waits for an event;
 - ``retention``: a finished run's step rows recorded as archived, then deleted in batches;
 - ``stream``: the events an agent emits (``ctx.emit``), appended once across executions.
+- ``people``: a person's roles replaced from their identity provider's groups (audited).
 
 Every run a transition queues is announced after its commit through ``ledger.signals.run_queued``
 (the workers connect it to their tasks: ``ledger`` never imports ``runs``); the ``on_commit=``
@@ -117,6 +118,7 @@ from ledger.transitions.notify import (
 )
 from ledger.transitions.pacing import runs_fail_past_deadline, slots_offer
 from ledger.transitions.pauses import pause_create, pause_lift, pauses_expire
+from ledger.transitions.people import roles_replaced
 from ledger.transitions.retention import (
     retention_mark_advance,
     run_archive_record,
@@ -197,6 +199,7 @@ __all__ = [
     "question_answer",
     "question_timeout",
     "retention_mark_advance",
+    "roles_replaced",
     "run_admin_edit",
     "run_archive_record",
     "run_block",

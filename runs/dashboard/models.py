@@ -77,3 +77,26 @@ class TeamRole(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} in {self.team}: {self.role}"
+
+
+class SsoIdentity(models.Model):
+    """The person an identity provider's account is (``runs.dashboard.sso``): matched by the
+    provider's ``issuer`` and the account's ``sub``, which the provider never gives another
+    account — never by e-mail or user name, which it may re-assign."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField()
+    #: The last sign-in through the provider (when the roles were last replaced).
+    signed_in_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="dashboard_sso_one_person")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}: {self.user_id}"

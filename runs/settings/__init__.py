@@ -19,3 +19,4 @@ from runs.settings.notifications import *  # noqa: F403
 from runs.settings.observability import *  # noqa: F403
 from runs.settings.processes import *  # noqa: F403
 from runs.settings.security import *  # noqa: F403
+from runs.settings.sso import *  # noqa: F403

@@ -25,3 +25,13 @@ def dashboard_ready(clock: Any, settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     restore_roles()
     rewind(clock)
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real OpenID Connect provider on loopback (``tests.support.oidc``), one per session."""
+    from tests.support.oidc import start_provider
+
+    provider = start_provider(tmp_path_factory.mktemp("oidc-provider"))
+    yield provider
+    provider.stop()
