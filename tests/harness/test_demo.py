@@ -151,7 +151,9 @@ def demo_set_up_on_postgresql(tmp_path_factory: pytest.TempPathFactory) -> Itera
         conn.execute(f"CREATE DATABASE {name}")
     var = tmp_path_factory.mktemp("demo-set-up")
     env = _demo_env({**os.environ, "DATABASE_URL": url.rsplit("/", 1)[0] + "/" + name}, var)
-    env.pop("CELERY_BROKER_URL", None)  # the set-up sends nothing; serving picks the broker
+    # What the set-up sends goes to the filesystem broker in its folder, which no worker reads:
+    # each copy's demo sends its queued runs again on its own broker (demo._enqueue_queued).
+    env.pop("CELERY_BROKER_URL", None)
     # The receiver's port is in the set-up (the completion events' subscription): every copy
     # serves its receiver there.
     receiver_port = _free_port()
