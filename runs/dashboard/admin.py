@@ -40,11 +40,19 @@ class TeamRoleForm(forms.ModelForm):
         return team
 
 
+class TeamRoleFormSet(BaseInlineFormSet):
+    def add_fields(self, form: Any, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:  # the table's head names it; the box gets its own name
+            form.fields["DELETE"].widget.attrs["aria-label"] = "remove this role"
+
+
 class TeamRoleInline(admin.TabularInline):
     """A person's role in each team (beside their groups, which hold in every team)."""
 
     model = TeamRole
     form = TeamRoleForm
+    formset = TeamRoleFormSet
     extra = 0
     fields = ("team", "role", "source")
     readonly_fields = ("source",)
