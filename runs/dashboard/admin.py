@@ -8,12 +8,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.db.models import Model
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
+from ledger.admin import LabelledSplitDateTime
 from ledger.teams import is_team
 from runs.dashboard.models import TeamRole
 from runs.dashboard.teams import set_team_role
@@ -23,6 +25,11 @@ class TeamRoleForm(forms.ModelForm):
     class Meta:
         model = TeamRole
         fields = ("team", "role")
+        # A tabular inline names its columns in the table's head only: each box gets its own.
+        widgets = {
+            "team": forms.TextInput(attrs={"aria-label": "team"}),
+            "role": forms.Select(attrs={"aria-label": "role in this team"}),
+        }
 
     def clean_team(self) -> str:
         team = str(self.cleaned_data.get("team", ""))
@@ -33,11 +40,19 @@ class TeamRoleForm(forms.ModelForm):
         return team
 
 
+class TeamRoleFormSet(BaseInlineFormSet):
+    def add_fields(self, form: Any, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:  # the table's head names it; the box gets its own name
+            form.fields["DELETE"].widget.attrs["aria-label"] = "remove this role"
+
+
 class TeamRoleInline(admin.TabularInline):
     """A person's role in each team (beside their groups, which hold in every team)."""
 
     model = TeamRole
     form = TeamRoleForm
+    formset = TeamRoleFormSet
     extra = 0
     fields = ("team", "role", "source")
     readonly_fields = ("source",)
@@ -62,6 +77,15 @@ class TeamRoleInline(admin.TabularInline):
 
 class TeamUserAdmin(UserAdmin):
     inlines = [*UserAdmin.inlines, TeamRoleInline]
+    # Plain labelled multi-selects: the two-box widget's help icons fail axe (aria-prohibited).
+    filter_horizontal = ()
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and isinstance(field.widget, AdminSplitDateTime):
+            # Django's date and time boxes, each named for a screen reader.
+            field.widget = LabelledSplitDateTime(str(db_field.verbose_name))
+        return field
 
     def save_formset(
         self, request: HttpRequest, form: Any, formset: BaseInlineFormSet, change: bool
