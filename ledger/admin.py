@@ -27,6 +27,7 @@ from ledger import transitions
 from ledger.errors import InvalidInput, OperationError
 from ledger.inputs import parse_json_text
 from ledger.models import AuditEvent, Execution, Pause, Run, Settlement, Step, WebhookSubscription
+from ledger.teams import admin_reader_teams
 from ledger.transitions import events as subscription_events
 from ledger.webhooks import EVENT_TYPES
 
@@ -163,12 +164,8 @@ def _scoped(request: HttpRequest, qs: QuerySet[Any], field: str | None) -> Query
     user = request.user
     if getattr(user, "is_superuser", False):
         return qs
-    # The web project's rule, imported here only: the ledger's own code never needs it.
-    from runs.dashboard.teams import team_roles, teams_for
-
-    if not team_roles(user):
-        return qs
-    teams = teams_for(user, "runs.view_dashboard")
+    # The web project's rule (runs.dashboard.teams.admin_reader), installed at start-up.
+    teams = admin_reader_teams(user)
     if teams is None:
         return qs
     if field is None or not teams:

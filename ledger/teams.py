@@ -10,6 +10,8 @@ another (a fork, a continuation) keeps its parent's team.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from ledger.errors import InvalidInput
 
@@ -37,3 +39,19 @@ def default_team() -> str:
     from ledger.conf import conf
 
     return str(conf.RUNLEDGER_DEFAULT_TEAM)
+
+
+#: The web project's answer to "which teams' runs may this staff member read in the admin?"
+#: (None: every team). The project installs it (``runs.dashboard`` at start-up), so the ledger's
+#: admin scopes its lists without importing the project; unset, every team.
+_admin_reader: Callable[[Any], frozenset[str] | None] | None = None
+
+
+def install_admin_reader(fn: Callable[[Any], frozenset[str] | None]) -> None:
+    global _admin_reader
+    _admin_reader = fn
+
+
+def admin_reader_teams(user: Any) -> frozenset[str] | None:
+    """The teams ``user`` may read in the admin (None: every team; see ``install_admin_reader``)."""
+    return None if _admin_reader is None else _admin_reader(user)

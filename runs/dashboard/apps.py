@@ -18,7 +18,11 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_in
 
-        from runs.dashboard import zones
+        from ledger.teams import install_admin_reader
+        from runs.dashboard import teams, zones
+
+        # The ledger's admin lists a team member's teams' rows only (runs.dashboard.teams).
+        install_admin_reader(teams.admin_reader)
 
         # The reader's zone goes into the session at sign-in: no query per request after.
         user_logged_in.connect(zones.remember_zone, dispatch_uid="runledger-reader-zone")

@@ -195,3 +195,12 @@ def set_team_role(
             event.save(force_insert=True)
     forget(user)
     return row
+
+
+def admin_reader(user: Any) -> frozenset[str] | None:
+    """The teams a staff member reads in the ledger's admin (``ledger.teams.install_admin_reader``):
+    every team for one without team roles (their admin permissions decide, as before teams),
+    else the teams where they may read the dashboard."""
+    if not team_roles(user):
+        return None
+    return teams_for(user, "runs.view_dashboard")
