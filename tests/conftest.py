@@ -57,11 +57,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the long ones start early and the last ones handed out are short, and both processes end
     together. (xdist's own order, most tests first, left the one-test files — the soak, the
     kill test, the upgrade — for last, one process running them while the other idled.) A
-    file's tests keep their order; a run in one process keeps pytest-django's order."""
+    file's tests keep their order; a run in one process keeps pytest-django's order.
+
+    Browser files come **last**, though slow: Playwright's sync API (pytest-playwright's
+    session-wide browser) leaves its event loop marked running in the process's main thread
+    from the first browser test on, and every later ``asyncio.run`` in that process fails
+    ("cannot be called from a running event loop"): the async clients' and agents' tests must
+    run before it starts."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: only whole files move
+    browser = {item.path for item in items if item.get_closest_marker("browser")}
+
+    def rank(item: pytest.Item) -> int:
+        if item.path in browser:
+            return 2
+        return 0 if item.path in slow else 1
+
+    items.sort(key=rank)  # stable: only whole files move
 
 
 @pytest.fixture
