@@ -16,6 +16,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet
 
 from ledger.alert_rules import Finding, Rule
 from ledger.models import Alert, AlertStatus, Beacon, Gate, GateStatus, Run, RunStatus, Step
+from ledger.selectors.runs import scoped
 
 #: The statuses a run stopped in (the blocked-rate's denominator, in its window).
 STOPPED_IN_WINDOW = (
@@ -200,9 +201,9 @@ def incident_groups(
     """The runs needing attention (all) and failed (since ``failed_since``) grouped by cause,
     largest first: one GROUP BY over the partial index ``run_incident``. Of the runs of
     ``teams`` (None: every team)."""
-    stopped = Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED))
-    if teams is not None:
-        stopped = stopped.filter(team__in=list(teams))
+    stopped = scoped(
+        Run.objects.filter(status__in=(RunStatus.NEEDS_ATTENTION, RunStatus.FAILED)), teams
+    )
     rows = (
         stopped.filter(Q(status=RunStatus.NEEDS_ATTENTION) | Q(status_changed_at__gte=failed_since))
         .values("status", "agent", "cause_step", "reason", "signature")
@@ -238,8 +239,7 @@ def incident_runs(
     qs = Run.objects.filter(
         status=status, agent=agent, cause_step=step, reason=reason, signature=signature
     )
-    if teams is not None:
-        qs = qs.filter(team__in=list(teams))
+    qs = scoped(qs, teams)
     if status == RunStatus.FAILED:
         qs = qs.filter(status_changed_at__gte=failed_since)
     return qs.order_by("status_changed_at", "run_id")

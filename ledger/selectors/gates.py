@@ -8,6 +8,7 @@ from collections.abc import Collection
 from django.db.models import QuerySet
 
 from ledger.models import Gate, GateStatus
+from ledger.selectors.runs import scoped
 
 
 def gate_latest(*, run_id: str, step_id: str) -> Gate | None:
@@ -20,9 +21,7 @@ def gate_queue(
 ) -> list[Gate]:
     """The gates waiting for a decision, oldest first, with their runs (of ``teams``; None:
     every team)."""
-    waiting = Gate.objects.filter(status=GateStatus.WAITING)
-    if teams is not None:
-        waiting = waiting.filter(run__team__in=list(teams))
+    waiting = scoped(Gate.objects.filter(status=GateStatus.WAITING), teams, field="run__team")
     rows = waiting.select_related("run").order_by("created_at", "pk")
     return list(rows[offset : offset + limit])
 

@@ -33,7 +33,7 @@ from ledger.models import (
     StepStatus,
     WebhookSubscription,
 )
-from ledger.selectors.runs import search_condition
+from ledger.selectors.runs import scoped, search_condition
 
 
 def approval_required() -> bool:
@@ -69,9 +69,11 @@ def settlement_queue_steps(teams: Collection[str] | None = None) -> QuerySet[Ste
     """Started effects of runs that no worker is executing, oldest first (uses the partial
     index on started steps). Runs blocked on reconciliation are all here: their blocking step
     is a started effect. Of the runs of ``teams`` (None: every team)."""
-    started = Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT)
-    if teams is not None:
-        started = started.filter(run__team__in=list(teams))
+    started = scoped(
+        Step.objects.filter(status=StepStatus.STARTED, kind=StepKind.EFFECT),
+        teams,
+        field="run__team",
+    )
     return (
         started.exclude(run__status=RunStatus.RUNNING)
         .select_related("run")
@@ -170,9 +172,9 @@ def settlement_evidence(*, step: Step) -> Evidence:
 
 def settlements_waiting(teams: Collection[str] | None = None) -> QuerySet[Settlement]:
     """Proposals waiting for an approver, oldest first (of ``teams``; None: every team)."""
-    waiting = Settlement.objects.filter(status=SettlementStatus.PROPOSED)
-    if teams is not None:
-        waiting = waiting.filter(run__team__in=list(teams))
+    waiting = scoped(
+        Settlement.objects.filter(status=SettlementStatus.PROPOSED), teams, field="run__team"
+    )
     return waiting.select_related("run", "step_row").order_by("created_at", "id")
 
 

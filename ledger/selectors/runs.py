@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import BooleanField, Count, F, Q, QuerySet, TextField
@@ -498,13 +498,16 @@ def _newest_window_page(
 # --- one run -------------------------------------------------------------------------------
 
 
+_Rows = TypeVar("_Rows", bound=QuerySet[Any])
+
+
 def run_detail(*, run_id: str, teams: Collection[str] | None = None) -> Run:
     """The run with its parent; raises Run.DoesNotExist (also when it is not of ``teams``;
     None: every team)."""
     return scoped(Run.objects.select_related("parent"), teams).get(pk=run_id)
 
 
-def scoped(qs: QuerySet[Any], teams: Collection[str] | None, *, field: str = "team") -> Any:
+def scoped(qs: _Rows, teams: Collection[str] | None, *, field: str = "team") -> _Rows:
     """``qs`` narrowed to the runs (or rows of runs: ``field="run__team"``) of ``teams``."""
     return qs if teams is None else qs.filter(**{f"{field}__in": list(teams)})
 

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connection
 
 from ledger.models import Run, RunStatus
+from ledger.selectors.runs import scoped
 
 #: Upper edges (seconds) of the duration buckets; bucket ``i`` holds durations in
 #: ``[EDGES[i-1], EDGES[i])`` (PostgreSQL's ``width_bucket``), the last one everything longer.
@@ -215,9 +216,9 @@ def _from_rollup(
 def _from_runs(
     since: datetime, until: datetime, step: timedelta, teams: Collection[str] | None = None
 ) -> tuple[Series, PerAgent]:
-    runs = Run.objects.filter(status_changed_at__gte=since, status_changed_at__lt=until)
-    if teams is not None:
-        runs = runs.filter(team__in=list(teams))
+    runs = scoped(
+        Run.objects.filter(status_changed_at__gte=since, status_changed_at__lt=until), teams
+    )
     rows: Iterable[tuple[datetime, str, str, datetime, datetime | None]] = (
         runs.order_by().values_list(
             "status_changed_at", "agent", "status", "created_at", "finished_at"

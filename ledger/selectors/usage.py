@@ -20,6 +20,7 @@ from typing import Any
 from django.db.models import Count, Q, Sum
 
 from ledger.models import Step, StepKind
+from ledger.selectors.runs import scoped
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,7 @@ def usage_by_agent(
         finished_at__gte=since,
         finished_at__lt=until,
     )
-    if teams is not None:
-        steps = steps.filter(run__team__in=list(teams))
+    steps = scoped(steps, teams, field="run__team")
     rows = (
         steps.order_by().values("run__agent").annotate(runs=Count("run_id", distinct=True), **_SUMS)
     )

@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 
+from ledger.selectors.runs import scoped
 from runs.dashboard.models import ROLE_PERMISSIONS, TeamRole
 
 _Q = TypeVar("_Q", bound=Model)
@@ -108,10 +109,8 @@ def scope_runs(
     queryset: QuerySet[_Q], teams: Collection[str] | None, *, field: str = "team"
 ) -> QuerySet[_Q]:
     """``queryset`` narrowed to runs (or rows of runs: ``field="run__team"``) of ``teams``;
-    unchanged for None (every team)."""
-    if teams is None:
-        return queryset
-    return queryset.filter(**{f"{field}__in": list(teams)})
+    unchanged for None (every team): the selectors' own ``scoped``, for the web project."""
+    return scoped(queryset, teams, field=field)
 
 
 class TeamRoleBackend(BaseBackend):
